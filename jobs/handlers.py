@@ -1,0 +1,90 @@
+"""The dispatch table: (provider, event type) → the user's handlers.
+
+    from jobs import on
+
+    @on("stripe", "payment_intent.succeeded")
+    def ship(event, state, idempotency_key):
+        ...
+
+``provider`` is the endpoint name or the provider kind; ``"*"`` as the event type matches every
+event of that provider. A handler receives the event (``HandlerEvent``), the object's current
+state (the newest known, which may be newer than this event; ``None`` when the event carries no
+object) and an idempotency key that is the same on every retry and replay of this event for this
+handler: pass it to downstream APIs so a repeated run has no second effect. Handlers may accept
+fewer positional arguments (``def h(event)`` works). Modules named in ``WEBHOOKS_HANDLERS`` are
+imported by the worker.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import inspect
+from collections import defaultdict
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy.orm import Session
+
+Handler = Callable[..., Any]
+REGISTRY: dict[tuple[str, str], list[Handler]] = defaultdict(list)
+
+
+@dataclass(frozen=True)
+class HandlerEvent:
+    """What a handler learns of the event. ``session`` is the processing transaction: writes
+    through it commit with the event's ``processed`` mark, or roll back with a failure."""
+
+    provider: str
+    kind: str
+    event_id: str
+    type: str
+    data: Any
+    object_type: str | None
+    object_id: str | None
+    version: int | None
+    is_latest: bool
+    attempt: int
+    session: Session
+
+
+def on(provider: str, *event_types: str) -> Callable[[Handler], Handler]:
+    """Register the decorated function for these event types of ``provider``."""
+
+    def register(func: Handler) -> Handler:
+        for event_type in event_types or ("*",):
+            if func not in REGISTRY[(provider, event_type)]:
+                REGISTRY[(provider, event_type)].append(func)
+        return func
+
+    return register
+
+
+def load(modules: Iterable[str]) -> None:
+    for module in modules:
+        importlib.import_module(module)
+
+
+def handlers_for(provider: str, kind: str, event_type: str) -> list[Handler]:
+    found: list[Handler] = []
+    for key in dict.fromkeys(((provider, event_type), (kind, event_type), (provider, "*"), (kind, "*"))):
+        found += [h for h in REGISTRY.get(key, ()) if h not in found]
+    return found
+
+
+def idempotency_key(provider: str, event_id: str, handler: Handler) -> str:
+    name = f"{handler.__module__}.{handler.__qualname__}"
+    return "whk_" + hashlib.sha256(f"{provider}\0{event_id}\0{name}".encode()).hexdigest()[:32]
+
+
+def call(handler: Handler, event: HandlerEvent, state: Any) -> Any:
+    args = (event, state, idempotency_key(event.provider, event.event_id, handler))
+    try:
+        params = inspect.signature(handler).parameters.values()
+    except (TypeError, ValueError):
+        return handler(*args)
+    if any(p.kind is p.VAR_POSITIONAL for p in params):
+        return handler(*args)
+    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    return handler(*args[: len(positional)])

@@ -1,0 +1,119 @@
+"""``process_event(provider, event_id)``: the RQ job that acts on one stored event.
+
+Claim the row, find the object and its version, serialize per object, apply the state only when
+newer, run the handlers, mark the row — all in one transaction, so a failure leaves nothing half
+done. Errors are recorded on the row and re-raised for RQ to retry; after the last try the row
+is ``failed``.
+"""
+
+from __future__ import annotations
+
+import json
+import traceback
+from datetime import UTC, datetime
+from typing import Any
+
+from rq import get_current_job
+from sqlalchemy import select, text, update
+from sqlalchemy.orm import Session
+
+from jobs import handlers
+from webhooks import providers, runtime
+from webhooks.db import upsert
+from webhooks.models import Event, Object
+from webhooks.providers.base import ObjectRef
+
+CLAIMABLE = ("received", "queued", "processing", "failed")
+TRACEBACK_LIMIT = 8000
+
+
+def _claim(session: Session, provider: str, event_id: str) -> Event | None:
+    """received/queued/failed (or a stale processing) → processing; None if there is nothing to do."""
+    claimed = session.execute(
+        update(Event)
+        .where(Event.provider == provider, Event.event_id == event_id, Event.status.in_(CLAIMABLE))
+        .values(status="processing", attempts=Event.attempts + 1, status_at=datetime.now(UTC))
+        .returning(Event.event_id)
+    ).first()
+    return session.get(Event, (provider, event_id)) if claimed else None
+
+
+def _lock_object(session: Session, provider: str, ref: ObjectRef) -> None:
+    """Serialize events of one object (PostgreSQL advisory lock; SQLite writers are serial)."""
+    if session.get_bind().dialect.name == "postgresql":
+        key = json.dumps([provider, ref.type, ref.id])
+        session.execute(text("SELECT pg_advisory_xact_lock(hashtextextended(:k, 0))"), {"k": key})
+
+
+def apply_state(session: Session, provider: str, event_id: str, ref: ObjectRef) -> Object:
+    """Conditional upsert: the stored state moves only to a strictly newer version."""
+    stmt = upsert(session, Object).values(
+        provider=provider, object_type=ref.type, object_id=ref.id, version=ref.version,
+        state=ref.state, last_event_id=event_id, updated_at=datetime.now(UTC),
+    )
+    stmt = stmt.on_conflict_do_update(
+        index_elements=["provider", "object_type", "object_id"],
+        set_={k: stmt.excluded[k] for k in ("version", "state", "last_event_id", "updated_at")},
+        where=Object.version < stmt.excluded.version,
+    )
+    session.execute(stmt)
+    current = session.scalars(
+        select(Object).where(
+            Object.provider == provider, Object.object_type == ref.type, Object.object_id == ref.id
+        ).execution_options(populate_existing=True)
+    ).one()
+    return current
+
+
+def _run(session: Session, event: Event) -> str:
+    provider = providers.get(event.kind)
+    data = provider.event_data(event.payload, event.item_index)
+    ref = provider.extract(event.event_type, data)
+    state: Any = None
+    latest = True
+    if ref is not None:
+        _lock_object(session, event.provider, ref)
+        current = apply_state(session, event.provider, event.event_id, ref)
+        state, latest = current.state, current.version == ref.version
+        event.object_type, event.object_id, event.object_version = ref.type, ref.id, ref.version
+    found = handlers.handlers_for(event.provider, event.kind, event.event_type)
+    context = handlers.HandlerEvent(
+        event.provider, event.kind, event.event_id, event.event_type, data,
+        event.object_type, event.object_id, event.object_version, latest, event.attempts, session,
+    )
+    for handler in found:
+        handlers.call(handler, context, state)
+    return "processed" if ref is not None or found else "ignored"
+
+
+def process_event(provider: str, event_id: str) -> str:
+    """Process one event; returns the final status (or ``skipped`` when there was nothing to do)."""
+    rt = runtime.current()
+    handlers.load(rt.settings.handler_modules)
+    job = get_current_job()
+    last_try = job is None or not job.retries_left
+    with rt.sessions() as session:
+        with session.begin():
+            event = _claim(session, provider, event_id)
+        if event is None:
+            return "skipped"
+        try:
+            with session.begin():
+                status = _run(session, event)
+                event.status, event.status_at = status, datetime.now(UTC)
+                event.processed_at, event.last_error, event.last_traceback = datetime.now(UTC), None, None
+        except Exception as exc:
+            session.rollback()
+            with session.begin():
+                session.execute(
+                    update(Event)
+                    .where(Event.provider == provider, Event.event_id == event_id)
+                    .values(
+                        status="failed" if last_try else "queued",
+                        status_at=datetime.now(UTC),
+                        last_error=f"{exc.__class__.__name__}: {exc}"[:2000],
+                        last_traceback=traceback.format_exc()[-TRACEBACK_LIMIT:],
+                    )
+                )
+            raise
+    return status

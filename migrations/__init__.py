@@ -1,0 +1,1 @@
+"""Alembic migrations (a package so that ``pip install .`` ships them)."""

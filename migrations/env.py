@@ -1,0 +1,23 @@
+"""Alembic environment: metadata from ``webhooks.models``, URL from ``webhooks.config``."""
+
+from __future__ import annotations
+
+from alembic import context
+
+from webhooks import config
+from webhooks.db import make_engine
+from webhooks.models import Base
+
+url = context.config.attributes.get("url") or config.load().database_url
+engine = make_engine(url)
+
+with engine.connect() as connection:
+    context.configure(
+        connection=connection,
+        target_metadata=Base.metadata,
+        render_as_batch=connection.dialect.name == "sqlite",
+        compare_type=True,
+    )
+    with context.begin_transaction():
+        context.run_migrations()
+engine.dispose()

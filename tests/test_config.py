@@ -1,0 +1,63 @@
+"""Configuration: environment, TOML file, ``env:`` references, shorthands, fail-closed validation."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from webhooks.config import load
+from webhooks.errors import ConfigError
+
+
+def test_defaults_are_the_embedded_default() -> None:
+    settings = load({})
+    assert settings.database_url == "sqlite:///webhooks.db"
+    assert settings.embedded_queue and settings.endpoints == {}
+
+
+@pytest.mark.parametrize("url", ["postgres://u:p@h:5432/db", "postgresql://u:p@h:5432/db"])
+def test_postgres_urls_use_psycopg(url: str) -> None:
+    assert load({"DATABASE_URL": url}).database_url == "postgresql+psycopg://u:p@h:5432/db"
+
+
+def test_shorthands_define_endpoints() -> None:
+    settings = load({"STRIPE_WEBHOOK_SECRET": "whsec_a", "ADYEN_HMAC_KEY": "AB12", "ADYEN_BASIC_AUTH": "u:p"})
+    assert settings.endpoints["stripe"].secrets == ("whsec_a",)
+    assert settings.endpoints["adyen"].provider == "adyen"
+    assert settings.endpoints["adyen"].basic_auth == "u:p"
+
+
+def test_toml_file_with_env_references(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "endpoints.toml"
+    path.write_text(
+        '[endpoints.payments]\nprovider = "stripe"\nsecrets = ["env:OLD_SECRET", "whsec_new"]\n'
+        "tolerance_seconds = 600\n"
+    )
+    settings = load({"WEBHOOKS_CONFIG": str(path), "OLD_SECRET": "whsec_old"})
+    endpoint = settings.endpoints["payments"]
+    assert (endpoint.provider, endpoint.secrets, endpoint.tolerance_seconds) == (
+        "stripe", ("whsec_old", "whsec_new"), 600)
+
+
+@pytest.mark.parametrize(
+    ("endpoint", "message"),
+    [
+        ({"provider": "nope", "secrets": ["x"]}, "unknown provider kind 'nope'"),
+        ({"provider": "stripe", "secrets": []}, "no secret configured"),
+        ({"provider": "stripe", "secrets": [""]}, "no secret configured"),
+        ({"provider": "stripe", "secrets": ["env:MISSING_VAR"]}, "MISSING_VAR is not set"),
+        ({"provider": "adyen", "secrets": ["not-hex"]}, "not hex"),
+        ({"provider": "adyen", "secrets": ["AB"], "basic_auth": "nocolon"}, "basic_auth"),
+        ({"provider": "stripe", "secrets": ["x"], "tolerance_seconds": -1}, "tolerance_seconds"),
+    ],
+)
+def test_bad_endpoints_fail_closed_naming_the_endpoint(endpoint: dict[str, object], message: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        load({"ENDPOINTS": {"shop": endpoint}})
+    assert "'shop'" in str(info.value) and message in str(info.value)
+
+
+def test_bad_numbers_are_refused() -> None:
+    with pytest.raises(ConfigError, match="WEBHOOKS_MAX_ATTEMPTS"):
+        load({"WEBHOOKS_MAX_ATTEMPTS": "many"})

@@ -1,0 +1,165 @@
+"""The real processes: ``webhooks serve`` (embedded), gunicorn + ``webhooks worker`` on PostgreSQL + Redis."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+import requests
+import sqlalchemy as sa
+from rq import Queue
+
+from tests import sample_handlers
+from tests.conftest import (
+    ADMIN_PASSWORD,
+    ADYEN_KEY,
+    ROOT,
+    STRIPE_SECRET,
+    adyen_body,
+    adyen_item,
+    free_port,
+    stripe_event,
+    stripe_headers,
+    wait_until,
+)
+from webhooks.cli import upgrade
+
+BIN = Path(sys.executable).parent
+pytestmark = pytest.mark.slow
+
+
+def clean_env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("WEBHOOKS_", "DATABASE_URL", "REDIS_URL", "STRIPE_", "ADYEN_"))}
+    env.update(PYTHONPATH=str(ROOT), PYTHONUNBUFFERED="1", **extra)
+    return env
+
+
+@contextlib.contextmanager
+def running(cmd: list[str], env: dict[str, str], cwd: Path | str = ROOT) -> Iterator[subprocess.Popen[str]]:
+    proc = subprocess.Popen(cmd, env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+def wait_http(url: str) -> None:
+    def up() -> bool:
+        try:
+            requests.get(url, timeout=1)
+            return True
+        except requests.ConnectionError:
+            return False
+    wait_until(up, timeout=30)
+
+
+def event_status(base: str, provider: str, event_id: str, password: str = ADMIN_PASSWORD) -> Any:
+    response = requests.get(f"{base}/admin/api/events/{provider}/{event_id}", auth=("admin", password), timeout=5)
+    return response.json().get("status") if response.status_code == 200 else None
+
+
+def test_webhooks_serve_embedded_default(tmp_path: Path) -> None:
+    port = free_port()
+    env = clean_env(STRIPE_WEBHOOK_SECRET=STRIPE_SECRET)
+    with running([str(BIN / "webhooks"), "serve", "--port", str(port)], env, cwd=tmp_path) as proc:
+        assert proc.stdout is not None
+        lines: list[str] = []
+
+        def banner() -> str | None:
+            line = proc.stdout.readline()  # type: ignore[union-attr]
+            lines.append(line)
+            found = re.search(r"password (\S+)", line)
+            return found.group(1) if found else None
+
+        password = wait_until(banner, timeout=30, interval=0)
+        threading.Thread(target=proc.stdout.read, daemon=True).start()  # keep the pipe drained
+        base = f"http://127.0.0.1:{port}"
+        wait_http(base + "/admin/api/events")
+        body = stripe_event("evt_serve")
+        assert requests.post(f"{base}/webhooks/stripe", data=body, headers=stripe_headers(body), timeout=5).ok
+        assert wait_until(lambda: event_status(base, "stripe", "evt_serve", password) == "processed")
+    assert (tmp_path / "webhooks.db").exists()  # the SQLite default, in the working directory
+
+
+@pytest.fixture
+def production(pg_url: str, redis_url: str) -> Iterator[tuple[str, dict[str, str]]]:
+    """gunicorn on PostgreSQL + Redis, with the test handlers; yields (base URL, env)."""
+    upgrade(pg_url)
+    engine = sa.create_engine(pg_url)
+    sample_handlers.create_tables(engine)
+    engine.dispose()
+    port = free_port()
+    env = clean_env(
+        DATABASE_URL=pg_url, REDIS_URL=redis_url, WEBHOOKS_ADMIN_PASSWORD=ADMIN_PASSWORD,
+        WEBHOOKS_HANDLERS="tests.sample_handlers", STRIPE_WEBHOOK_SECRET=STRIPE_SECRET, ADYEN_HMAC_KEY=ADYEN_KEY,
+        PORT=str(port), WEB_CONCURRENCY="2", WEB_THREADS="8",
+    )
+    cmd = [str(BIN / "gunicorn"), "webhooks:create_app()", "-c", "python:webhooks.gunicorn_conf",
+           "--bind", f"127.0.0.1:{port}", "--access-logfile", "/dev/null"]
+    with running(cmd, env) as proc:
+        threading.Thread(target=proc.stdout.read, daemon=True).start()  # type: ignore[union-attr]
+        wait_http(f"http://127.0.0.1:{port}/")
+        yield f"http://127.0.0.1:{port}", env
+
+
+def count(env: dict[str, str], sql: str) -> int:
+    engine = sa.create_engine(env["DATABASE_URL"])
+    with engine.connect() as conn:
+        value = conn.execute(sa.text(sql)).scalar_one()
+    engine.dispose()
+    return int(value)
+
+
+def test_twenty_concurrent_deliveries_one_row_one_job_one_call(production: tuple[str, dict[str, str]]) -> None:
+    base, env = production
+    body = stripe_event("evt_race")
+    headers = stripe_headers(body)
+    barrier = threading.Barrier(20)
+    statuses: list[int] = []
+
+    def send() -> None:
+        barrier.wait()
+        statuses.append(requests.post(f"{base}/webhooks/stripe", data=body, headers=headers, timeout=10).status_code)
+
+    threads = [threading.Thread(target=send) for _ in range(20)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert statuses == [200] * 20
+    assert count(env, "SELECT count(*) FROM events") == 1
+    assert Queue("webhooks", connection=redis.Redis.from_url(env["REDIS_URL"])).count == 1  # one job
+    subprocess.run([str(BIN / "webhooks"), "worker", "--burst"], env=env, check=True, capture_output=True, timeout=60)
+    assert count(env, "SELECT count(*) FROM test_handler_calls") == 1
+    assert count(env, "SELECT count(*) FROM events WHERE status = 'processed'") == 1
+
+
+def test_gunicorn_and_worker_process_both_providers(production: tuple[str, dict[str, str]]) -> None:
+    base, env = production
+    with running([str(BIN / "webhooks"), "worker"], env) as worker:
+        threading.Thread(target=worker.stdout.read, daemon=True).start()  # type: ignore[union-attr]
+        stripe_body = stripe_event("evt_prod")
+        assert requests.post(f"{base}/webhooks/stripe", data=stripe_body, headers=stripe_headers(stripe_body)).ok
+        reply = requests.post(f"{base}/webhooks/adyen", data=adyen_body(adyen_item("PSPPROD")))
+        assert reply.text == "[accepted]"
+        wait_until(lambda: event_status(base, "stripe", "evt_prod") == "processed")
+        wait_until(lambda: event_status(base, "adyen", "PSPPROD:AUTHORISATION:true") == "processed")
+        worker.send_signal(signal.SIGTERM)
+        assert worker.wait(timeout=20) == 0  # warm shutdown

@@ -1,0 +1,139 @@
+"""The worker: version order, handlers, statuses, retries and replay — on SQLite and on PostgreSQL + Redis."""
+
+from __future__ import annotations
+
+import itertools
+import json
+
+import pytest
+from flask import Flask
+
+from tests import sample_handlers
+from tests.conftest import admin_headers, adyen_body, adyen_item, drain, rows, stripe_event, stripe_headers
+
+ORDERS = list(itertools.permutations(range(3)))
+
+
+def deliver_stripe(app: Flask, body: bytes) -> None:
+    response = app.test_client().post("/webhooks/stripe", data=body, headers=stripe_headers(body))
+    assert response.status_code == 200, response.data
+
+
+def deliver_adyen(app: Flask, body: bytes) -> None:
+    response = app.test_client().post("/webhooks/adyen", data=body)
+    assert response.data == b"[accepted]"
+
+
+def obj(app: Flask, path: str) -> dict:  # type: ignore[type-arg]
+    response = app.test_client().get(f"/admin/api/objects/{path}", headers=admin_headers())
+    assert response.status_code == 200, response.data
+    return response.get_json()  # type: ignore[no-any-return]
+
+
+@pytest.mark.parametrize("order", ORDERS)
+def test_stripe_versions_in_any_order_leave_the_newest(any_app: Flask, order: tuple[int, ...]) -> None:
+    versions = [
+        stripe_event(f"evt_{i}", "payment_intent.updated", 1700000000 + 60 * i,
+                     {"id": "pi_ord", "object": "payment_intent", "amount": 100 * (i + 1)})
+        for i in range(3)
+    ]
+    for i in order:
+        deliver_stripe(any_app, versions[i])
+        drain(any_app)  # processed in delivery order: the worst case for a naive receiver
+    state = obj(any_app, "stripe/payment_intent/pi_ord")
+    assert (state["last_event_id"], state["state"]["amount"]) == ("evt_2", 300)
+    statuses = rows(any_app, "SELECT status FROM events")
+    assert sorted(s for (s,) in statuses) == ["processed"] * 3
+
+
+def test_stripe_same_second_ties_rank_terminal_over_update(any_app: Flask) -> None:
+    succeeded = stripe_event("evt_s", "payment_intent.succeeded", 1700000000,
+                             {"id": "pi_tie", "object": "payment_intent", "status": "succeeded"})
+    updated = stripe_event("evt_u", "payment_intent.updated", 1700000000,
+                           {"id": "pi_tie", "object": "payment_intent", "status": "processing"})
+    for body in (succeeded, updated):
+        deliver_stripe(any_app, body)
+        drain(any_app)
+    assert obj(any_app, "stripe/payment_intent/pi_tie")["state"]["status"] == "succeeded"
+
+
+ADYEN_VERSIONS = [
+    dict(psp="PAY1", code="AUTHORISATION", event_date="2024-01-01T10:00:00+01:00"),
+    dict(psp="CAP1", code="CAPTURE", original="PAY1", event_date="2024-01-01T10:05:00+01:00"),
+    dict(psp="REF1", code="REFUND", original="PAY1", event_date="2024-01-01T09:00:00+01:00"),  # skewed clock
+]
+
+
+@pytest.mark.parametrize("order", ORDERS)
+def test_adyen_late_authorisation_never_undoes_capture_or_refund(any_app: Flask, order: tuple[int, ...]) -> None:
+    for i in order:
+        deliver_adyen(any_app, adyen_body(adyen_item(**ADYEN_VERSIONS[i])))  # type: ignore[arg-type]
+        drain(any_app)
+    state = obj(any_app, "adyen/payment/PAY1")
+    assert (state["state"]["eventCode"], state["last_event_id"]) == ("REFUND", "REF1:REFUND:true")
+
+
+def test_authorisation_after_capture(any_app: Flask) -> None:
+    deliver_adyen(any_app, adyen_body(adyen_item(**ADYEN_VERSIONS[1])))  # type: ignore[arg-type]
+    drain(any_app)
+    deliver_adyen(any_app, adyen_body(adyen_item(**ADYEN_VERSIONS[0])))  # type: ignore[arg-type]
+    drain(any_app)
+    assert obj(any_app, "adyen/payment/PAY1")["state"]["eventCode"] == "CAPTURE"
+    detail = any_app.test_client().get("/admin/api/events/adyen/PAY1:AUTHORISATION:true", headers=admin_headers())
+    body = detail.get_json()
+    assert (body["status"], body["object_type"], body["object_id"]) == ("processed", "payment", "PAY1")
+
+
+def test_handlers_get_event_state_and_stable_key(any_app: Flask) -> None:
+    body = stripe_event("evt_h")
+    deliver_stripe(any_app, body)
+    deliver_stripe(any_app, body)  # a duplicate: no second job, no second call
+    drain(any_app)
+    got = rows(any_app, "SELECT provider, event_id, idempotency_key FROM test_handler_calls")
+    assert len(got) == 1 and got[0][:2] == ("stripe", "evt_h") and got[0][2].startswith("whk_")
+
+
+def test_event_without_object_or_handler_is_ignored(app: Flask, monkeypatch: pytest.MonkeyPatch) -> None:
+    from collections import defaultdict
+
+    from jobs import handlers
+
+    monkeypatch.setattr(handlers, "REGISTRY", defaultdict(list))  # no handler at all
+    body = json.dumps({"id": "evt_nobj", "object": "event", "created": 1700000000, "type": "balance.available",
+                       "data": {"object": {"available": []}}}).encode()
+    deliver_stripe(app, body)
+    drain(app)
+    assert rows(app, "SELECT status FROM events") == [("ignored",)]
+
+
+def test_failing_handler_ends_failed_then_replay_runs_once_more_without_duplicate_effects(any_app: Flask) -> None:
+    sample_handlers.FAIL_TYPES.add("charge.refunded")
+    body = stripe_event("evt_fail", "charge.refunded", obj={"id": "ch_1", "object": "charge", "refunded": True})
+    deliver_stripe(any_app, body)
+    drain(any_app)
+    client = any_app.test_client()
+    event = client.get("/admin/api/events/stripe/evt_fail", headers=admin_headers()).get_json()
+    assert (event["status"], event["attempts"]) == ("failed", 5)  # WEBHOOKS_MAX_ATTEMPTS default
+    assert event["last_error"] == "RuntimeError: downstream timeout while refunding"
+    assert "Traceback" in event["last_traceback"]
+    assert rows(any_app, "SELECT 1 FROM test_handler_calls") == []  # failed attempts left no trace
+    assert len(set(sample_handlers.DOWNSTREAM_CALLS)) == 1  # every retry used one idempotency key
+
+    sample_handlers.FAIL_TYPES.clear()  # the fix
+    response = client.post("/admin/api/events/stripe/evt_fail/replay", json={"reason": "fixed"}, headers=admin_headers())
+    assert response.status_code == 202
+    drain(any_app)
+    event = client.get("/admin/api/events/stripe/evt_fail", headers=admin_headers()).get_json()
+    assert (event["status"], event["attempts"], event["last_error"]) == ("processed", 6, None)
+    assert len(sample_handlers.DOWNSTREAM_CALLS) == 6
+    assert len(sample_handlers.DOWNSTREAM_EFFECTS) == 1  # the downstream acted once
+    assert len(rows(any_app, "SELECT 1 FROM test_handler_calls")) == 1
+
+
+def test_processed_event_is_not_processed_again_by_a_stray_job(any_app: Flask) -> None:
+    from jobs.process import process_event
+
+    deliver_stripe(any_app, stripe_event("evt_once"))
+    drain(any_app)
+    assert process_event("stripe", "evt_once") == "skipped"
+    assert len(rows(any_app, "SELECT 1 FROM test_handler_calls")) == 1

@@ -1,0 +1,78 @@
+"""The receiver's HTTP contract beyond signatures: 404, 413, 503, Redis down, the sweeper."""
+
+from __future__ import annotations
+
+import io
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from flask import Flask
+from flask.testing import FlaskClient
+
+from tests.conftest import base_config, drain, free_port, make_app, rows, runtime, stripe_event, stripe_headers
+from webhooks import create_app
+
+
+def test_unknown_endpoint_is_404(client: FlaskClient) -> None:
+    response = client.post("/webhooks/nope", data=b"{}")
+    assert (response.status_code, response.get_json()) == (404, {"error": "unknown_endpoint"})
+
+
+def test_body_over_the_limit_is_413_and_not_stored(sqlite_url: str) -> None:
+    app = make_app(base_config(sqlite_url, WEBHOOKS_MAX_BODY_BYTES="1000"))
+    body = stripe_event(obj={"id": "pi_big", "object": "payment_intent", "pad": "x" * 2000})
+    response = app.test_client().post("/webhooks/stripe", data=body, headers=stripe_headers(body))
+    assert (response.status_code, response.get_json()) == (413, {"error": "payload_too_large"})
+    assert rows(app, "SELECT 1 FROM events") == []
+
+
+def test_chunked_body_over_the_limit_is_413_not_truncated(sqlite_url: str) -> None:
+    """No Content-Length (chunked): the limit is enforced while reading."""
+    app = make_app(base_config(sqlite_url, WEBHOOKS_MAX_BODY_BYTES="1000"))
+    body = stripe_event(obj={"id": "pi_big", "object": "payment_intent", "pad": "x" * 2000})
+    environ = {"wsgi.input": io.BytesIO(body), "wsgi.input_terminated": True}
+    response = app.test_client().post(
+        "/webhooks/stripe", headers=stripe_headers(body) | {"Transfer-Encoding": "chunked"},
+        environ_overrides=environ,
+    )
+    assert (response.status_code, response.get_json()) == (413, {"error": "payload_too_large"})
+
+
+def test_database_down_is_503_with_retry_after() -> None:
+    config = base_config(f"postgresql://nobody@127.0.0.1:{free_port()}/none")
+    app = create_app(config)
+    body = stripe_event()
+    response = app.test_client().post("/webhooks/stripe", data=body, headers=stripe_headers(body))
+    assert (response.status_code, response.get_json()) == (503, {"error": "unavailable"})
+    assert response.headers["Retry-After"].isdigit()
+
+
+@pytest.fixture
+def redis_down_app(sqlite_url: str) -> Flask:
+    return make_app(base_config(sqlite_url, REDIS_URL=f"redis://127.0.0.1:{free_port()}/0"))
+
+
+def test_redis_down_still_acknowledges_and_the_sweeper_recovers(redis_down_app: Flask, sqlite_url: str) -> None:
+    body = stripe_event("evt_noredis")
+    response = redis_down_app.test_client().post("/webhooks/stripe", data=body, headers=stripe_headers(body))
+    assert response.status_code == 200
+    assert rows(redis_down_app, "SELECT status FROM events") == [("received",)]
+    # Redis is back (here: the embedded queue on the same database); the sweeper re-enqueues.
+    healed = make_app(base_config(sqlite_url))
+    rt = runtime(healed)
+    assert rt.sweep() == 0  # younger than the threshold: maybe still on its way
+    assert rt.sweep(now=datetime.now(UTC) + timedelta(minutes=5)) == 1
+    drain(healed)
+    assert rows(healed, "SELECT status FROM events") == [("processed",)]
+
+
+def test_sweeper_requeues_queued_rows_whose_job_vanished(app: Flask) -> None:
+    body = stripe_event("evt_flushed")
+    app.test_client().post("/webhooks/stripe", data=body, headers=stripe_headers(body))
+    rt = runtime(app)
+    rt.queue.connection.flushall()  # Redis lost everything
+    later = datetime.now(UTC) + timedelta(minutes=5)
+    assert rt.sweep(now=later) == 1
+    assert rt.sweep(now=later) == 0  # its job is live again: nothing to do
+    drain(app)
+    assert rows(app, "SELECT status FROM events") == [("processed",)]

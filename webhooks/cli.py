@@ -1,0 +1,103 @@
+"""The ``webhooks`` command: ``serve``, ``worker``, ``db upgrade``."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import secrets
+import sys
+from pathlib import Path
+
+import click
+
+from webhooks import config
+from webhooks.errors import ConfigError
+
+
+def _settings() -> config.Settings:
+    try:
+        return config.load()
+    except ConfigError as exc:
+        raise click.ClickException(f"configuration: {exc}") from exc
+
+
+def alembic_config(url: str):  # type: ignore[no-untyped-def]  # alembic.config.Config, imported lazily
+    from alembic.config import Config
+
+    import migrations
+
+    cfg = Config()
+    cfg.set_main_option("script_location", str(Path(migrations.__file__).parent))
+    cfg.attributes["url"] = url
+    return cfg
+
+
+def upgrade(url: str, revision: str = "head") -> None:
+    from alembic import command
+
+    command.upgrade(alembic_config(url), revision)
+
+
+@click.group()
+def main() -> None:
+    """Receive, verify, store and process webhooks."""
+    logging.basicConfig(
+        level=os.environ.get("WEBHOOKS_LOG_LEVEL", "INFO"),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+
+
+@main.command()
+@click.option("--host", default="127.0.0.1", show_default=True)
+@click.option("--port", type=int, default=lambda: int(os.environ.get("PORT", "8000")), show_default="$PORT or 8000")
+def serve(host: str, port: int) -> None:
+    """Run everything in one process: SQLite, an in-process queue and worker, the admin console."""
+    from werkzeug.serving import make_server
+
+    from webhooks import create_app
+
+    settings = _settings()
+    generated = not settings.admin_password
+    if generated:
+        settings = dataclasses.replace(settings, admin_password=secrets.token_urlsafe(12))
+    upgrade(settings.database_url)
+    app = create_app(settings)
+    rt = app.extensions["webhooks"]
+    rt.queue.start_embedded(rt.bind, rt.sweep)
+    server = make_server(host, port, app, threaded=True)
+    endpoints = ", ".join(f"/webhooks/{name}" for name in settings.endpoints) or "none configured"
+    click.echo(f"webhooks serving on http://{host}:{server.server_port} (endpoints: {endpoints})")
+    if generated:
+        click.echo(f"admin console: user admin, password {settings.admin_password}")
+    sys.stdout.flush()
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+
+
+@main.command()
+@click.option("--burst", is_flag=True, help="Drain the queue, then exit.")
+def worker(burst: bool) -> None:
+    """Run an RQ worker on REDIS_URL (with the retry scheduler and the sweeper)."""
+    from jobs.worker import run
+
+    settings = _settings()
+    if not settings.redis_url:
+        raise click.ClickException("REDIS_URL is not set (`webhooks serve` runs its own worker)")
+    run(settings, burst=burst)
+
+
+@main.group()
+def db() -> None:
+    """Database schema."""
+
+
+@db.command("upgrade")
+@click.argument("revision", default="head")
+def db_upgrade(revision: str) -> None:
+    """Apply migrations up to REVISION (default: head)."""
+    settings = _settings()
+    upgrade(settings.database_url, revision)
+    click.echo(f"database at {revision}")

@@ -1,0 +1,178 @@
+"""Configuration: the only reader of the environment and of the TOML endpoints file.
+
+``load(environ)`` turns a mapping shaped like the environment (``os.environ`` by default; tests
+pass a dict) into ``Settings``. Endpoints come from the TOML file named by ``WEBHOOKS_CONFIG``
+(``webhooks.toml`` if present), from an ``ENDPOINTS`` entry of a test mapping, and from the
+shorthand variables. Everything is validated here, at start-up: a bad endpoint fails closed with
+a message naming it.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from webhooks import providers
+from webhooks.errors import ConfigError
+from webhooks.providers.base import Endpoint
+
+# variable → (endpoint name, provider kind, endpoint field)
+SHORTHANDS = {
+    "STRIPE_WEBHOOK_SECRET": ("stripe", "stripe", "secrets"),
+    "ADYEN_HMAC_KEY": ("adyen", "adyen", "secrets"),
+    "ADYEN_BASIC_AUTH": ("adyen", "adyen", "basic_auth"),
+    "GITHUB_WEBHOOK_SECRET": ("github", "github", "secrets"),
+    "SHOPIFY_WEBHOOK_SECRET": ("shopify", "shopify", "secrets"),
+    "SLACK_SIGNING_SECRET": ("slack", "slack", "secrets"),
+    "TWILIO_AUTH_TOKEN": ("twilio", "twilio", "secrets"),
+    "SENDGRID_WEBHOOK_PUBLIC_KEY": ("sendgrid", "sendgrid", "secrets"),
+    "STANDARD_WEBHOOK_SECRET": ("standard", "standard", "secrets"),
+}
+ENDPOINT_FIELDS = ("provider", "secrets", "tolerance_seconds", "basic_auth")
+
+
+@dataclass(frozen=True)
+class Settings:
+    database_url: str = "sqlite:///webhooks.db"
+    redis_url: str | None = None
+    admin_password: str | None = None
+    endpoints: Mapping[str, Endpoint] = field(default_factory=dict)
+    handler_modules: tuple[str, ...] = ()
+    queue_name: str = "webhooks"
+    max_body_bytes: int = 1024 * 1024
+    max_attempts: int = 5
+    retry_base_seconds: float = 10.0
+    retry_max_seconds: float = 3600.0
+    job_timeout: int = 300
+    sweep_interval: float = 60.0
+    sweep_age: float = 60.0
+    embedded_worker: bool = True
+
+    @property
+    def embedded_queue(self) -> bool:
+        return not self.redis_url
+
+
+def database_url(url: str) -> str:
+    """Accept Heroku-style ``postgres://`` and plain ``postgresql://``; use psycopg 3."""
+    for prefix in ("postgres://", "postgresql://"):
+        if url.startswith(prefix):
+            return "postgresql+psycopg://" + url[len(prefix):]
+    return url
+
+
+def _resolve(value: Any, where: str, environ: Mapping[str, str]) -> Any:
+    if isinstance(value, str) and value.startswith("env:"):
+        name = value[4:]
+        found = environ.get(name, os.environ.get(name))
+        if not found:
+            raise ConfigError(f"{where}: environment variable {name} is not set")
+        return found
+    return value
+
+
+def _endpoint(name: str, raw: Mapping[str, Any], environ: Mapping[str, str]) -> Endpoint:
+    where = f"endpoint {name!r}"
+    if not isinstance(raw, Mapping):
+        raise ConfigError(f"{where}: must be a table")
+    kind = raw.get("provider", name)
+    secrets = raw.get("secrets", raw.get("secret", []))
+    if isinstance(secrets, str):
+        secrets = [secrets]
+    if not isinstance(secrets, list) or not all(isinstance(s, str) for s in secrets):
+        raise ConfigError(f"{where}: secrets must be a list of strings")
+    resolved = tuple(_resolve(s, where, environ).strip() for s in secrets)
+    if not resolved or not all(resolved):
+        raise ConfigError(f"{where}: no secret configured (fail closed)")
+    tolerance = raw.get("tolerance_seconds", 300)
+    if not isinstance(tolerance, int) or isinstance(tolerance, bool) or tolerance <= 0:
+        raise ConfigError(f"{where}: tolerance_seconds must be a positive integer")
+    basic_auth = _resolve(raw.get("basic_auth"), where, environ)
+    options = {
+        k: _resolve(v, where, environ) for k, v in raw.items() if k not in (*ENDPOINT_FIELDS, "secret")
+    }
+    endpoint = Endpoint(name, str(kind), resolved, tolerance, basic_auth or None, options)
+    try:
+        provider = providers.get(endpoint.provider)
+    except ConfigError as exc:
+        raise ConfigError(f"{where}: {exc}") from None
+    provider.validate(endpoint)  # its messages name the endpoint
+    return endpoint
+
+
+def _raw_endpoints(environ: Mapping[str, str]) -> dict[str, dict[str, Any]]:
+    raw: dict[str, dict[str, Any]] = {}
+    path = environ.get("WEBHOOKS_CONFIG")
+    if path or Path("webhooks.toml").is_file():
+        file = Path(path or "webhooks.toml")
+        try:
+            data = tomllib.loads(file.read_text())
+        except (OSError, tomllib.TOMLDecodeError) as exc:
+            raise ConfigError(f"config file {file}: {exc}") from exc
+        raw.update({k: dict(v) for k, v in data.get("endpoints", {}).items()})
+    inline = environ.get("ENDPOINTS")
+    if isinstance(inline, Mapping):
+        raw.update({k: dict(v) for k, v in inline.items()})
+    for variable, (name, kind, field_name) in SHORTHANDS.items():
+        value = environ.get(variable)
+        if value:
+            entry = raw.setdefault(name, {"provider": kind})
+            if field_name == "secrets":
+                entry.setdefault("secrets", [s.strip() for s in value.split(",") if s.strip()])
+            else:
+                entry.setdefault(field_name, value)
+    return raw
+
+
+def _number(environ: Mapping[str, str], name: str, default: float) -> float:
+    value = environ.get(name)
+    if value in (None, ""):
+        return default
+    try:
+        number = float(value)
+    except ValueError:
+        raise ConfigError(f"{name} must be a number, not {value!r}") from None
+    if number < 0:
+        raise ConfigError(f"{name} must not be negative")
+    return number
+
+
+def _flag(environ: Mapping[str, str], name: str, default: bool) -> bool:
+    value = (environ.get(name) or "").strip().lower()
+    if not value:
+        return default
+    if value in ("1", "true", "yes", "on"):
+        return True
+    if value in ("0", "false", "no", "off"):
+        return False
+    raise ConfigError(f"{name} must be true or false, not {value!r}")
+
+
+def load(environ: Mapping[str, Any] | None = None) -> Settings:
+    """Read and validate the whole configuration."""
+    env: Mapping[str, Any] = os.environ if environ is None else environ
+    endpoints = {name: _endpoint(name, raw, env) for name, raw in _raw_endpoints(env).items()}
+    handlers = tuple(m.strip() for m in (env.get("WEBHOOKS_HANDLERS") or "").split(",") if m.strip())
+    attempts = int(_number(env, "WEBHOOKS_MAX_ATTEMPTS", 5))
+    if attempts < 1:
+        raise ConfigError("WEBHOOKS_MAX_ATTEMPTS must be at least 1")
+    return Settings(
+        database_url=database_url(env.get("DATABASE_URL") or "sqlite:///webhooks.db"),
+        redis_url=env.get("REDIS_URL") or None,
+        admin_password=env.get("WEBHOOKS_ADMIN_PASSWORD") or None,
+        endpoints=endpoints,
+        handler_modules=handlers,
+        queue_name=env.get("WEBHOOKS_QUEUE") or "webhooks",
+        max_body_bytes=int(_number(env, "WEBHOOKS_MAX_BODY_BYTES", 1024 * 1024)),
+        max_attempts=attempts,
+        retry_base_seconds=_number(env, "WEBHOOKS_RETRY_BASE_SECONDS", 10),
+        retry_max_seconds=_number(env, "WEBHOOKS_RETRY_MAX_SECONDS", 3600),
+        job_timeout=int(_number(env, "WEBHOOKS_JOB_TIMEOUT", 300)),
+        sweep_interval=_number(env, "WEBHOOKS_SWEEP_INTERVAL", 60),
+        sweep_age=_number(env, "WEBHOOKS_SWEEP_AGE", 60),
+        embedded_worker=_flag(env, "WEBHOOKS_EMBEDDED_WORKER", True),
+    )

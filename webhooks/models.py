@@ -1,0 +1,75 @@
+"""The tables: ``events`` (one row per provider event) and ``objects`` (latest state per object)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Annotated, Any
+
+from sqlalchemy import JSON, BigInteger, DateTime, Index, Integer, LargeBinary, MetaData, String, Text
+from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+NAMING = {
+    "ix": "ix_%(column_0_label)s",
+    "uq": "uq_%(table_name)s_%(column_0_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+Json = JSON().with_variant(JSONB(), "postgresql")
+Timestamp = Annotated[datetime, mapped_column(DateTime(timezone=True))]
+Name = Annotated[str, mapped_column(String(100))]
+Ident = Annotated[str, mapped_column(String(255))]
+
+STATUSES = ("received", "queued", "processing", "processed", "failed", "ignored")
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING)
+
+
+class Event(Base):
+    __tablename__ = "events"
+
+    provider: Mapped[Name] = mapped_column(primary_key=True)
+    event_id: Mapped[Ident] = mapped_column(primary_key=True)
+    kind: Mapped[str] = mapped_column(String(32))
+    event_type: Mapped[Ident]
+    status: Mapped[str] = mapped_column(String(16))
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    received_at: Mapped[Timestamp]
+    status_at: Mapped[Timestamp]
+    processed_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    object_type: Mapped[str | None] = mapped_column(String(100))
+    object_id: Mapped[str | None] = mapped_column(String(255))
+    object_version: Mapped[int | None] = mapped_column(BigInteger)
+    payload: Mapped[bytes] = mapped_column(LargeBinary)
+    item_index: Mapped[int | None] = mapped_column(Integer)
+    headers: Mapped[dict[str, str]] = mapped_column(Json)
+    scheme: Mapped[str] = mapped_column(String(32))
+    secret_index: Mapped[int | None] = mapped_column(Integer)
+    signed_at: Mapped[int | None] = mapped_column(BigInteger)
+    last_error: Mapped[str | None] = mapped_column(Text)
+    last_traceback: Mapped[str | None] = mapped_column(Text)
+
+    __table_args__ = (
+        Index("ix_events_received_at", "received_at"),
+        Index("ix_events_status_status_at", "status", "status_at"),
+    )
+
+
+class Object(Base):
+    __tablename__ = "objects"
+
+    provider: Mapped[Name] = mapped_column(primary_key=True)
+    object_type: Mapped[Name] = mapped_column(primary_key=True)
+    object_id: Mapped[Ident] = mapped_column(primary_key=True)
+    version: Mapped[int] = mapped_column(BigInteger)
+    state: Mapped[Any] = mapped_column(Json)
+    last_event_id: Mapped[Ident]
+    updated_at: Mapped[Timestamp]

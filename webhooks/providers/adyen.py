@@ -1,0 +1,170 @@
+"""Adyen: standard notifications (HMAC per item) and platform/management webhooks (HMAC header).
+
+Standard: each ``NotificationRequestItem.additionalData.hmacSignature`` is base64 HMAC-SHA256,
+keyed with the hex-decoded HMAC key, over
+``pspReference:originalReference:merchantAccountCode:merchantReference:value:currency:eventCode:success``
+(missing field = empty string, no escaping, ``value`` in minor units). One bad item rejects the
+batch. Optional HTTP Basic auth. Answer ``[accepted]``.
+Platform/management: header ``HmacSignature`` = base64 HMAC-SHA256 over the raw body, same key.
+Docs: https://docs.adyen.com/development-resources/webhooks/verify-hmac-signatures
+
+Event id: ``pspReference:eventCode:success`` (Adyen has no id field); platform webhooks:
+``type:sha256(body)[:32]``. Object: the payment (``originalReference`` for modifications),
+versioned by an eventCode stage first and ``eventDate`` second, so a late AUTHORISATION never
+undoes a CAPTURE, REFUND or CANCELLATION.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import hmac
+import json
+from datetime import datetime
+from typing import Any
+
+from webhooks.errors import ConfigError, PayloadError, VerificationError
+from webhooks.providers.base import (
+    Endpoint,
+    ObjectRef,
+    Provider,
+    Reply,
+    Request,
+    Verified,
+    VerifiedEvent,
+    b64decode,
+    first_match,
+    hmac_digest,
+    parse_json,
+)
+
+SIGNED_FIELDS = ("pspReference", "originalReference", "merchantAccountCode", "merchantReference")
+STAGES = {
+    1: ("AUTHORISATION", "AUTHORISATION_ADJUSTMENT", "PENDING"),
+    3: ("CANCELLATION", "TECHNICAL_CANCEL", "CANCEL_OR_REFUND", "REFUND", "REFUND_FAILED",
+        "REFUNDED_REVERSED", "REFUND_WITH_DATA", "OFFER_CLOSED", "EXPIRE"),
+    4: ("CHARGEBACK", "CHARGEBACK_REVERSED", "NOTIFICATION_OF_CHARGEBACK", "SECOND_CHARGEBACK",
+        "PREARBITRATION_WON", "PREARBITRATION_LOST", "REQUEST_FOR_INFORMATION",
+        "NOTIFICATION_OF_FRAUD", "DISPUTE_DEFENSE_PERIOD_ENDED", "INFORMATION_SUPPLIED"),
+}
+STAGE = {code: stage for stage, codes in STAGES.items() for code in codes}  # others: 2 (capture)
+NOT_PAYMENTS = frozenset({"REPORT_AVAILABLE", "RECURRING_CONTRACT"})
+ACCEPTED = Reply(b"[accepted]", "text/plain")
+
+
+def _text(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def signed_string(item: dict[str, Any]) -> bytes:
+    amount = item.get("amount") or {}
+    parts = [_text(item.get(name)) for name in SIGNED_FIELDS]
+    parts += [_text(amount.get("value")), _text(amount.get("currency"))]
+    parts += [_text(item.get("eventCode")), _text(item.get("success"))]
+    return ":".join(parts).encode()
+
+
+def _keys(endpoint: Endpoint) -> list[bytes]:
+    return [bytes.fromhex(secret) for secret in endpoint.secrets]
+
+
+def _event_ms(value: Any) -> int:
+    try:
+        return int(datetime.fromisoformat(str(value).replace("Z", "+00:00")).timestamp() * 1000)
+    except ValueError:
+        return 0
+
+
+class Adyen(Provider):
+    kind = "adyen"
+
+    def validate(self, endpoint: Endpoint) -> None:
+        super().validate(endpoint)
+        try:
+            _keys(endpoint)
+        except ValueError as exc:
+            raise ConfigError(f"endpoint {endpoint.name!r}: an Adyen HMAC key is not hex") from exc
+        if endpoint.basic_auth is not None and ":" not in endpoint.basic_auth:
+            raise ConfigError(f"endpoint {endpoint.name!r}: basic_auth must be 'user:password'")
+
+    def verify(self, request: Request, endpoint: Endpoint, *, now: float) -> Verified:
+        self._check_basic_auth(request, endpoint)
+        keys = [key.hex() for key in _keys(endpoint)]
+        header = request.header("HmacSignature")
+        if header is not None:
+            index = first_match(
+                keys, lambda k: hmac_digest(bytes.fromhex(k), request.body), [b64decode(header.strip())]
+            )
+            body = parse_json(request.body)
+            if not isinstance(body, dict) or not isinstance(body.get("type"), str):
+                raise PayloadError("no event type")
+            event_id = f"{body['type']}:{hashlib.sha256(request.body).hexdigest()[:32]}"
+            return Verified([VerifiedEvent(event_id, body["type"], secret_index=index)], "adyen-hmac-header", ACCEPTED)
+        body = parse_json(request.body)
+        items = body.get("notificationItems") if isinstance(body, dict) else None
+        if not isinstance(items, list) or not items:
+            raise VerificationError("missing_signature", "no HmacSignature header and no notificationItems")
+        events = []
+        for position, wrapper in enumerate(items):
+            item = wrapper.get("NotificationRequestItem") if isinstance(wrapper, dict) else None
+            if not isinstance(item, dict):
+                raise PayloadError(f"item {position} is not a NotificationRequestItem")
+            signature = (item.get("additionalData") or {}).get("hmacSignature")
+            if not isinstance(signature, str) or not signature:
+                raise VerificationError("missing_signature", f"item {position} has no hmacSignature")
+            signed = signed_string(item)
+            index = first_match(
+                keys, lambda k, s=signed: hmac_digest(bytes.fromhex(k), s), [b64decode(signature)]  # type: ignore[misc]
+            )
+            if not item.get("pspReference") or not item.get("eventCode"):
+                raise PayloadError(f"item {position} has no pspReference or eventCode")
+            event_id = f"{item['pspReference']}:{item['eventCode']}:{_text(item.get('success'))}"
+            events.append(VerifiedEvent(event_id, str(item["eventCode"]), index=position, secret_index=index))
+        return Verified(events, "adyen-hmac-item", ACCEPTED)
+
+    def _check_basic_auth(self, request: Request, endpoint: Endpoint) -> None:
+        if endpoint.basic_auth is None:
+            return
+        header = request.header("Authorization") or ""
+        scheme, _, token = header.partition(" ")
+        try:
+            given = base64.b64decode(token, validate=True) if scheme.lower() == "basic" else b""
+        except (binascii.Error, ValueError):
+            given = b""
+        if not hmac.compare_digest(given, endpoint.basic_auth.encode()):
+            raise VerificationError("bad_basic_auth", "wrong or missing basic auth", status=401)
+
+    def event_data(self, payload: bytes, index: int | None) -> Any:
+        data = parse_json(payload)
+        return data if index is None else data["notificationItems"][index]["NotificationRequestItem"]
+
+    def extract(self, event_type: str, data: Any) -> ObjectRef | None:
+        if "eventCode" not in data or event_type in NOT_PAYMENTS:
+            return None
+        payment = data.get("originalReference") or data.get("pspReference")
+        version = STAGE.get(event_type, 2) * 10**14 + _event_ms(data.get("eventDate"))
+        extra = {k: v for k, v in (data.get("additionalData") or {}).items() if k != "hmacSignature"}
+        state = dict(data, eventCode=event_type, additionalData=extra)
+        return ObjectRef("payment", str(payment), version, state)
+
+    def sign(
+        self, endpoint: Endpoint, body: bytes, *, now: float, secret_index: int = 0, url: str = ""
+    ) -> tuple[bytes, dict[str, str]]:
+        key = _keys(endpoint)[secret_index]
+        headers = {"Content-Type": "application/json"}
+        if endpoint.basic_auth:
+            headers["Authorization"] = "Basic " + base64.b64encode(endpoint.basic_auth.encode()).decode()
+        data = parse_json(body)
+        if isinstance(data, dict) and "notificationItems" in data:
+            for wrapper in data["notificationItems"]:
+                item = wrapper["NotificationRequestItem"]
+                mac = base64.b64encode(hmac_digest(key, signed_string(item))).decode()
+                item.setdefault("additionalData", {})["hmacSignature"] = mac
+            return json.dumps(data).encode(), headers
+        headers["HmacSignature"] = base64.b64encode(hmac_digest(key, body)).decode()
+        return body, headers

@@ -1,0 +1,166 @@
+"""The small interface every provider kind implements, and the helpers they share.
+
+A provider module is sans-I/O: raw bytes, headers and secrets in; a ``Verified`` result or one
+``VerificationError`` out. It never imports Flask, SQLAlchemy or Redis, and never reads the clock:
+the caller passes ``now``.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import hmac
+import json
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from webhooks.errors import ConfigError, PayloadError, VerificationError
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """One configured receiving endpoint (``POST /webhooks/<name>``)."""
+
+    name: str
+    provider: str
+    secrets: tuple[str, ...]
+    tolerance_seconds: int = 300
+    basic_auth: str | None = None
+    options: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Request:
+    """What a provider needs of an HTTP request: lower-cased headers, the raw body, the URL."""
+
+    headers: Mapping[str, str]
+    body: bytes
+    url: str = ""
+    method: str = "POST"
+
+    def header(self, name: str) -> str | None:
+        return self.headers.get(name.lower())
+
+
+@dataclass(frozen=True)
+class VerifiedEvent:
+    """One event proven genuine. ``index`` is its position when one body carries several."""
+
+    event_id: str
+    event_type: str
+    index: int | None = None
+    secret_index: int | None = None
+    signed_at: int | None = None
+
+
+@dataclass(frozen=True)
+class Reply:
+    """A provider-specific answer (Adyen's ``[accepted]``, Slack's challenge)."""
+
+    body: bytes
+    content_type: str = "application/json"
+    status: int = 200
+
+
+@dataclass(frozen=True)
+class Verified:
+    """The outcome of a successful verification."""
+
+    events: list[VerifiedEvent]
+    scheme: str
+    reply: Reply | None = None
+
+
+@dataclass(frozen=True)
+class ObjectRef:
+    """The provider object an event moves, with a version that orders its states."""
+
+    type: str
+    id: str
+    version: int
+    state: Any
+
+
+class Provider:
+    """Base of every provider kind; subclasses override what differs."""
+
+    kind: ClassVar[str]
+
+    def validate(self, endpoint: Endpoint) -> None:
+        """Raise ``ConfigError`` when the endpoint's secrets or options cannot work."""
+        if not endpoint.secrets:
+            raise ConfigError(f"endpoint {endpoint.name!r}: no secret configured")
+
+    def verify(self, request: Request, endpoint: Endpoint, *, now: float) -> Verified:
+        raise NotImplementedError
+
+    def event_data(self, payload: bytes, index: int | None) -> Any:
+        """The parsed event stored as ``payload`` (and ``index`` within a batch)."""
+        data = parse_json(payload)
+        return data if index is None else data[index]
+
+    def extract(self, event_type: str, data: Any) -> ObjectRef | None:
+        """The object this event moves, or None when it carries no object."""
+        return None
+
+    def sign(
+        self, endpoint: Endpoint, body: bytes, *, now: float, secret_index: int = 0, url: str = ""
+    ) -> tuple[bytes, dict[str, str]]:
+        """The body and headers the provider would send for ``body`` (some sign inside it)."""
+        raise NotImplementedError(f"{self.kind} cannot sign")
+
+
+# -- helpers shared by provider modules -------------------------------------------------------
+
+
+def require(request: Request, name: str) -> str:
+    value = request.header(name)
+    if value is None or not value.strip():
+        raise VerificationError("missing_signature", f"no {name} header")
+    return value.strip()
+
+
+def parse_json(body: bytes) -> Any:
+    try:
+        return json.loads(body)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise PayloadError("body is not JSON") from exc
+
+
+def check_timestamp(raw: str, now: float, tolerance: int, *, both_ways: bool = True) -> int:
+    """Parse a unix-seconds timestamp and enforce the replay window."""
+    try:
+        ts = int(raw)
+    except ValueError as exc:
+        raise VerificationError("malformed_signature", "timestamp is not an integer") from exc
+    if now - ts > tolerance or (both_ways and ts - now > tolerance):
+        raise VerificationError("timestamp_out_of_tolerance", f"skew {int(now - ts)} s")
+    return ts
+
+
+def hmac_digest(key: bytes, message: bytes, algorithm: str = "sha256") -> bytes:
+    return hmac.new(key, message, getattr(hashlib, algorithm)).digest()
+
+
+def b64decode(value: str) -> bytes:
+    try:
+        return base64.b64decode(value, validate=True)
+    except (binascii.Error, ValueError) as exc:
+        raise VerificationError("malformed_signature", "not base64") from exc
+
+
+def first_match(
+    secrets: Iterable[str], expected: Callable[[str], bytes], candidates: Iterable[bytes]
+) -> int:
+    """Index of the first secret whose expected signature equals any candidate (constant time)."""
+    wanted = list(candidates)
+    if not wanted:
+        raise VerificationError("missing_signature", "no signature of a supported scheme")
+    for index, secret in enumerate(secrets):
+        digest = expected(secret)
+        # Compare against every candidate, so timing says nothing about which one matched.
+        if sum(hmac.compare_digest(digest, candidate) for candidate in wanted):
+            return index
+    raise VerificationError("signature_mismatch", "no configured secret matches")

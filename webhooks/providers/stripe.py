@@ -1,0 +1,113 @@
+"""Stripe: ``Stripe-Signature: t=<unix>,v1=<hex>[,v1=<hex>…][,v0=…]``.
+
+Signed string: ``f"{t}.{body}"``; HMAC-SHA256 keyed with the whole ``whsec_…`` secret as UTF-8;
+hex. Only ``v1`` counts (``v0`` is a test-mode decoy); several ``v1`` appear during a secret roll.
+Event id: the body's ``id``. Classic events carry a ``data.object`` snapshot; thin (v2) events
+carry ``related_object`` and an ISO ``created``.
+Docs: https://docs.stripe.com/webhooks#verify-manually
+
+Version of an object state: ``created`` in milliseconds × 10 + a lifecycle rank, so that of two
+events of one object in the same second a terminal one (``…succeeded``, ``…canceled``) outranks
+an ``…updated``, which outranks a ``…created``. Equal versions keep the state applied first.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from webhooks.errors import PayloadError, VerificationError
+from webhooks.providers.base import (
+    Endpoint,
+    ObjectRef,
+    Provider,
+    Request,
+    Verified,
+    VerifiedEvent,
+    check_timestamp,
+    first_match,
+    hmac_digest,
+    parse_json,
+    require,
+)
+
+TERMINAL = (
+    "succeeded", "canceled", "deleted", "paid", "failed", "payment_failed", "refunded",
+    "voided", "marked_uncollectible", "closed", "expired", "completed", "won", "lost",
+)
+
+
+def _rank(event_type: str) -> int:
+    suffix = event_type.rsplit(".", 1)[-1]
+    if suffix == "created":
+        return 0
+    return 2 if suffix in TERMINAL else 1
+
+
+def _created_ms(created: Any) -> int:
+    if isinstance(created, bool):
+        raise PayloadError("created is not a time")
+    if isinstance(created, int):
+        return created * 1000
+    if isinstance(created, str):
+        try:
+            return int(datetime.fromisoformat(created.replace("Z", "+00:00")).timestamp() * 1000)
+        except ValueError as exc:
+            raise PayloadError("created is not a time") from exc
+    raise PayloadError("event has no created time")
+
+
+class Stripe(Provider):
+    kind = "stripe"
+
+    def verify(self, request: Request, endpoint: Endpoint, *, now: float) -> Verified:
+        header = require(request, "Stripe-Signature")
+        timestamp, signatures = None, []
+        for item in header.split(","):
+            key, sep, value = item.strip().partition("=")
+            if not sep:
+                raise VerificationError("malformed_signature", "Stripe-Signature item without '='")
+            if key == "t":
+                timestamp = value
+            elif key == "v1":
+                try:
+                    signatures.append(bytes.fromhex(value))
+                except ValueError as exc:
+                    raise VerificationError("malformed_signature", "v1 is not hex") from exc
+        if timestamp is None:
+            raise VerificationError("malformed_signature", "Stripe-Signature has no t=")
+        if not signatures:
+            raise VerificationError("missing_signature", "Stripe-Signature has no v1 signature")
+        signed = timestamp.encode() + b"." + request.body
+        index = first_match(
+            endpoint.secrets, lambda s: hmac_digest(s.encode(), signed), signatures
+        )
+        ts = check_timestamp(timestamp, now, endpoint.tolerance_seconds)
+        event = parse_json(request.body)
+        if not isinstance(event, dict) or not isinstance(event.get("id"), str) or not event["id"]:
+            raise PayloadError("no event id")
+        event_type = event.get("type")
+        if not isinstance(event_type, str):
+            raise PayloadError("no event type")
+        return Verified(
+            [VerifiedEvent(event["id"], event_type, secret_index=index, signed_at=ts)], "stripe-v1"
+        )
+
+    def extract(self, event_type: str, data: Any) -> ObjectRef | None:
+        version = _created_ms(data.get("created")) * 10 + _rank(event_type)
+        obj = (data.get("data") or {}).get("object")
+        if isinstance(obj, dict) and obj.get("id") and obj.get("object"):
+            return ObjectRef(str(obj["object"]), str(obj["id"]), version, obj)
+        related = data.get("related_object")
+        if isinstance(related, dict) and related.get("id") and related.get("type"):
+            # A thin event: no snapshot. The worker may re-fetch ``url`` from the API.
+            state = {"related_object": related, "snapshot": False}
+            return ObjectRef(str(related["type"]), str(related["id"]), version, state)
+        return None
+
+    def sign(
+        self, endpoint: Endpoint, body: bytes, *, now: float, secret_index: int = 0, url: str = ""
+    ) -> tuple[bytes, dict[str, str]]:
+        t = str(int(now))
+        mac = hmac_digest(endpoint.secrets[secret_index].encode(), t.encode() + b"." + body)
+        return body, {"Stripe-Signature": f"t={t},v1={mac.hex()}", "Content-Type": "application/json"}

@@ -1,0 +1,170 @@
+"""The work queue: RQ on Redis, or on an in-process fakeredis (the embedded default).
+
+The database is the source of truth; Redis only carries work. ``enqueue`` is idempotent (the job
+id is derived from ``(provider, event_id)`` and enqueued with ``unique=True``), so the receiver,
+the sweeper and a replay may all call it for the same event at any time.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import random
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import redis
+from rq import Queue, Retry, SimpleWorker
+from rq.exceptions import DuplicateJobError, NoSuchJobError
+from rq.job import Job, JobStatus
+from rq.scheduler import RQScheduler
+from rq.timeouts import TimerDeathPenalty
+
+from webhooks.config import Settings
+
+log = logging.getLogger(__name__)
+
+JOB = "jobs.process.process_event"  # by dotted path: the web side never imports jobs
+LIVE = (JobStatus.QUEUED, JobStatus.STARTED, JobStatus.SCHEDULED, JobStatus.DEFERRED)
+
+
+def job_id(provider: str, event_id: str) -> str:
+    """RQ ids allow only ``[A-Za-z0-9_-]``; a hash keeps any event id safe and collision-free."""
+    return "wh-" + hashlib.sha256(f"{provider}\0{event_id}".encode()).hexdigest()[:40]
+
+
+def retry_intervals(settings: Settings, rng: random.Random | None = None) -> list[int]:
+    """Exponential backoff with full jitter on the upper half: base·2^i, capped."""
+    rng = rng or random.Random()
+    intervals = []
+    for attempt in range(settings.max_attempts - 1):
+        ceiling = min(settings.retry_max_seconds, settings.retry_base_seconds * 2**attempt)
+        intervals.append(round(rng.uniform(ceiling / 2, ceiling)))
+    return intervals
+
+
+class JobQueue:
+    """Enqueue, look up and replay the processing job of an event."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.connection: redis.Redis
+        if settings.redis_url:
+            self.connection = redis.Redis.from_url(
+                settings.redis_url, socket_timeout=5, socket_connect_timeout=2, health_check_interval=30
+            )
+        else:
+            import fakeredis  # the embedded default: no Redis server needed
+
+            self.connection = fakeredis.FakeRedis(server=fakeredis.FakeServer())
+        self.queue = Queue(settings.queue_name, connection=self.connection)
+        self.embedded: EmbeddedWorker | None = None
+
+    def enqueue(self, provider: str, event_id: str) -> None:
+        """Queue the event's job unless a job with its id exists. Raises ``redis.RedisError``."""
+        retries = self.settings.max_attempts - 1
+        try:
+            self.queue.enqueue(
+                JOB,
+                provider,
+                event_id,
+                job_id=job_id(provider, event_id),
+                unique=True,
+                retry=Retry(max=retries, interval=retry_intervals(self.settings)) if retries else None,
+                job_timeout=self.settings.job_timeout,
+                result_ttl=500,
+                failure_ttl=7 * 24 * 3600,
+            )
+        except DuplicateJobError:
+            pass  # already queued, running or recently finished: the database decides the rest
+
+    def _job(self, provider: str, event_id: str) -> Job | None:
+        try:
+            return Job.fetch(job_id(provider, event_id), connection=self.connection)
+        except NoSuchJobError:
+            return None
+
+    def is_live(self, provider: str, event_id: str) -> bool:
+        """Whether a job of this event is queued, running or waiting for a retry."""
+        job = self._job(provider, event_id)
+        return job is not None and job.get_status(refresh=False) in LIVE
+
+    def requeue(self, provider: str, event_id: str) -> bool:
+        """Enqueue a fresh job unless a live one exists; a finished or failed job is dropped first.
+
+        Returns False when a live job was already there.
+        """
+        job = self._job(provider, event_id)
+        if job is not None:
+            if job.get_status(refresh=False) in LIVE:
+                return False
+            job.delete()
+        self.enqueue(provider, event_id)
+        return True
+
+    def start_embedded(self, bind: Callable[[], Any], on_tick: Callable[[], Any] | None = None) -> None:
+        """Run a worker thread (and the scheduler/sweeper ticker) inside this process.
+
+        ``bind`` runs first on each new thread (it makes the owning runtime current there).
+        """
+        if self.embedded is None:
+            self.embedded = EmbeddedWorker(self, bind, on_tick)
+            self.embedded.start()
+
+
+class ThreadWorker(SimpleWorker):
+    """RQ's non-forking worker, usable off the main thread: no signals, a timer for timeouts."""
+
+    death_penalty_class = TimerDeathPenalty
+
+    def _install_signal_handlers(self) -> None:
+        pass
+
+
+class Ticker:
+    """Moves due retries from the scheduled registry to the queue and runs a periodic task.
+
+    Holds RQ's scheduler lock for the queue, so several tickers never enqueue one job twice.
+    """
+
+    def __init__(self, queue: JobQueue, task: Callable[[], Any] | None, interval: float) -> None:
+        self.scheduler = RQScheduler([queue.queue], connection=queue.connection, interval=1)
+        self.task, self.interval = task, interval
+        self.stopped = threading.Event()
+
+    def run(self) -> None:
+        next_task = 0.0
+        elapsed = 0.0
+        while not self.stopped.is_set():
+            try:
+                if not self.scheduler.acquired_locks:
+                    self.scheduler.acquire_locks()
+                else:
+                    self.scheduler.heartbeat()
+                if self.scheduler.acquired_locks:
+                    self.scheduler.enqueue_scheduled_jobs()
+                if self.task is not None and elapsed >= next_task:
+                    next_task = elapsed + self.interval
+                    self.task()
+            except Exception:  # a tick must never kill the thread; the next one retries
+                log.exception("ticker: tick failed")
+            self.stopped.wait(1)
+            elapsed += 1
+
+
+class EmbeddedWorker:
+    """A ``ThreadWorker`` and a ``Ticker`` on daemon threads, for ``webhooks serve`` and tests."""
+
+    def __init__(self, queue: JobQueue, bind: Callable[[], Any], on_tick: Callable[[], Any] | None) -> None:
+        self.worker = ThreadWorker([queue.queue], connection=queue.connection)
+        self.ticker = Ticker(queue, on_tick, queue.settings.sweep_interval)
+        self.bind = bind
+
+    def _run(self, target: Callable[[], Any]) -> None:
+        self.bind()
+        target()
+
+    def start(self) -> None:
+        for name, target in (("webhooks-worker", self.worker.work), ("webhooks-ticker", self.ticker.run)):
+            threading.Thread(target=self._run, args=(target,), name=name, daemon=True).start()

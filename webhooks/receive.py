@@ -1,0 +1,127 @@
+"""``POST /webhooks/<endpoint>``: verify, store, enqueue, answer — and nothing slow."""
+
+from __future__ import annotations
+
+import logging
+import time
+from datetime import UTC, datetime
+
+import redis
+from flask import Blueprint, Flask, Response, current_app, jsonify, request
+from sqlalchemy import update
+from sqlalchemy.exc import DBAPIError
+from sqlalchemy.orm import Session
+
+from webhooks import providers
+from webhooks.db import upsert
+from webhooks.errors import UnavailableError, VerificationError
+from webhooks.models import Event
+from webhooks.providers.base import Endpoint, Request, Verified
+from webhooks.runtime import Runtime
+
+log = logging.getLogger(__name__)
+bp = Blueprint("receive", __name__)
+
+REDACTED = frozenset({"authorization", "cookie", "proxy-authorization", "x-api-key"})
+
+
+def redact(headers: dict[str, str]) -> dict[str, str]:
+    return {k: ("[redacted]" if k.lower() in REDACTED else v) for k, v in headers.items()}
+
+
+def read_body(limit: int) -> bytes:
+    """Read at most ``limit`` bytes; more is a 413 (checked while reading: chunked bodies too)."""
+    length = request.content_length
+    if length is not None and length > limit:
+        raise VerificationError("payload_too_large", status=413)
+    body = request.stream.read(limit + 1)
+    if len(body) > limit:
+        raise VerificationError("payload_too_large", status=413)
+    return body
+
+
+def store(session: Session, endpoint: Endpoint, verified: Verified, body: bytes, headers: dict[str, str]) -> list[str]:
+    """Insert-or-ignore one row per event and commit; returns the ids that were new."""
+    now = datetime.now(UTC)
+    rows = [
+        {
+            "provider": endpoint.name,
+            "event_id": e.event_id,
+            "kind": endpoint.provider,
+            "event_type": e.event_type,
+            "status": "received",
+            "attempts": 0,
+            "received_at": now,
+            "status_at": now,
+            "payload": body,
+            "item_index": e.index,
+            "headers": headers,
+            "scheme": verified.scheme,
+            "secret_index": e.secret_index,
+            "signed_at": e.signed_at,
+        }
+        for e in verified.events
+    ]
+    stmt = upsert(session, Event).on_conflict_do_nothing(index_elements=["provider", "event_id"])
+    stmt = stmt.returning(Event.event_id)
+    new = list(session.execute(stmt, rows).scalars())
+    session.commit()
+    return new
+
+
+def enqueue(rt: Runtime, provider: str, event_ids: list[str]) -> None:
+    queued = []
+    for event_id in event_ids:
+        try:
+            rt.queue.enqueue(provider, event_id)
+            queued.append(event_id)
+        except redis.RedisError as exc:
+            # The row is committed: answer 2xx anyway, the sweeper enqueues it later.
+            log.warning("enqueue failed, left for the sweeper: %s", exc.__class__.__name__)
+            break
+    if queued:
+        with rt.sessions.begin() as session:
+            session.execute(
+                update(Event)
+                .where(Event.provider == provider, Event.event_id.in_(queued), Event.status == "received")
+                .values(status="queued", status_at=datetime.now(UTC))
+            )
+
+
+@bp.post("/webhooks/<endpoint_name>")
+def receive(endpoint_name: str) -> Response | tuple[Response, int]:
+    rt: Runtime = current_app.extensions["webhooks"]
+    endpoint = rt.settings.endpoints.get(endpoint_name)
+    if endpoint is None:
+        return jsonify(error="unknown_endpoint"), 404
+    body = read_body(rt.settings.max_body_bytes)
+    headers = {k: v for k, v in request.headers.items()}
+    req = Request({k.lower(): v for k, v in headers.items()}, body, request.url, request.method)
+    verified = providers.get(endpoint.provider).verify(req, endpoint, now=time.time())
+    if verified.events:
+        try:
+            with rt.sessions() as session:
+                new = store(session, endpoint, verified, body, redact(headers))
+        except DBAPIError as exc:
+            raise UnavailableError("database unavailable") from exc
+        if new:
+            try:
+                enqueue(rt, endpoint.name, new)
+            except DBAPIError:
+                log.warning("could not mark events queued; the sweeper will")
+    if verified.reply is not None:
+        reply = verified.reply
+        return Response(reply.body, status=reply.status, content_type=reply.content_type)
+    return jsonify(received=True), 200
+
+
+def init_app(app: Flask) -> None:
+    app.register_blueprint(bp)
+
+    @app.errorhandler(VerificationError)
+    def _verification(exc: VerificationError) -> tuple[Response, int]:
+        return jsonify(error=exc.reason), exc.status
+
+    @app.errorhandler(UnavailableError)
+    def _unavailable(exc: UnavailableError) -> tuple[Response, int, dict[str, str]]:
+        return jsonify(error="unavailable"), 503, {"Retry-After": "30"}
