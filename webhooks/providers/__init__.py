@@ -5,9 +5,22 @@ from __future__ import annotations
 from webhooks.errors import ConfigError
 from webhooks.providers.adyen import Adyen
 from webhooks.providers.base import Endpoint, Provider
+from webhooks.providers.generic import GenericHmac
+from webhooks.providers.github import GitHub
+from webhooks.providers.paypal import PayPal
+from webhooks.providers.sendgrid import SendGrid
+from webhooks.providers.shopify import Shopify
+from webhooks.providers.slack import Slack
+from webhooks.providers.standard import Standard
 from webhooks.providers.stripe import Stripe
+from webhooks.providers.twilio import Twilio
 
-PROVIDERS: dict[str, Provider] = {p.kind: p for p in (Stripe(), Adyen())}
+PROVIDERS: dict[str, Provider] = {
+    p.kind: p
+    for p in (
+        Stripe(), Adyen(), Standard(), GitHub(), Shopify(), Slack(), Twilio(), SendGrid(), PayPal(), GenericHmac()
+    )
+}
 
 
 def get(kind: str) -> Provider:

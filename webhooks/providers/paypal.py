@@ -1,0 +1,164 @@
+"""PayPal: ``PAYPAL-TRANSMISSION-ID``, ``-TIME``, ``-SIG``, ``-CERT-URL``, ``-AUTH-ALGO``.
+
+Signed string: ``f"{transmission_id}|{transmission_time}|{webhook_id}|{crc32(body)}"`` (CRC-32 of the
+raw body, unsigned decimal); ``webhook_id`` is ours: ``options["webhook_id"]``, a string or a list (one
+URL, several webhooks; ``secret_index`` = the one matched). ``secrets`` are unused: PayPal signs with its key.
+``SHA256withRSA`` (PKCS#1 v1.5) with the X.509 certificate at ``PAYPAL-CERT-URL`` (a PayPal URL, else
+``url_mismatch``), valid at ``now``; base64. The PEM comes pinned (``options["certificate"]``, or
+``options["cert_file"]`` via ``pinned_reader``) or from ``cert_loader(url)``: both injected, so this
+module does no I/O; the real ones live in ``paypal_certs`` (PayPal hosts only, chain check, cache).
+No replay window. Event id: the body's ``id`` (``WH-…``); type: ``event_type``. Object:
+``resource_type``/``resource.id``, versioned by ``resource.update_time`` (or ``create_time``).
+``sign`` (tests only) needs ``options["signing_key"]``: a PEM private key matching the pinned certificate.
+Docs: https://developer.paypal.com/api/rest/webhooks/rest/#link-eventheadervalidation
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import uuid
+import zlib
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
+from urllib.parse import urlsplit
+
+from cryptography import x509
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import padding, rsa
+
+from webhooks.errors import ConfigError, PayloadError, VerificationError
+from webhooks.providers.base import (
+    Endpoint,
+    ObjectRef,
+    Provider,
+    Request,
+    Verified,
+    VerifiedEvent,
+    b64decode,
+    parse_json,
+    require,
+)
+
+CERT_HOSTS = frozenset({"api.paypal.com", "api.sandbox.paypal.com", "api-m.paypal.com", "api-m.sandbox.paypal.com"})
+CERT_PATH = "/v1/notifications/certs/"
+Loader = Callable[[str], bytes]  # a URL (or a pinned file's path) -> PEM
+DEFAULT_CERT_URL = "https://api.sandbox.paypal.com/v1/notifications/certs/CERT-test"
+
+
+def is_paypal_cert_url(url: str) -> bool:
+    p = urlsplit(url)
+    return (p.scheme == "https" and p.hostname in CERT_HOSTS and p.port in (None, 443) and not p.username
+            and p.path.startswith(CERT_PATH) and not p.query and not p.fragment)
+
+
+def signed_string(transmission_id: str, time: str, webhook_id: str, body: bytes) -> bytes:
+    return f"{transmission_id}|{time}|{webhook_id}|{zlib.crc32(body) & 0xFFFFFFFF}".encode()
+
+
+def _webhook_ids(endpoint: Endpoint) -> list[str]:
+    value = endpoint.options.get("webhook_id")
+    return [value] if isinstance(value, str) else list(value) if isinstance(value, list | tuple) else []
+
+
+def _verifies(key: rsa.RSAPublicKey, signature: bytes, message: bytes) -> bool:
+    try:
+        key.verify(signature, message, padding.PKCS1v15(), hashes.SHA256())
+    except InvalidSignature:
+        return False
+    return True
+
+
+def _ms(value: Any) -> int:
+    try:
+        return int(datetime.fromisoformat(str(value).replace("Z", "+00:00")).timestamp() * 1000)
+    except ValueError:
+        return 0
+
+
+class PayPal(Provider):
+    kind = "paypal"
+
+    def __init__(self, cert_loader: Loader | None = None, pinned_reader: Loader | None = None) -> None:
+        self.cert_loader, self.pinned_reader = cert_loader, pinned_reader
+
+    def validate(self, endpoint: Endpoint) -> None:
+        ids = _webhook_ids(endpoint)
+        if not ids or not all(isinstance(i, str) and i for i in ids):
+            raise ConfigError(f"endpoint {endpoint.name!r}: options.webhook_id (string or list) is required")
+        try:
+            if endpoint.options.get("certificate"):
+                x509.load_pem_x509_certificates(str(endpoint.options["certificate"]).encode())
+        except ValueError as exc:
+            raise ConfigError(f"endpoint {endpoint.name!r}: options.certificate is not a PEM certificate") from exc
+
+    def _certificate(self, endpoint: Endpoint, url: str) -> x509.Certificate:
+        # Imported late: the defaults do I/O, which this module must not do at import or by itself.
+        from webhooks.providers import paypal_certs
+
+        if endpoint.options.get("certificate"):
+            pem = str(endpoint.options["certificate"]).encode()
+        elif endpoint.options.get("cert_file"):
+            pem = (self.pinned_reader or paypal_certs.read_pinned)(str(endpoint.options["cert_file"]))
+        else:
+            pem = (self.cert_loader or paypal_certs.default_loader)(url)
+        try:
+            return x509.load_pem_x509_certificates(pem)[0]
+        except ValueError as exc:
+            raise VerificationError("signature_mismatch", "certificate does not parse") from exc
+
+    def verify(self, request: Request, endpoint: Endpoint, *, now: float) -> Verified:
+        transmission_id = require(request, "PAYPAL-TRANSMISSION-ID")
+        time = require(request, "PAYPAL-TRANSMISSION-TIME")
+        signature = b64decode(require(request, "PAYPAL-TRANSMISSION-SIG"))
+        cert_url = require(request, "PAYPAL-CERT-URL")
+        if require(request, "PAYPAL-AUTH-ALGO").upper() != "SHA256WITHRSA":
+            raise VerificationError("malformed_signature", "PAYPAL-AUTH-ALGO is not SHA256withRSA")
+        if not is_paypal_cert_url(cert_url):
+            raise VerificationError("url_mismatch", "PAYPAL-CERT-URL is not a PayPal certificate URL")
+        cert = self._certificate(endpoint, cert_url)
+        moment = datetime.fromtimestamp(now, UTC)
+        if not cert.not_valid_before_utc <= moment <= cert.not_valid_after_utc:
+            raise VerificationError("signature_mismatch", "certificate is not valid now")
+        key = cert.public_key()
+        if not isinstance(key, rsa.RSAPublicKey):
+            raise VerificationError("signature_mismatch", "certificate key is not RSA")
+        messages = [signed_string(transmission_id, time, w, request.body) for w in _webhook_ids(endpoint)]
+        index = next((i for i, message in enumerate(messages) if _verifies(key, signature, message)), None)
+        if index is None:
+            raise VerificationError("signature_mismatch", "signature does not verify for any webhook_id")
+        event = parse_json(request.body)
+        if not isinstance(event, dict) or not event.get("id") or not isinstance(event.get("event_type"), str):
+            raise PayloadError("no event id or event_type")
+        return Verified([VerifiedEvent(str(event["id"]), event["event_type"], secret_index=index)], "paypal-rsa-sha256")
+
+    def extract(self, event_type: str, data: Any) -> ObjectRef | None:
+        resource = data.get("resource")
+        if not isinstance(resource, dict) or not resource.get("id") or not data.get("resource_type"):
+            return None
+        version = _ms(resource.get("update_time") or resource.get("create_time"))
+        return ObjectRef(str(data["resource_type"]), str(resource["id"]), version, resource)
+
+    def sign(
+        self, endpoint: Endpoint, body: bytes, *, now: float, secret_index: int = 0, url: str = ""
+    ) -> tuple[bytes, dict[str, str]]:
+        encoded = endpoint.options.get("signing_key")
+        if not encoded:
+            raise NotImplementedError("paypal signs with PayPal's key: set options.signing_key (PEM) to sign")
+        key = serialization.load_pem_private_key(str(encoded).encode(), password=None)
+        if not isinstance(key, rsa.RSAPrivateKey):
+            raise ValueError("options.signing_key is not an RSA private key")
+        transmission_id = str(uuid.UUID(bytes=hashlib.sha256(str(int(now)).encode() + body).digest()[:16]))
+        time = datetime.fromtimestamp(int(now), UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        signed = signed_string(transmission_id, time, _webhook_ids(endpoint)[secret_index], body)
+        signature = base64.b64encode(key.sign(signed, padding.PKCS1v15(), hashes.SHA256())).decode()
+        return body, {
+            "PAYPAL-TRANSMISSION-ID": transmission_id,
+            "PAYPAL-TRANSMISSION-TIME": time,
+            "PAYPAL-TRANSMISSION-SIG": signature,
+            "PAYPAL-CERT-URL": str(endpoint.options.get("cert_url", DEFAULT_CERT_URL)),
+            "PAYPAL-AUTH-ALGO": "SHA256withRSA",
+            "Content-Type": "application/json",
+        }

@@ -1,0 +1,129 @@
+"""The I/O half of PayPal verification: fetch, check and cache PayPal's signing certificates.
+
+``CertLoader(url) -> PEM bytes`` fetches only ``https://{api,api-m}[.sandbox].paypal.com
+/v1/notifications/certs/…`` (no redirects, 64 KiB cap, 5 s timeout), then checks that the PEM
+parses, that the leaf is valid now, names ``messageverificationcerts[.sandbox].paypal.com`` (the
+rule PayPal's own SDKs apply) and chains to a trusted root (the ``certifi`` bundle, or
+``ca_file``). Good certificates are cached in memory by URL until they expire.
+Failures: PayPal unreachable or 5xx → ``UnavailableError`` (PayPal retries); anything else →
+``VerificationError("signature_mismatch")``.
+``read_pinned(path)`` reads a pinned certificate file once, for offline set-ups.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import urllib.error
+import urllib.request
+import warnings
+from datetime import UTC, datetime
+from functools import lru_cache
+from pathlib import Path
+
+from cryptography import x509
+from cryptography.x509 import DNSName
+from cryptography.x509.verification import PolicyBuilder, Store
+from cryptography.x509.verification import VerificationError as ChainError
+
+from webhooks.errors import UnavailableError, VerificationError
+from webhooks.providers.paypal import is_paypal_cert_url
+
+SUBJECTS = ("messageverificationcerts.paypal.com", "messageverificationcerts.sandbox.paypal.com")
+MAX_BYTES = 64 * 1024
+END = b"-----END CERTIFICATE-----"
+
+
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    def redirect_request(self, *args: object, **kwargs: object) -> None:
+        return None  # a redirect could leave PayPal's hosts; treat it as an error
+
+
+def _fail(detail: str) -> VerificationError:
+    return VerificationError("signature_mismatch", detail)
+
+
+class CertLoader:
+    """A callable ``url -> PEM`` for ``PayPal(cert_loader=...)``; thread-safe, caching."""
+
+    def __init__(self, *, ca_file: str | None = None, timeout: float = 5.0, check_chain: bool = True) -> None:
+        self.ca_file, self.timeout, self.check_chain = ca_file, timeout, check_chain
+        self._cache: dict[str, tuple[bytes, float]] = {}
+        self._lock = threading.Lock()
+        self._opener = urllib.request.build_opener(_NoRedirect)
+
+    def __call__(self, url: str) -> bytes:
+        now = time.time()
+        with self._lock:
+            cached = self._cache.get(url)
+        if cached and cached[1] > now:
+            return cached[0]
+        if not is_paypal_cert_url(url):
+            raise VerificationError("url_mismatch", "not a PayPal certificate URL")
+        pem = self._fetch(url)
+        expires = self.check(pem, datetime.fromtimestamp(now, UTC))
+        with self._lock:
+            self._cache[url] = (pem, expires)
+        return pem
+
+    def _fetch(self, url: str) -> bytes:
+        try:
+            with self._opener.open(url, timeout=self.timeout) as response:
+                pem: bytes = response.read(MAX_BYTES + 1)
+        except urllib.error.HTTPError as exc:
+            if exc.code >= 500 or exc.code == 429:
+                raise UnavailableError(f"PayPal certificate host answered {exc.code}") from exc
+            raise _fail(f"PayPal certificate host answered {exc.code}") from exc
+        except (urllib.error.URLError, TimeoutError, OSError) as exc:
+            raise UnavailableError("PayPal certificate host unreachable") from exc
+        if len(pem) > MAX_BYTES:
+            raise _fail("certificate response too large")
+        return pem
+
+    def check(self, pem: bytes, now: datetime) -> float:
+        """Raise unless ``pem`` is PayPal's signing certificate; return when the cache entry expires."""
+        try:
+            certs = x509.load_pem_x509_certificates(pem)
+        except ValueError as exc:
+            raise _fail("certificate does not parse") from exc
+        leaf = certs[0]
+        if not leaf.not_valid_before_utc <= now <= leaf.not_valid_after_utc:
+            raise _fail("certificate is not valid now")
+        names = leaf.subject.get_attributes_for_oid(x509.NameOID.COMMON_NAME)
+        subject = next((str(n.value) for n in names if str(n.value) in SUBJECTS), None)
+        if subject is None:
+            raise _fail("certificate is not PayPal's message verification certificate")
+        if self.check_chain:
+            builder = PolicyBuilder().store(Store(_roots(self.ca_file))).time(now)
+            try:
+                builder.build_server_verifier(DNSName(subject)).verify(leaf, certs[1:])
+            except ChainError as exc:
+                raise _fail(f"certificate does not chain to a trusted root: {exc}") from exc
+        return leaf.not_valid_after_utc.timestamp()
+
+
+@lru_cache(maxsize=4)
+def _roots(ca_file: str | None) -> list[x509.Certificate]:
+    if ca_file is None:
+        import certifi
+
+        ca_file = certifi.where()
+    roots = []
+    with warnings.catch_warnings():
+        # Some public roots carry a non-positive serial; cryptography warns (and will refuse) each.
+        warnings.simplefilter("ignore")
+        for block in Path(ca_file).read_bytes().split(END)[:-1]:
+            try:
+                roots.append(x509.load_pem_x509_certificate(block + END))
+            except ValueError:
+                continue
+    return roots
+
+
+@lru_cache(maxsize=16)
+def read_pinned(path: str) -> bytes:
+    """A pinned PEM certificate, read once (checked for parsing and dates by the provider)."""
+    return Path(path).read_bytes()
+
+
+default_loader = CertLoader()

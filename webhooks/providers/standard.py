@@ -1,0 +1,148 @@
+"""Standard Webhooks and Svix: ``webhook-id``, ``webhook-timestamp``, ``webhook-signature``.
+
+Svix sends the same three headers as ``svix-id``, ``svix-timestamp``, ``svix-signature``.
+Signed string: ``f"{id}.{timestamp}.{body}"``. The signature header is a space-separated list of
+``v1,<base64 HMAC-SHA256>`` (key: base64-decode the secret after stripping ``whsec_``) and
+``v1a,<base64 Ed25519>`` (public key ``whpk_<base64 of the raw 32 bytes>``, pinned in the
+endpoint's secrets, never taken from the request). Secrets may mix ``whsec_`` and ``whpk_``.
+Entries without a comma, of an unknown version or not base64 are skipped; if nothing usable is
+left the request fails. Replay window: ``tolerance_seconds`` both ways.
+Event id: ``webhook-id`` (the same on every retry); type: the body's ``type`` (or ``event_type``).
+Docs: https://github.com/standard-webhooks/standard-webhooks/blob/main/spec/standard-webhooks.md
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
+from webhooks.errors import ConfigError, VerificationError
+from webhooks.providers.base import (
+    Endpoint,
+    Provider,
+    Request,
+    Verified,
+    VerifiedEvent,
+    check_timestamp,
+    first_match,
+    hmac_digest,
+    parse_json,
+    require,
+)
+
+PUBLIC_PREFIX = "whpk_"
+SECRET_PREFIX = "whsec_"
+
+
+def _b64(value: str) -> bytes:
+    # Svix secrets are often unpadded base64.
+    return base64.b64decode(value + "=" * (-len(value) % 4), validate=True)
+
+
+def _hmac_key(secret: str) -> bytes:
+    return _b64(secret.removeprefix(SECRET_PREFIX))
+
+
+def _public_key(secret: str) -> Ed25519PublicKey:
+    return Ed25519PublicKey.from_public_bytes(_b64(secret.removeprefix(PUBLIC_PREFIX)))
+
+
+def _parse(header: str) -> tuple[list[bytes], list[bytes], int]:
+    """(v1 signatures, v1a signatures, number of entries) from a signature header."""
+    v1: list[bytes] = []
+    v1a: list[bytes] = []
+    entries = header.split()
+    for entry in entries:
+        version, sep, value = entry.partition(",")
+        if not sep or version not in ("v1", "v1a"):
+            continue
+        try:
+            decoded = _b64(value)
+        except (binascii.Error, ValueError):
+            continue
+        (v1 if version == "v1" else v1a).append(decoded)
+    return v1, v1a, len(entries)
+
+
+class Standard(Provider):
+    kind = "standard"
+
+    def validate(self, endpoint: Endpoint) -> None:
+        super().validate(endpoint)
+        for secret in endpoint.secrets:
+            try:
+                _public_key(secret) if secret.startswith(PUBLIC_PREFIX) else _hmac_key(secret)
+            except (binascii.Error, ValueError) as exc:
+                raise ConfigError(
+                    f"endpoint {endpoint.name!r}: a secret is neither whsec_<base64> nor whpk_<base64 32 bytes>"
+                ) from exc
+
+    def verify(self, request: Request, endpoint: Endpoint, *, now: float) -> Verified:
+        svix = request.header("webhook-signature") is None and request.header("svix-signature") is not None
+        prefix = "svix" if svix else "webhook"
+        header = require(request, f"{prefix}-signature")
+        msg_id = require(request, f"{prefix}-id")
+        timestamp = require(request, f"{prefix}-timestamp")
+        v1, v1a, entries = _parse(header)
+        if not v1 and not v1a:
+            reason = "malformed_signature" if entries else "missing_signature"
+            raise VerificationError(reason, f"{prefix}-signature has no usable v1 or v1a entry")
+        signed = f"{msg_id}.{timestamp}.".encode() + request.body
+        index, scheme = self._match(endpoint.secrets, signed, v1, v1a)
+        ts = check_timestamp(timestamp, now, endpoint.tolerance_seconds)
+        body = parse_json(request.body)
+        event_type = "unknown"
+        if isinstance(body, dict):
+            found = body.get("type", body.get("event_type"))
+            event_type = found if isinstance(found, str) and found else "unknown"
+        event = VerifiedEvent(msg_id, event_type, secret_index=index, signed_at=ts)
+        return Verified([event], f"{'svix' if svix else 'standard'}-{scheme}")
+
+    def _match(
+        self, secrets: tuple[str, ...], signed: bytes, v1: list[bytes], v1a: list[bytes]
+    ) -> tuple[int, str]:
+        if v1 and any(not s.startswith(PUBLIC_PREFIX) for s in secrets):
+            try:
+                return first_match(secrets, lambda s: self._mac(s, signed), v1), "v1"
+            except VerificationError:
+                if not v1a:
+                    raise
+        for index, secret in enumerate(secrets):
+            if not secret.startswith(PUBLIC_PREFIX):
+                continue
+            key = _public_key(secret)
+            for signature in v1a:
+                try:
+                    key.verify(signature, signed)
+                    return index, "v1a"
+                except InvalidSignature:
+                    pass
+        raise VerificationError("signature_mismatch", "no configured secret or public key matches")
+
+    @staticmethod
+    def _mac(secret: str, signed: bytes) -> bytes:
+        # A public key cannot make an HMAC; b"" never equals a real signature.
+        return b"" if secret.startswith(PUBLIC_PREFIX) else hmac_digest(_hmac_key(secret), signed)
+
+    def sign(
+        self, endpoint: Endpoint, body: bytes, *, now: float, secret_index: int = 0, url: str = ""
+    ) -> tuple[bytes, dict[str, str]]:
+        secret = endpoint.secrets[secret_index]
+        if secret.startswith(PUBLIC_PREFIX):
+            raise NotImplementedError(
+                f"secret {secret_index} of endpoint {endpoint.name!r} is a whpk_ public key: "
+                "v1a needs the sender's private key; sign with a whsec_ secret"
+            )
+        ts = str(int(now))
+        msg_id = "msg_" + hashlib.sha256(ts.encode() + b"." + body).hexdigest()[:27]
+        mac = hmac_digest(_hmac_key(secret), f"{msg_id}.{ts}.".encode() + body)
+        return body, {
+            "webhook-id": msg_id,
+            "webhook-timestamp": ts,
+            "webhook-signature": "v1," + base64.b64encode(mac).decode(),
+            "Content-Type": "application/json",
+        }

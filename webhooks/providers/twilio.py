@@ -1,0 +1,156 @@
+"""Twilio: ``X-Twilio-Signature: <base64>``.
+
+Signed string: the full URL Twilio called, then each POST parameter sorted by name, name then
+value (a repeated name: each distinct value, sorted — as twilio-python does). JSON bodies: the URL
+carries ``bodySHA256=<hex sha256(body)>``, no parameters are appended, and the hash must match.
+Key: HMAC-SHA1 with the account Auth Token (UTF-8). When a Webhook Rule applies a SharedKey,
+Twilio adds ``X-Twilio-Webhooks-Signature-Settings: key=<sharedKeyId>,algorithm=HMAC_SHA256``
+and signs the same string with that key and algorithm. We take only ``algorithm`` from that
+(unsigned) header and try every configured secret, so ``secrets`` may hold Auth Tokens and
+SharedKey secrets together; an unknown algorithm is ``malformed_signature``.
+URL: ``options["public_url"]`` (scheme, host, path; behind a proxy) with the query string of
+``request.url``, else ``request.url``; accepted with and without the default port. If only
+``request.url`` verifies, the configured ``public_url`` is wrong: ``url_mismatch``.
+Event id: ``I-Twilio-Idempotency-Token``, else ``sha256:<hex of url + "\\n" + body>``. Type:
+``message.<MessageStatus|SmsStatus>``, ``call.<CallStatus>``, else ``request``.
+Docs: https://www.twilio.com/docs/usage/webhooks/webhooks-security
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+from typing import Any
+from urllib.parse import parse_qs, parse_qsl, urlsplit, urlunsplit
+
+from webhooks.errors import ConfigError, PayloadError, VerificationError
+from webhooks.providers.base import (
+    Endpoint,
+    Provider,
+    Request,
+    Verified,
+    VerifiedEvent,
+    b64decode,
+    hmac_digest,
+    parse_json,
+    require,
+)
+
+SETTINGS = "X-Twilio-Webhooks-Signature-Settings"
+ALGORITHMS = {"HMAC_SHA1": "sha1", "HMAC_SHA256": "sha256"}
+DEFAULT_PORTS = {"https": 443, "http": 80}
+STATUS = (("MessageStatus", "message"), ("SmsStatus", "message"), ("CallStatus", "call"))
+
+
+def algorithm(settings: str | None) -> str:
+    """The hashlib name the settings header asks for; no header (or no ``algorithm=``) is SHA-1."""
+    for part in (settings or "").split(","):
+        name, sep, value = part.partition("=")
+        if sep and name.strip() == "algorithm" and value.strip():
+            if value.strip().upper() not in ALGORITHMS:
+                raise VerificationError("malformed_signature", f"unsupported algorithm {value.strip()!r}")
+            return ALGORITHMS[value.strip().upper()]
+    return "sha1"
+
+
+def parse_form(body: bytes) -> dict[str, list[str]]:
+    try:
+        return parse_qs(body.decode("utf-8"), keep_blank_values=True)
+    except UnicodeDecodeError as exc:
+        raise PayloadError("form body is not UTF-8") from exc
+
+
+def signed_string(url: str, params: dict[str, list[str]]) -> bytes:
+    return (url + "".join(n + v for n in sorted(params) for v in sorted(set(params[n])))).encode()
+
+
+def port_variants(url: str) -> list[str]:
+    parts = urlsplit(url)
+    default = DEFAULT_PORTS.get(parts.scheme)
+    if parts.port is None and default:
+        return [url, urlunsplit(parts._replace(netloc=f"{parts.netloc}:{default}"))]
+    if parts.port == default:
+        return [url, urlunsplit(parts._replace(netloc=parts.netloc.rsplit(":", 1)[0]))]
+    return [url]
+
+
+def json_url(url: str, body: bytes) -> str:
+    """``url`` with the ``bodySHA256`` Twilio adds for a JSON body."""
+    return f"{url}{'&' if urlsplit(url).query else '?'}bodySHA256={hashlib.sha256(body).hexdigest()}"
+
+
+def _signed_url(request: Request, endpoint: Endpoint) -> str:
+    public = endpoint.options.get("public_url")
+    if not public:
+        return request.url
+    p = urlsplit(str(public))
+    return urlunsplit((p.scheme, p.netloc, p.path, urlsplit(request.url).query or p.query, ""))
+
+
+def _match(secrets: tuple[str, ...], url: str, params: dict[str, list[str]], alg: str, sig: bytes) -> int | None:
+    for index, secret in enumerate(secrets):
+        digests = [hmac_digest(secret.encode(), signed_string(u, params), alg) for u in port_variants(url)]
+        if sum(hmac.compare_digest(d, sig) for d in digests):
+            return index
+    return None
+
+
+class Twilio(Provider):
+    kind = "twilio"
+
+    def validate(self, endpoint: Endpoint) -> None:
+        super().validate(endpoint)
+        public = endpoint.options.get("public_url")
+        if public is not None:
+            p = urlsplit(str(public))
+            if p.scheme not in DEFAULT_PORTS or not p.netloc or p.fragment:
+                raise ConfigError(f"endpoint {endpoint.name!r}: public_url must be an absolute http(s) URL")
+
+    def verify(self, request: Request, endpoint: Endpoint, *, now: float) -> Verified:
+        signature = b64decode(require(request, "X-Twilio-Signature"))
+        alg = algorithm(request.header(SETTINGS))
+        url = _signed_url(request, endpoint)
+        body_hash = parse_qs(urlsplit(url).query).get("bodySHA256")
+        params = {} if body_hash else parse_form(request.body)
+        index = _match(endpoint.secrets, url, params, alg, signature)
+        if index is None:
+            elsewhere = request.url and url != request.url
+            if elsewhere and _match(endpoint.secrets, request.url, params, alg, signature) is not None:
+                raise VerificationError("url_mismatch", "request.url verifies but options.public_url does not")
+            raise VerificationError("signature_mismatch", "no configured secret matches")
+        if body_hash and not hmac.compare_digest(hashlib.sha256(request.body).hexdigest(), body_hash[0].lower()):
+            raise VerificationError("signature_mismatch", "body does not match bodySHA256")
+        event_id = request.header("I-Twilio-Idempotency-Token")
+        if not event_id:
+            event_id = "sha256:" + hashlib.sha256(url.encode() + b"\n" + request.body).hexdigest()
+        event_type = next((f"{kind}.{params[name][0]}" for name, kind in STATUS if params.get(name)), "request")
+        scheme = "twilio-sharedkey" if request.header(SETTINGS) else "twilio-authtoken"
+        return Verified([VerifiedEvent(event_id.strip(), event_type, secret_index=index)], f"{scheme}-{alg}")
+
+    def event_data(self, payload: bytes, index: int | None) -> Any:
+        if payload.lstrip()[:1] in (b"{", b"["):
+            return parse_json(payload)
+        return {k: v[0] if len(v) == 1 else v for k, v in parse_form(payload).items()}
+
+    def sign(
+        self, endpoint: Endpoint, body: bytes, *, now: float, secret_index: int = 0, url: str = ""
+    ) -> tuple[bytes, dict[str, str]]:
+        url = url or str(endpoint.options.get("public_url") or "")
+        if not url:
+            raise ValueError("twilio signs the URL: pass url= or configure options.public_url")
+        is_json = body.lstrip()[:1] in (b"{", b"[")
+        if is_json and "bodySHA256" not in dict(parse_qsl(urlsplit(url).query)):
+            raise ValueError("a JSON body is signed with bodySHA256 in the URL: post to twilio.json_url(url, body)")
+        key_id = endpoint.options.get("shared_key_id")
+        alg = "sha256" if key_id else "sha1"
+        signed = signed_string(url, {} if is_json else parse_form(body))
+        mac = hmac_digest(endpoint.secrets[secret_index].encode(), signed, alg)
+        headers = {
+            "X-Twilio-Signature": base64.b64encode(mac).decode(),
+            "I-Twilio-Idempotency-Token": hashlib.sha256(str(int(now)).encode() + body).hexdigest()[:32],
+            "Content-Type": "application/json" if is_json else "application/x-www-form-urlencoded",
+        }
+        if key_id:
+            headers[SETTINGS] = f"key={key_id},algorithm=HMAC_SHA256"
+        return body, headers
