@@ -12,7 +12,8 @@ state (the newest known, which may be newer than this event; ``None`` when the e
 object) and an idempotency key that is the same on every retry and replay of this event for this
 handler: pass it to downstream APIs so a repeated run has no second effect. Handlers may accept
 fewer positional arguments (``def h(event)`` works). Modules named in ``WEBHOOKS_HANDLERS`` are
-imported by the worker.
+imported by the worker, and only handlers defined in them (or in their submodules) run: several
+apps in one process do not run each other's handlers.
 """
 
 from __future__ import annotations
@@ -66,10 +67,17 @@ def load(modules: Iterable[str]) -> None:
         importlib.import_module(module)
 
 
-def handlers_for(provider: str, kind: str, event_type: str) -> list[Handler]:
+def _enabled(handler: Handler, modules: Iterable[str]) -> bool:
+    name = handler.__module__
+    return any(name == m or name.startswith(m + ".") for m in modules)
+
+
+def handlers_for(provider: str, kind: str, event_type: str, modules: Iterable[str]) -> list[Handler]:
+    """Handlers for this event, from the configured modules (or their submodules) only."""
+    modules = tuple(modules)
     found: list[Handler] = []
     for key in dict.fromkeys(((provider, event_type), (kind, event_type), (provider, "*"), (kind, "*"))):
-        found += [h for h in REGISTRY.get(key, ()) if h not in found]
+        found += [h for h in REGISTRY.get(key, ()) if h not in found and _enabled(h, modules)]
     return found
 
 

@@ -65,7 +65,7 @@ def apply_state(session: Session, provider: str, event_id: str, ref: ObjectRef) 
     return current
 
 
-def _run(session: Session, event: Event) -> str:
+def _run(session: Session, event: Event, modules: tuple[str, ...]) -> str:
     provider = providers.get(event.kind)
     data = provider.event_data(event.payload, event.item_index)
     ref = provider.extract(event.event_type, data)
@@ -76,7 +76,7 @@ def _run(session: Session, event: Event) -> str:
         current = apply_state(session, event.provider, event.event_id, ref)
         state, latest = current.state, current.version == ref.version
         event.object_type, event.object_id, event.object_version = ref.type, ref.id, ref.version
-    found = handlers.handlers_for(event.provider, event.kind, event.event_type)
+    found = handlers.handlers_for(event.provider, event.kind, event.event_type, modules)
     context = handlers.HandlerEvent(
         event.provider, event.kind, event.event_id, event.event_type, data,
         event.object_type, event.object_id, event.object_version, latest, event.attempts, session,
@@ -99,7 +99,7 @@ def process_event(provider: str, event_id: str) -> str:
             return "skipped"
         try:
             with session.begin():
-                status = _run(session, event)
+                status = _run(session, event, rt.settings.handler_modules)
                 event.status, event.status_at = status, datetime.now(UTC)
                 event.processed_at, event.last_error, event.last_traceback = datetime.now(UTC), None, None
         except Exception as exc:

@@ -93,12 +93,10 @@ def test_handlers_get_event_state_and_stable_key(any_app: Flask) -> None:
     assert len(got) == 1 and got[0][:2] == ("stripe", "evt_h") and got[0][2].startswith("whk_")
 
 
-def test_event_without_object_or_handler_is_ignored(app: Flask, monkeypatch: pytest.MonkeyPatch) -> None:
-    from collections import defaultdict
+def test_event_without_object_or_handler_is_ignored(sqlite_url: str) -> None:
+    from tests.conftest import base_config, make_app
 
-    from jobs import handlers
-
-    monkeypatch.setattr(handlers, "REGISTRY", defaultdict(list))  # no handler at all
+    app = make_app(base_config(sqlite_url, WEBHOOKS_HANDLERS=""))  # sample handlers imported, not enabled
     body = json.dumps({"id": "evt_nobj", "object": "event", "created": 1700000000, "type": "balance.available",
                        "data": {"object": {"available": []}}}).encode()
     deliver_stripe(app, body)

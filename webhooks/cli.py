@@ -13,6 +13,7 @@ import click
 
 from webhooks import config
 from webhooks.errors import ConfigError
+from webhooks.send import send
 
 
 def _settings() -> config.Settings:
@@ -101,3 +102,6 @@ def db_upgrade(revision: str) -> None:
     settings = _settings()
     upgrade(settings.database_url, revision)
     click.echo(f"database at {revision}")
+
+
+main.add_command(send)

@@ -51,6 +51,8 @@ class Settings:
     sweep_interval: float = 60.0
     sweep_age: float = 60.0
     embedded_worker: bool = True
+    quarantine_rows: int = 1000
+    quarantine_days: float = 7.0
 
     @property
     def embedded_queue(self) -> bool:
@@ -86,8 +88,8 @@ def _endpoint(name: str, raw: Mapping[str, Any], environ: Mapping[str, str]) -> 
     if not isinstance(secrets, list) or not all(isinstance(s, str) for s in secrets):
         raise ConfigError(f"{where}: secrets must be a list of strings")
     resolved = tuple(_resolve(s, where, environ).strip() for s in secrets)
-    if not resolved or not all(resolved):
-        raise ConfigError(f"{where}: no secret configured (fail closed)")
+    if not all(resolved):
+        raise ConfigError(f"{where}: an empty secret is no secret configured (fail closed)")
     tolerance = raw.get("tolerance_seconds", 300)
     if not isinstance(tolerance, int) or isinstance(tolerance, bool) or tolerance <= 0:
         raise ConfigError(f"{where}: tolerance_seconds must be a positive integer")
@@ -175,4 +177,6 @@ def load(environ: Mapping[str, Any] | None = None) -> Settings:
         sweep_interval=_number(env, "WEBHOOKS_SWEEP_INTERVAL", 60),
         sweep_age=_number(env, "WEBHOOKS_SWEEP_AGE", 60),
         embedded_worker=_flag(env, "WEBHOOKS_EMBEDDED_WORKER", True),
+        quarantine_rows=int(_number(env, "WEBHOOKS_QUARANTINE_ROWS", 1000)),
+        quarantine_days=_number(env, "WEBHOOKS_QUARANTINE_DAYS", 7),
     )

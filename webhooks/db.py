@@ -7,13 +7,12 @@ from typing import Any
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session, sessionmaker
-from sqlalchemy.pool import NullPool
 
 
 def make_engine(url: str) -> Engine:
     if url.startswith("sqlite"):
         engine = create_engine(
-            url, connect_args={"timeout": 30, "check_same_thread": False}, poolclass=NullPool
+            url, connect_args={"timeout": 30, "check_same_thread": False}, pool_size=5, max_overflow=20
         )
         _sqlite_setup(engine)
         return engine
@@ -36,6 +35,14 @@ def _sqlite_setup(engine: Engine) -> None:
     def _begin(connection: Any) -> None:
         # Writers queue on the lock up front instead of failing at their first write.
         connection.exec_driver_sql("BEGIN IMMEDIATE")
+
+
+REDACTED = frozenset({"authorization", "cookie", "proxy-authorization", "x-api-key"})
+
+
+def redact(headers: dict[str, str]) -> dict[str, str]:
+    """Request headers fit to store: credentials replaced, signatures kept (they prove nothing later)."""
+    return {k: ("[redacted]" if k.lower() in REDACTED else v) for k, v in headers.items()}
 
 
 def upsert(session: Session, table: Any) -> Any:

@@ -63,6 +63,38 @@ class Event(Base):
     )
 
 
+class Rejection(Base):
+    """A refused delivery, kept for diagnosis (bounded: newest N rows, at most D days)."""
+
+    __tablename__ = "rejections"
+
+    id: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"), primary_key=True)
+    endpoint: Mapped[Name]
+    kind: Mapped[str | None] = mapped_column(String(32))
+    reason: Mapped[str] = mapped_column(String(64))
+    detail: Mapped[str] = mapped_column(String(500))
+    http_status: Mapped[int] = mapped_column(Integer)
+    received_at: Mapped[Timestamp]
+    url: Mapped[str] = mapped_column(Text)
+    headers: Mapped[dict[str, str]] = mapped_column(Json)
+    body: Mapped[bytes] = mapped_column(LargeBinary)
+    outcome: Mapped[str | None] = mapped_column(String(100))
+    reverified_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+
+    __table_args__ = (Index("ix_rejections_received_at", "received_at"),)
+
+
+class RejectionCount(Base):
+    """Every rejection counted by endpoint and reason (kept when quarantine rows are pruned)."""
+
+    __tablename__ = "rejection_counts"
+
+    endpoint: Mapped[Name] = mapped_column(primary_key=True)
+    reason: Mapped[str] = mapped_column(String(64), primary_key=True)
+    count: Mapped[int] = mapped_column(BigInteger)
+    last_at: Mapped[Timestamp]
+
+
 class Object(Base):
     __tablename__ = "objects"
 

@@ -12,8 +12,8 @@ from sqlalchemy import update
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 
-from webhooks import providers
-from webhooks.db import upsert
+from webhooks import providers, quarantine
+from webhooks.db import redact, upsert
 from webhooks.errors import UnavailableError, VerificationError
 from webhooks.models import Event
 from webhooks.providers.base import Endpoint, Request, Verified
@@ -21,13 +21,6 @@ from webhooks.runtime import Runtime
 
 log = logging.getLogger(__name__)
 bp = Blueprint("receive", __name__)
-
-REDACTED = frozenset({"authorization", "cookie", "proxy-authorization", "x-api-key"})
-
-
-def redact(headers: dict[str, str]) -> dict[str, str]:
-    return {k: ("[redacted]" if k.lower() in REDACTED else v) for k, v in headers.items()}
-
 
 def read_body(limit: int) -> bytes:
     """Read at most ``limit`` bytes; more is a 413 (checked while reading: chunked bodies too)."""
@@ -88,16 +81,13 @@ def enqueue(rt: Runtime, provider: str, event_ids: list[str]) -> None:
             )
 
 
-@bp.post("/webhooks/<endpoint_name>")
-def receive(endpoint_name: str) -> Response | tuple[Response, int]:
-    rt: Runtime = current_app.extensions["webhooks"]
-    endpoint = rt.settings.endpoints.get(endpoint_name)
+def accept(rt: Runtime, name: str, headers: dict[str, str], body: bytes, url: str, *, now: float) -> Verified:
+    """Verify, store and enqueue one delivery; raises ``VerificationError`` or ``UnavailableError``."""
+    endpoint = rt.settings.endpoints.get(name)
     if endpoint is None:
-        return jsonify(error="unknown_endpoint"), 404
-    body = read_body(rt.settings.max_body_bytes)
-    headers = {k: v for k, v in request.headers.items()}
-    req = Request({k.lower(): v for k, v in headers.items()}, body, request.url, request.method)
-    verified = providers.get(endpoint.provider).verify(req, endpoint, now=time.time())
+        raise VerificationError("unknown_endpoint", status=404)
+    req = Request({k.lower(): v for k, v in headers.items()}, body, url)
+    verified = providers.get(endpoint.provider).verify(req, endpoint, now=now)
     if verified.events:
         try:
             with rt.sessions() as session:
@@ -109,6 +99,21 @@ def receive(endpoint_name: str) -> Response | tuple[Response, int]:
                 enqueue(rt, endpoint.name, new)
             except DBAPIError:
                 log.warning("could not mark events queued; the sweeper will")
+    return verified
+
+
+@bp.post("/webhooks/<endpoint_name>")
+def receive(endpoint_name: str) -> Response | tuple[Response, int]:
+    rt: Runtime = current_app.extensions["webhooks"]
+    headers = dict(request.headers.items())
+    body = b""
+    try:
+        body = read_body(rt.settings.max_body_bytes)
+        verified = accept(rt, endpoint_name, headers, body, request.url, now=time.time())
+    except VerificationError as exc:
+        kept = b"" if exc.reason == "payload_too_large" else body
+        quarantine.record(rt, endpoint_name, exc, headers, kept, request.url)
+        raise
     if verified.reply is not None:
         reply = verified.reply
         return Response(reply.body, status=reply.status, content_type=reply.content_type)

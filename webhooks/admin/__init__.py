@@ -6,6 +6,6 @@ from flask import Flask
 
 
 def init_app(app: Flask) -> None:
-    from webhooks.admin import api
+    from webhooks.admin import api, rejections  # noqa: F401  (rejections adds its routes to api.bp)
 
     app.register_blueprint(api.bp)

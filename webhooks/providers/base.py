@@ -91,7 +91,7 @@ class Provider:
     def validate(self, endpoint: Endpoint) -> None:
         """Raise ``ConfigError`` when the endpoint's secrets or options cannot work."""
         if not endpoint.secrets:
-            raise ConfigError(f"endpoint {endpoint.name!r}: no secret configured")
+            raise ConfigError(f"endpoint {endpoint.name!r}: no secret configured (fail closed)")
 
     def verify(self, request: Request, endpoint: Endpoint, *, now: float) -> Verified:
         raise NotImplementedError
@@ -104,6 +104,10 @@ class Provider:
     def extract(self, event_type: str, data: Any) -> ObjectRef | None:
         """The object this event moves, or None when it carries no object."""
         return None
+
+    def post_url(self, url: str, body: bytes) -> str:
+        """The URL a delivery of ``body`` to ``url`` is posted to (Twilio adds ``bodySHA256``)."""
+        return url
 
     def sign(
         self, endpoint: Endpoint, body: bytes, *, now: float, secret_index: int = 0, url: str = ""

@@ -133,10 +133,18 @@ class Twilio(Provider):
             return parse_json(payload)
         return {k: v[0] if len(v) == 1 else v for k, v in parse_form(payload).items()}
 
+    def post_url(self, url: str, body: bytes) -> str:
+        is_json = body.lstrip()[:1] in (b"{", b"[")
+        return json_url(url, body) if is_json and "bodySHA256=" not in url else url
+
     def sign(
         self, endpoint: Endpoint, body: bytes, *, now: float, secret_index: int = 0, url: str = ""
     ) -> tuple[bytes, dict[str, str]]:
-        url = url or str(endpoint.options.get("public_url") or "")
+        public = str(endpoint.options.get("public_url") or "")
+        if public and url:  # sent to a local address, signed for the public one (as Twilio would)
+            p = urlsplit(public)
+            url = urlunsplit((p.scheme, p.netloc, p.path, urlsplit(url).query or p.query, ""))
+        url = url or public
         if not url:
             raise ValueError("twilio signs the URL: pass url= or configure options.public_url")
         is_json = body.lstrip()[:1] in (b"{", b"[")

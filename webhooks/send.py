@@ -1,0 +1,54 @@
+"""``webhooks send``: sign a payload exactly as the endpoint's provider would, and post it."""
+
+from __future__ import annotations
+
+import os
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import click
+
+from webhooks import config, providers
+from webhooks.errors import ConfigError
+
+
+@click.command()
+@click.argument("endpoint")
+@click.argument("payload_file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--url", help="Where to post. Default: http://127.0.0.1:$PORT/webhooks/ENDPOINT.")
+@click.option("--secret-index", default=0, show_default=True, help="Which configured secret signs.")
+@click.option("-H", "--header", "extra", multiple=True, help="Extra or overriding header, 'Name: value'.")
+def send(endpoint: str, payload_file: Path, url: str | None, secret_index: int, extra: tuple[str, ...]) -> None:
+    """Sign PAYLOAD_FILE with ENDPOINT's secret and post it (a smoke test for every provider)."""
+    try:
+        settings = config.load()
+    except ConfigError as exc:
+        raise click.ClickException(f"configuration: {exc}") from exc
+    target_endpoint = settings.endpoints.get(endpoint)
+    if target_endpoint is None:
+        raise click.ClickException(f"no endpoint {endpoint!r} (configured: {', '.join(settings.endpoints)})")
+    provider = providers.get(target_endpoint.provider)
+    body = payload_file.read_bytes()
+    target = provider.post_url(url or f"http://127.0.0.1:{os.environ.get('PORT', '8000')}/webhooks/{endpoint}", body)
+    try:
+        body, headers = provider.sign(target_endpoint, body, now=time.time(), secret_index=secret_index, url=target)
+    except IndexError as exc:
+        raise click.ClickException(f"no secret number {secret_index} on endpoint {endpoint!r}") from exc
+    except (NotImplementedError, ValueError) as exc:
+        raise click.ClickException(f"cannot sign for {target_endpoint.provider}: {exc}") from exc
+    for line in extra:
+        name, _, value = line.partition(":")
+        headers[name.strip()] = value.strip()
+    request = urllib.request.Request(target, data=body, headers=headers, method="POST")
+    try:
+        with urllib.request.urlopen(request, timeout=30) as response:
+            status, answer = response.status, response.read()
+    except urllib.error.HTTPError as exc:
+        status, answer = exc.code, exc.read()
+    except urllib.error.URLError as exc:
+        raise click.ClickException(f"could not reach {target}: {exc.reason}") from exc
+    click.echo(f"{status} {answer.decode('utf-8', errors='replace')}")
+    if not 200 <= status < 300:
+        raise SystemExit(1)
