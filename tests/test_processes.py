@@ -145,7 +145,7 @@ def test_twenty_concurrent_deliveries_one_row_one_job_one_call(production: tuple
         t.join()
     assert statuses == [200] * 20
     assert count(env, "SELECT count(*) FROM events") == 1
-    assert Queue("webhooks", connection=redis.Redis.from_url(env["REDIS_URL"])).count == 1  # one job
+    assert Queue("default", connection=redis.Redis.from_url(env["REDIS_URL"])).count == 1  # one job
     subprocess.run([str(BIN / "webhooks"), "worker", "--burst"], env=env, check=True, capture_output=True, timeout=60)
     assert count(env, "SELECT count(*) FROM test_handler_calls") == 1
     assert count(env, "SELECT count(*) FROM events WHERE status = 'processed'") == 1
@@ -163,3 +163,13 @@ def test_gunicorn_and_worker_process_both_providers(production: tuple[str, dict[
         wait_until(lambda: event_status(base, "adyen", "PSPPROD:AUTHORISATION:true") == "processed")
         worker.send_signal(signal.SIGTERM)
         assert worker.wait(timeout=20) == 0  # warm shutdown
+
+
+def test_a_plain_rq_worker_processes_events_too(production: tuple[str, dict[str, str]]) -> None:
+    """The Procfile's worker may be RQ's own CLI: it finds the jobs on its default queue."""
+    base, env = production
+    body = stripe_event("evt_plain_rq")
+    assert requests.post(f"{base}/webhooks/stripe", data=body, headers=stripe_headers(body)).ok
+    subprocess.run([str(BIN / "rq"), "worker", "--burst", "--url", env["REDIS_URL"]], env=env, check=True,
+                   capture_output=True, timeout=60)
+    assert event_status(base, "stripe", "evt_plain_rq") == "processed"

@@ -42,7 +42,7 @@ class Settings:
     admin_password: str | None = None
     endpoints: Mapping[str, Endpoint] = field(default_factory=dict)
     handler_modules: tuple[str, ...] = ()
-    queue_name: str = "webhooks"
+    queue_name: str = "default"  # what a plain `rq worker` listens to
     max_body_bytes: int = 1024 * 1024
     max_attempts: int = 5
     retry_base_seconds: float = 10.0
@@ -168,7 +168,7 @@ def load(environ: Mapping[str, Any] | None = None) -> Settings:
         admin_password=env.get("WEBHOOKS_ADMIN_PASSWORD") or None,
         endpoints=endpoints,
         handler_modules=handlers,
-        queue_name=env.get("WEBHOOKS_QUEUE") or "webhooks",
+        queue_name=env.get("WEBHOOKS_QUEUE") or "default",
         max_body_bytes=int(_number(env, "WEBHOOKS_MAX_BODY_BYTES", 1024 * 1024)),
         max_attempts=attempts,
         retry_base_seconds=_number(env, "WEBHOOKS_RETRY_BASE_SECONDS", 10),

@@ -60,6 +60,7 @@ class JobQueue:
             self.connection = fakeredis.FakeRedis(server=fakeredis.FakeServer())
         self.queue = Queue(settings.queue_name, connection=self.connection)
         self.embedded: EmbeddedWorker | None = None
+        self._start_lock = threading.Lock()
 
     def enqueue(self, provider: str, event_id: str) -> None:
         """Queue the event's job unless a job with its id exists. Raises ``redis.RedisError``."""
@@ -108,9 +109,10 @@ class JobQueue:
 
         ``bind`` runs first on each new thread (it makes the owning runtime current there).
         """
-        if self.embedded is None:
-            self.embedded = EmbeddedWorker(self, bind, on_tick)
-            self.embedded.start()
+        with self._start_lock:  # two first requests at once must not start two workers
+            if self.embedded is None:
+                self.embedded = EmbeddedWorker(self, bind, on_tick)
+                self.embedded.start()
 
 
 class ThreadWorker(SimpleWorker):
