@@ -8,6 +8,7 @@ is ``failed``.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import traceback
 from datetime import UTC, datetime
@@ -17,8 +18,9 @@ from rq import get_current_job
 from sqlalchemy import select, text, update
 from sqlalchemy.orm import Session
 
-from jobs import handlers
+from jobs import fetch, handlers
 from webhooks import providers, runtime
+from webhooks.config import Settings
 from webhooks.db import upsert
 from webhooks.models import Event, Object
 from webhooks.providers.base import ObjectRef
@@ -65,10 +67,15 @@ def apply_state(session: Session, provider: str, event_id: str, ref: ObjectRef) 
     return current
 
 
-def _run(session: Session, event: Event, modules: tuple[str, ...]) -> str:
+def _run(session: Session, event: Event, settings: Settings) -> str:
     provider = providers.get(event.kind)
     data = provider.event_data(event.payload, event.item_index)
     ref = provider.extract(event.event_type, data)
+    endpoint = settings.endpoints.get(event.provider)
+    if ref is not None and fetch.needs_fetch(endpoint, ref):
+        assert endpoint is not None
+        # Before taking the object lock: no network wait while holding it.
+        ref = dataclasses.replace(ref, state=fetch.stripe_object(endpoint, ref))
     state: Any = None
     latest = True
     if ref is not None:
@@ -76,7 +83,7 @@ def _run(session: Session, event: Event, modules: tuple[str, ...]) -> str:
         current = apply_state(session, event.provider, event.event_id, ref)
         state, latest = current.state, current.version == ref.version
         event.object_type, event.object_id, event.object_version = ref.type, ref.id, ref.version
-    found = handlers.handlers_for(event.provider, event.kind, event.event_type, modules)
+    found = handlers.handlers_for(event.provider, event.kind, event.event_type, settings.handler_modules)
     context = handlers.HandlerEvent(
         event.provider, event.kind, event.event_id, event.event_type, data,
         event.object_type, event.object_id, event.object_version, latest, event.attempts, session,
@@ -99,7 +106,7 @@ def process_event(provider: str, event_id: str) -> str:
             return "skipped"
         try:
             with session.begin():
-                status = _run(session, event, rt.settings.handler_modules)
+                status = _run(session, event, rt.settings)
                 event.status, event.status_at = status, datetime.now(UTC)
                 event.processed_at, event.last_error, event.last_traceback = datetime.now(UTC), None, None
         except Exception as exc:
