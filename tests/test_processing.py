@@ -135,3 +135,24 @@ def test_processed_event_is_not_processed_again_by_a_stray_job(any_app: Flask) -
     drain(any_app)
     assert process_event("stripe", "evt_once") == "skipped"
     assert len(rows(any_app, "SELECT 1 FROM test_handler_calls")) == 1
+
+
+def test_retries_with_backoff_are_run_by_the_scheduler(sqlite_url: str) -> None:
+    """Backoff intervals put the job in RQ's scheduled registry; without a running scheduler it
+    would wait there forever. The embedded worker's ticker promotes it."""
+    from tests.conftest import base_config, make_app, wait_until
+
+    app = make_app(base_config(sqlite_url, WEBHOOKS_EMBEDDED_WORKER="true", WEBHOOKS_RETRY_BASE_SECONDS="2",
+                               WEBHOOKS_MAX_ATTEMPTS="3"))
+    sample_handlers.FAIL_TYPES.add("charge.refunded")
+    body = stripe_event("evt_backoff", "charge.refunded", obj={"id": "ch_2", "object": "charge"})
+    deliver_stripe(app, body)
+    client = app.test_client()
+
+    def failed() -> dict | None:  # type: ignore[type-arg]
+        event = client.get("/admin/api/events/stripe/evt_backoff", headers=admin_headers()).get_json()
+        return event if event["status"] == "failed" else None
+
+    event = wait_until(failed, timeout=30)
+    assert event["attempts"] == 3
+    assert len(sample_handlers.DOWNSTREAM_CALLS) == 3
