@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import Engine, create_engine, event
+from sqlalchemy import Connection, Engine, create_engine, event
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -45,9 +45,10 @@ def redact(headers: dict[str, str]) -> dict[str, str]:
     return {k: ("[redacted]" if k.lower() in REDACTED else v) for k, v in headers.items()}
 
 
-def upsert(session: Session, table: Any) -> Any:
-    """``INSERT`` with ``ON CONFLICT`` support for the session's dialect (PostgreSQL or SQLite)."""
-    insert = postgresql.insert if session.get_bind().dialect.name == "postgresql" else sqlite.insert
+def upsert(bind: Session | Connection, table: Any) -> Any:
+    """``INSERT`` with ``ON CONFLICT`` support for the dialect in use (PostgreSQL or SQLite)."""
+    engine = bind.get_bind() if isinstance(bind, Session) else bind
+    insert = postgresql.insert if engine.dialect.name == "postgresql" else sqlite.insert
     return insert(table)
 
 
