@@ -1,4 +1,4 @@
-"""The ``webhooks`` command: ``serve``, ``worker``, ``db upgrade``."""
+"""The ``webhooks`` command: ``serve``, ``worker``, ``db upgrade``, ``events …``."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from pathlib import Path
 import click
 
 from webhooks import config
+from webhooks.admin import cli as events_cli
 from webhooks.errors import ConfigError
 
 
@@ -101,3 +102,6 @@ def db_upgrade(revision: str) -> None:
     settings = _settings()
     upgrade(settings.database_url, revision)
     click.echo(f"database at {revision}")
+
+
+main.add_command(events_cli.events)
