@@ -1,4 +1,4 @@
-"""Operator console: the JSON API (and, later, HTML pages), behind HTTP Basic."""
+"""Operator console: HTML pages and the JSON API, behind HTTP Basic."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ from flask import Flask
 
 
 def init_app(app: Flask) -> None:
-    from webhooks.admin import api
+    from webhooks.admin import api, pages
 
     app.register_blueprint(api.bp)
+    app.register_blueprint(pages.bp)

@@ -170,19 +170,24 @@ def page(
     return events, encode_cursor(events[-1]) if more and events else None
 
 
-def status_counts(session: Session, filters: Filters) -> dict[str, int]:
-    """Events per status for the endpoint and time range (capped at ``COUNT_CAP``). One query.
+def counts_query(filters: Filters) -> Any:
+    """Events per status for the endpoint and time range, each capped at ``COUNT_CAP + 1``.
 
-    Each status reads at most ``COUNT_CAP + 1`` entries of ``ix_events_status_feed``: exact for
-    the statuses an operator acts on (failed, queued), "10 000+" for the rest on a big table.
+    Each status reads at most that many entries of ``ix_events_status_feed``: exact for the
+    statuses an operator acts on (failed, queued), "10 000+" for the rest on a big table.
     """
-    scope = Filters(provider=filters.provider, since=filters.since, until=filters.until)
+    scope = conditions(Filters(provider=filters.provider, since=filters.since, until=filters.until))
     parts = []
     for status in STATUSES:
-        capped = select(literal(1).label("one")).where(Event.status == status, *conditions(scope)).limit(COUNT_CAP + 1)
-        parts.append(select(literal(status).label("status"), select(func.count()).select_from(capped.subquery())
-                            .scalar_subquery().label("n")))
-    return {status: int(n) for status, n in session.execute(union_all(*parts))}
+        capped = select(literal(1).label("one")).where(Event.status == status, *scope).limit(COUNT_CAP + 1)
+        counted = select(func.count()).select_from(capped.subquery()).scalar_subquery()
+        parts.append(select(literal(status).label("status"), counted.label("n")))
+    return union_all(*parts)
+
+
+def status_counts(session: Session, filters: Filters) -> dict[str, int]:
+    """``counts_query`` run: one query."""
+    return {status: int(n) for status, n in session.execute(counts_query(filters))}
 
 
 def object_history(session: Session, event: Event, limit: int = 50) -> tuple[Object | None, list[Event]]:
