@@ -7,6 +7,7 @@ counts and one keyset page.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 from typing import Any
@@ -91,8 +92,7 @@ def events() -> str:
 
 @bp.get("/dead")
 def dead_letter() -> str:
-    filters = _filters()
-    return _events_page(Filters(**{**filters.__dict__, "status": "failed"}), title="Dead letter")
+    return _events_page(dataclasses.replace(_filters(), status="failed"), title="Dead letter")
 
 
 def _events_page(filters: Filters, title: str) -> str:
