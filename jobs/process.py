@@ -18,7 +18,7 @@ from rq import get_current_job
 from sqlalchemy import select, text, update
 from sqlalchemy.orm import Session
 
-from jobs import fetch, handlers
+from jobs import attempts, fetch, handlers
 from webhooks import providers, runtime
 from webhooks.config import Settings
 from webhooks.db import upsert
@@ -99,11 +99,13 @@ def process_event(provider: str, event_id: str) -> str:
     handlers.load(rt.settings.handler_modules)
     job = get_current_job()
     last_try = job is None or not job.retries_left
+    started_at = datetime.now(UTC)
     with rt.sessions() as session:
         with session.begin():
             event = _claim(session, provider, event_id)
         if event is None:
             return "skipped"
+        number = event.attempts
         try:
             with session.begin():
                 status = _run(session, event, rt.settings)
@@ -122,5 +124,8 @@ def process_event(provider: str, event_id: str) -> str:
                         last_traceback=traceback.format_exc()[-TRACEBACK_LIMIT:],
                     )
                 )
+            attempts.record(rt, provider, event_id, number, started_at, "error",
+                            f"{exc.__class__.__name__}: {exc}"[:2000], traceback.format_exc()[-TRACEBACK_LIMIT:])
             raise
+    attempts.record(rt, provider, event_id, number, started_at, status)
     return status

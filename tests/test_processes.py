@@ -63,9 +63,9 @@ def running(cmd: list[str], env: dict[str, str], cwd: Path | str = ROOT) -> Iter
 def wait_http(url: str) -> None:
     def up() -> bool:
         try:
-            requests.get(url, timeout=1)
+            requests.get(url, timeout=5)
             return True
-        except requests.ConnectionError:
+        except requests.RequestException:  # not listening yet, or too busy starting to answer
             return False
     wait_until(up, timeout=30)
 

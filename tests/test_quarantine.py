@@ -90,7 +90,7 @@ def test_reverify_after_the_secret_fix_stores_and_processes(sqlite_url: str) -> 
     config["ENDPOINTS"]["stripe"]["secrets"] = ["whsec_rotated"]  # the fix
     fixed = make_app(config)
     client = fixed.test_client()
-    result = client.post(f"/admin/api/rejections/{rejection['id']}/reverify", headers=admin_headers())
+    result = client.post(f"/admin/api/rejections/{rejection['id']}/reverify", json={}, headers=admin_headers())
     assert (result.status_code, result.get_json()["events"]) == (200, ["evt_rotated"])
     drain(fixed)
     assert rows(fixed, "SELECT status FROM events") == [("processed",)]
@@ -111,7 +111,7 @@ def test_reverify_judges_the_timestamp_against_arrival_not_now(sqlite_url: str) 
     fixed = make_app(config)
     fresh = fixed.test_client().post("/webhooks/stripe", data=body, headers=stripe_headers(body, "whsec_new", hour_ago))
     assert fresh.get_json() == {"error": "timestamp_out_of_tolerance"}  # the same bytes arriving now are stale
-    result = fixed.test_client().post(f"/admin/api/rejections/{rejection['id']}/reverify", headers=admin_headers())
+    result = fixed.test_client().post(f"/admin/api/rejections/{rejection['id']}/reverify", json={}, headers=admin_headers())
     assert result.status_code == 200, result.get_json()
 
 
@@ -119,10 +119,10 @@ def test_reverify_that_still_fails_says_why(app: Flask) -> None:
     body = stripe_event("evt_still_bad")
     app.test_client().post("/webhooks/stripe", data=body, headers=stripe_headers(body, "whsec_nobody_has"))
     (rejection,) = rejections(app)["rejections"]
-    result = app.test_client().post(f"/admin/api/rejections/{rejection['id']}/reverify", headers=admin_headers())
+    result = app.test_client().post(f"/admin/api/rejections/{rejection['id']}/reverify", json={}, headers=admin_headers())
     assert (result.status_code, result.get_json()["error"]) == (422, "signature_mismatch")
     assert rows(app, "SELECT 1 FROM events") == []
-    assert app.test_client().post("/admin/api/rejections/999/reverify", headers=admin_headers()).status_code == 404
+    assert app.test_client().post("/admin/api/rejections/999/reverify", json={}, headers=admin_headers()).status_code == 404
 
 
 def test_reverify_keeps_basic_auth_without_keeping_the_password(sqlite_url: str) -> None:
@@ -140,7 +140,7 @@ def test_reverify_keeps_basic_auth_without_keeping_the_password(sqlite_url: str)
 
     config["ENDPOINTS"]["adyen"]["secrets"] = [ADYEN_KEY]
     fixed = make_app(config)
-    ok = fixed.test_client().post(f"/admin/api/rejections/{bad_hmac['id']}/reverify", headers=admin_headers())
+    ok = fixed.test_client().post(f"/admin/api/rejections/{bad_hmac['id']}/reverify", json={}, headers=admin_headers())
     assert ok.status_code == 200
-    refused = fixed.test_client().post(f"/admin/api/rejections/{bad_auth['id']}/reverify", headers=admin_headers())
+    refused = fixed.test_client().post(f"/admin/api/rejections/{bad_auth['id']}/reverify", json={}, headers=admin_headers())
     assert refused.get_json()["error"] == "bad_basic_auth"

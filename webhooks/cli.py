@@ -1,4 +1,4 @@
-"""The ``webhooks`` command: ``serve``, ``worker``, ``db upgrade``."""
+"""The ``webhooks`` command: ``serve``, ``worker``, ``db upgrade``, ``events …``."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from pathlib import Path
 import click
 
 from webhooks import config
+from webhooks.admin import cli as events_cli
 from webhooks.errors import ConfigError
 from webhooks.send import send
 
@@ -105,3 +106,4 @@ def db_upgrade(revision: str) -> None:
 
 
 main.add_command(send)
+main.add_command(events_cli.events)

@@ -1,4 +1,5 @@
-"""The tables: ``events`` (one row per provider event) and ``objects`` (latest state per object)."""
+"""The tables: ``events`` (one row per provider event), ``objects`` (latest state per object),
+``attempts`` (one row per processing attempt) and ``replays`` (the console's audit log)."""
 
 from __future__ import annotations
 
@@ -56,10 +57,18 @@ class Event(Base):
     signed_at: Mapped[int | None] = mapped_column(BigInteger)
     last_error: Mapped[str | None] = mapped_column(Text)
     last_traceback: Mapped[str | None] = mapped_column(Text)
+    # A provider reference searched by operators that is neither the event nor the object id
+    # (Adyen ``merchantReference``); set at receive time from what verification already parsed.
+    reference: Mapped[str | None] = mapped_column(String(255))
 
     __table_args__ = (
-        Index("ix_events_received_at", "received_at"),
-        Index("ix_events_status_status_at", "status", "status_at"),
+        # Keyset pagination, newest first: (received_at, provider, event_id) is the cursor, so both
+        # the order and the seek come straight from an index, whatever the table size.
+        Index("ix_events_feed", "received_at", "provider", "event_id"),
+        Index("ix_events_status_feed", "status", "received_at", "provider", "event_id"),
+        Index("ix_events_status_status_at", "status", "status_at"),  # the sweeper
+        Index("ix_events_object_id", "object_id"),  # console search, and "events that moved it"
+        Index("ix_events_reference", "reference"),
     )
 
 
@@ -105,3 +114,37 @@ class Object(Base):
     state: Mapped[Any] = mapped_column(Json)
     last_event_id: Mapped[Ident]
     updated_at: Mapped[Timestamp]
+
+
+class Attempt(Base):
+    """One processing attempt of an event and its outcome (``processed``, ``ignored``, ``error``)."""
+
+    __tablename__ = "attempts"
+
+    id: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"), primary_key=True)
+    provider: Mapped[Name]
+    event_id: Mapped[Ident]
+    number: Mapped[int] = mapped_column(Integer)
+    started_at: Mapped[Timestamp]
+    finished_at: Mapped[Timestamp]
+    status: Mapped[str] = mapped_column(String(16))
+    error: Mapped[str | None] = mapped_column(Text)
+    traceback: Mapped[str | None] = mapped_column(Text)
+
+    __table_args__ = (Index("ix_attempts_event", "provider", "event_id", "number"),)
+
+
+class Replay(Base):
+    """The audit log of replays: who asked, when, why, for which filter and which events."""
+
+    __tablename__ = "replays"
+
+    id: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"), primary_key=True)
+    at: Mapped[Timestamp]
+    who: Mapped[Name]
+    reason: Mapped[str] = mapped_column(Text)
+    filter: Mapped[dict[str, Any]] = mapped_column(Json)
+    count: Mapped[int] = mapped_column(Integer)
+    event_ids: Mapped[list[list[str]]] = mapped_column(Json)
+
+    __table_args__ = (Index("ix_replays_at", "at"),)

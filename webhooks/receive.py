@@ -52,6 +52,9 @@ def store(conn: Connection, endpoint: Endpoint, verified: Verified, body: bytes,
             "scheme": verified.scheme,
             "secret_index": e.secret_index,
             "signed_at": e.signed_at,
+            # Search keys only: the column width must never turn a genuine event into a 503.
+            "object_id": e.object_id and e.object_id[:255],
+            "reference": e.reference and e.reference[:255],
         }
         for e in verified.events
     ]

@@ -1,4 +1,4 @@
-"""Operator console: the JSON API (and, later, HTML pages), behind HTTP Basic."""
+"""Operator console: HTML pages and the JSON API, behind HTTP Basic."""
 
 from __future__ import annotations
 
@@ -6,6 +6,8 @@ from flask import Flask
 
 
 def init_app(app: Flask) -> None:
-    from webhooks.admin import api, rejections  # noqa: F401  (rejections adds its routes to api.bp)
+    # rejections and quarantine_pages add their routes to api.bp and pages.bp
+    from webhooks.admin import api, pages, quarantine_pages, rejections  # noqa: F401
 
     app.register_blueprint(api.bp)
+    app.register_blueprint(pages.bp)

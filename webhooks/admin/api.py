@@ -1,33 +1,39 @@
-"""The admin JSON API under ``/admin/api``."""
+"""The admin JSON API under ``/admin/api``: the console's pages as JSON.
+
+Every POST must be ``Content-Type: application/json``: a cross-site HTML form or a "simple"
+``fetch`` cannot send that type, and the browser's cached Basic credentials would otherwise
+ride along — this is the API's CSRF protection (the HTML pages use tokens, ``csrf.py``).
+"""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
 from typing import Any
 
 from flask import Blueprint, current_app, jsonify, request
-from sqlalchemy import select
 from werkzeug.wrappers import Response
 
+from webhooks.admin import queries
 from webhooks.admin.auth import check_auth
-from webhooks.models import STATUSES, Event, Object
+from webhooks.admin.queries import FilterError, iso
+from webhooks.admin.replay import ReplayError, replay_matching, replay_one
+from webhooks.models import Attempt, Event, Object, Replay
 from webhooks.runtime import Runtime
 
 bp = Blueprint("admin_api", __name__, url_prefix="/admin/api")
 bp.before_request(check_auth)
+WHO = "admin"  # the only HTTP user
+
+
+@bp.before_request
+def _json_posts_only() -> Response | tuple[Response, int] | None:
+    if request.method == "POST" and request.mimetype != "application/json":
+        return _error("json_required", 415)
+    return None
 
 
 def _rt() -> Runtime:
     rt: Runtime = current_app.extensions["webhooks"]
     return rt
-
-
-def iso(value: datetime | None) -> str | None:
-    if value is None:
-        return None
-    if value.tzinfo is None:  # SQLite hands back naive UTC
-        value = value.replace(tzinfo=UTC)
-    return value.isoformat().replace("+00:00", "Z")
 
 
 def summary(event: Event) -> dict[str, Any]:
@@ -51,37 +57,64 @@ def detail(event: Event) -> dict[str, Any]:
         "object_type": event.object_type,
         "object_id": event.object_id,
         "object_version": event.object_version,
+        "reference": event.reference,
         "item_index": event.item_index,
         "scheme": event.scheme,
         "secret_index": event.secret_index,
         "signed_at": event.signed_at,
+        "skew_seconds": queries.skew_seconds(event),
         "last_traceback": event.last_traceback,
     }
+
+
+def attempt_json(attempt: Attempt) -> dict[str, Any]:
+    return {"number": attempt.number, "status": attempt.status, "started_at": iso(attempt.started_at),
+            "finished_at": iso(attempt.finished_at), "error": attempt.error, "traceback": attempt.traceback}
+
+
+def object_json(obj: Object) -> dict[str, Any]:
+    return {"version": obj.version, "state": obj.state, "last_event_id": obj.last_event_id,
+            "updated_at": iso(obj.updated_at)}
+
+
+def replay_json(entry: Replay) -> dict[str, Any]:
+    return {"id": entry.id, "at": iso(entry.at), "who": entry.who, "reason": entry.reason,
+            "filter": entry.filter, "count": entry.count, "event_ids": entry.event_ids}
 
 
 def _error(reason: str, status: int) -> tuple[Response, int]:
     return jsonify(error=reason), status
 
 
+@bp.errorhandler(FilterError)
+def _bad_filter(exc: FilterError) -> tuple[Response, int]:
+    return _error(exc.reason, 400)
+
+
+@bp.errorhandler(ReplayError)
+def _bad_replay(exc: ReplayError) -> tuple[Response, int]:
+    return _error(exc.reason, exc.status)
+
+
 @bp.get("/events")
 def list_events() -> Any:
-    query = select(Event).order_by(Event.received_at.desc(), Event.event_id.desc())
-    args = request.args
-    if args.get("provider"):
-        query = query.where(Event.provider == args["provider"])
-    if args.get("status"):
-        if args["status"] not in STATUSES:
-            return _error("bad_status", 400)
-        query = query.where(Event.status == args["status"])
-    if args.get("type"):
-        query = query.where(Event.event_type == args["type"])
-    try:
-        limit = min(max(int(args.get("limit", 50)), 1), 1000)
-    except ValueError:
-        return _error("bad_limit", 400)
+    """Newest first; filters ``provider``/``endpoint``, ``status``, ``type``, ``since``, ``until``,
+    ``q``; ``cursor`` from the previous page's ``next_cursor``."""
+    filters = queries.parse_filters(request.args)
+    limit = queries.parse_limit(request.args.get("limit"))
+    rt = _rt()
+    with rt.sessions() as session:
+        events, cursor = queries.page(session, filters, limit=limit, cursor=request.args.get("cursor") or None,
+                                      providers=rt.settings.endpoints)
+        return jsonify(events=[summary(e) for e in events], next_cursor=cursor)
+
+
+@bp.get("/counts")
+def counts() -> Any:
+    """Events per status for ``provider``/``endpoint``, ``since``, ``until`` (capped, see ``cap``)."""
+    filters = queries.parse_filters(request.args)
     with _rt().sessions() as session:
-        events = session.scalars(query.limit(limit)).all()
-        return jsonify(events=[summary(e) for e in events])
+        return jsonify(counts=queries.status_counts(session, filters), cap=queries.COUNT_CAP)
 
 
 @bp.get("/events/<provider>/<path:event_id>")
@@ -90,7 +123,12 @@ def show_event(provider: str, event_id: str) -> Any:
         event = session.get(Event, (provider, event_id))
         if event is None:
             return _error("not_found", 404)
-        return jsonify(detail(event))
+        obj, moved = queries.object_history(session, event)
+        return jsonify(detail(event) | {
+            "attempt_log": [attempt_json(a) for a in queries.attempts(session, provider, event_id)],
+            "object": object_json(obj) if obj else None,
+            "object_events": [summary(e) | {"object_version": e.object_version} for e in moved],
+        })
 
 
 @bp.get("/objects/<provider>/<object_type>/<path:object_id>")
@@ -99,19 +137,43 @@ def show_object(provider: str, object_type: str, object_id: str) -> Any:
         obj = session.get(Object, (provider, object_type, object_id))
         if obj is None:
             return _error("not_found", 404)
-        return jsonify(version=obj.version, state=obj.state, last_event_id=obj.last_event_id,
-                       updated_at=iso(obj.updated_at))
+        return jsonify(object_json(obj))
+
+
+def _body() -> dict[str, Any]:
+    body = request.get_json(silent=True)
+    return body if isinstance(body, dict) else {}
 
 
 @bp.post("/events/<provider>/<path:event_id>/replay")
 def replay_event(provider: str, event_id: str) -> Any:
-    rt = _rt()
-    with rt.sessions.begin() as session:
-        event = session.get(Event, (provider, event_id), with_for_update=True)
-        if event is None:
-            return _error("not_found", 404)
-        if event.status == "processing":
-            return _error("in_progress", 409)
-        event.status, event.status_at = "queued", datetime.now(UTC)
-    rt.queue.requeue(provider, event_id)
-    return jsonify(provider=provider, event_id=event_id, status="queued"), 202
+    reason = _body().get("reason")
+    outcome = replay_one(_rt(), provider, event_id, who=WHO, reason=str(reason) if reason else None)
+    return jsonify(provider=provider, event_id=event_id, status="queued", replay_id=outcome.replay_id), 202
+
+
+@bp.post("/events/replay")
+def replay_bulk() -> Any:
+    """Bulk replay by filter: ``{"provider"|"endpoint", "status", "type", "since", "until", "q",
+    "reason", "dry_run"}`` → ``{"count", "dry_run", "event_ids"}``."""
+    body = _body()
+    filters = queries.parse_filters(body)
+    reason = body.get("reason")
+    outcome = replay_matching(_rt(), filters, who=WHO, reason=str(reason) if reason else None,
+                              dry_run=bool(body.get("dry_run")))
+    answer: dict[str, Any] = {"count": outcome.count, "dry_run": outcome.dry_run, "filter": filters.as_dict()}
+    if not outcome.dry_run:
+        answer |= {"event_ids": [list(pair) for pair in outcome.event_ids], "replay_id": outcome.replay_id}
+    return jsonify(answer), 200 if outcome.dry_run else 202
+
+
+@bp.get("/replays")
+def list_replays() -> Any:
+    """The replay audit log, newest first; ``before`` (an id) pages back."""
+    before = request.args.get("before")
+    try:
+        before_id = int(before) if before else None
+    except ValueError:
+        return _error("bad_before", 400)
+    with _rt().sessions() as session:
+        return jsonify(replays=[replay_json(r) for r in queries.replays(session, before=before_id)])

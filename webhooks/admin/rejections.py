@@ -8,7 +8,8 @@ from flask import jsonify, request
 from sqlalchemy import select
 
 from webhooks import quarantine
-from webhooks.admin.api import _error, _rt, bp, iso
+from webhooks.admin.api import _error, _rt, bp
+from webhooks.admin.queries import iso
 from webhooks.errors import UnavailableError, VerificationError
 from webhooks.models import Rejection, RejectionCount
 

@@ -124,7 +124,13 @@ class Adyen(Provider):
             if not item.get("pspReference") or not item.get("eventCode"):
                 raise PayloadError(f"item {position} has no pspReference or eventCode")
             event_id = f"{item['pspReference']}:{item['eventCode']}:{_text(item.get('success'))}"
-            events.append(VerifiedEvent(event_id, str(item["eventCode"]), index=position, secret_index=index))
+            payment = item.get("originalReference") or item["pspReference"]
+            if item["eventCode"] in NOT_PAYMENTS:
+                payment = None
+            events.append(VerifiedEvent(
+                event_id, str(item["eventCode"]), index=position, secret_index=index,
+                object_id=_text(payment) or None, reference=_text(item.get("merchantReference")) or None,
+            ))
         return Verified(events, "adyen-hmac-item", ACCEPTED)
 
     def _check_basic_auth(self, request: Request, endpoint: Endpoint) -> None:

@@ -46,13 +46,19 @@ class Request:
 
 @dataclass(frozen=True)
 class VerifiedEvent:
-    """One event proven genuine. ``index`` is its position when one body carries several."""
+    """One event proven genuine. ``index`` is its position when one body carries several.
+
+    ``object_id`` and ``reference`` are search keys the verification parsed anyway (the object's
+    id, a merchant reference); stored at receive so even an unprocessed event can be found.
+    """
 
     event_id: str
     event_type: str
     index: int | None = None
     secret_index: int | None = None
     signed_at: int | None = None
+    object_id: str | None = None
+    reference: str | None = None
 
 
 @dataclass(frozen=True)

@@ -89,8 +89,13 @@ class Stripe(Provider):
         event_type = event.get("type")
         if not isinstance(event_type, str):
             raise PayloadError("no event type")
+        data = event.get("data")
+        obj = data.get("object") if isinstance(data, dict) else event.get("related_object")
+        object_id = obj.get("id") if isinstance(obj, dict) else None
         return Verified(
-            [VerifiedEvent(event["id"], event_type, secret_index=index, signed_at=ts)], "stripe-v1"
+            [VerifiedEvent(event["id"], event_type, secret_index=index, signed_at=ts,
+                           object_id=object_id if isinstance(object_id, str) else None)],
+            "stripe-v1",
         )
 
     def extract(self, event_type: str, data: Any) -> ObjectRef | None:

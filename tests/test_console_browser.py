@@ -1,0 +1,167 @@
+"""The console in a real headless Chromium (Debian's ``chromium`` driven by Playwright).
+
+The app runs on a real threaded server with its embedded worker, so a replay clicked in the
+browser is processed for real. Screenshots go to ``test-output/``. Without chromium or Playwright
+this skips on a laptop and fails under ``CI=true`` (``.ci/run`` installs chromium).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import requests
+from flask import Flask
+
+from tests import sample_handlers
+from tests.conftest import (
+    ADMIN_PASSWORD,
+    ROOT,
+    adyen_body,
+    adyen_item,
+    base_config,
+    free_port,
+    make_app,
+    stripe_event,
+    stripe_headers,
+    unavailable,
+    wait_until,
+)
+
+CHROMIUM = os.environ.get("WEBHOOKS_TEST_CHROMIUM", "/usr/bin/chromium")
+ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+        "--disable-sync", "--no-first-run"]
+OUTPUT = ROOT / "test-output"
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture
+def server(sqlite_url: str) -> Iterator[tuple[str, Flask]]:
+    """The app on 127.0.0.1 with its embedded worker; one attempt per event, so failures show at once."""
+    from werkzeug.serving import make_server
+
+    app = make_app(base_config(sqlite_url, WEBHOOKS_EMBEDDED_WORKER="true", WEBHOOKS_MAX_ATTEMPTS="1"))
+    httpd = make_server("127.0.0.1", free_port(), app, threaded=True)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{httpd.server_port}", app
+    finally:
+        httpd.shutdown()
+        sample_handlers.reset()
+
+
+@pytest.fixture
+def browser() -> Iterator[Any]:
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError as exc:
+        unavailable("Playwright", exc)
+    if not Path(CHROMIUM).exists():
+        unavailable("chromium", FileNotFoundError(CHROMIUM))
+    with sync_playwright() as playwright:
+        chromium = playwright.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        try:
+            yield chromium
+        finally:
+            chromium.close()
+
+
+def status_of(base: str, provider: str, event_id: str) -> str:
+    answer = requests.get(f"{base}/admin/api/events/{provider}/{event_id}", auth=("admin", ADMIN_PASSWORD), timeout=5)
+    return str(answer.json().get("status")) if answer.ok else "missing"
+
+
+def deliver_stripe(base: str, event_id: str, type_: str, obj: dict[str, Any]) -> None:
+    body = stripe_event(event_id, type_, int(time.time()), obj)
+    assert requests.post(f"{base}/webhooks/stripe", data=body, headers=stripe_headers(body), timeout=5).ok
+
+
+def seed(base: str) -> None:
+    """A realistic mix: Stripe payments, an Adyen payment and its capture, one failing refund."""
+    sample_handlers.FAIL_TYPES.add("charge.refunded")
+    for i in range(12):
+        type_ = ("payment_intent.created", "payment_intent.succeeded", "invoice.paid")[i % 3]
+        obj = {"id": f"pi_3Ox{i:04d}", "object": "payment_intent", "amount": 1000 + i, "currency": "eur"}
+        deliver_stripe(base, f"evt_1Ox{i:04d}", type_, obj)
+    items = [adyen_item(psp="8816178914391238", reference="ORDER-2024-0042"),
+             adyen_item(psp="8816178914391777", code="CAPTURE", original="8816178914391238", reference="ORDER-2024-0042")]
+    for item in items:
+        assert requests.post(f"{base}/webhooks/adyen", data=adyen_body(item), timeout=5).text == "[accepted]"
+    deliver_stripe(base, "evt_refund_fail", "charge.refunded", {"id": "ch_3Fail", "object": "charge", "refunded": True})
+    wait_until(lambda: status_of(base, "stripe", "evt_refund_fail") == "failed")
+    wait_until(lambda: status_of(base, "adyen", "8816178914391777:CAPTURE:true") == "processed")
+
+
+def test_operator_finds_inspects_and_replays_in_the_browser(server: tuple[str, Flask], browser: Any) -> None:
+    base, _app = server
+    seed(base)
+    OUTPUT.mkdir(exist_ok=True)
+
+    anonymous = browser.new_context()
+    assert anonymous.request.get(f"{base}/admin/").status == 401  # no credentials, no console
+    anonymous.close()
+
+    context = browser.new_context(http_credentials={"username": "admin", "password": ADMIN_PASSWORD},
+                                  viewport={"width": 1280, "height": 820})
+    page = context.new_page()
+    assert page.goto(f"{base}/admin/").status == 200  # logged in with HTTP Basic
+    assert page.locator("table.events tbody tr").count() == 15
+    page.screenshot(path=str(OUTPUT / "console-events.png"))
+
+    # Filter by status.
+    page.select_option("select[name=status]", "failed")
+    page.click("form.filters button[type=submit]")
+    rows = page.locator("table.events tbody tr")
+    assert rows.count() == 1 and "evt_refund_fail" in rows.first.inner_text()
+
+    # Search by the Adyen pspReference of the payment: the authorisation and its capture.
+    page.goto(f"{base}/admin/")
+    page.fill("input[name=q]", "8816178914391238")
+    page.click("form.filters button[type=submit]")
+    assert sorted(r.split("\t")[3] for r in page.locator("table.events tbody tr").all_inner_texts()) == [
+        "8816178914391238:AUTHORISATION:true", "8816178914391777:CAPTURE:true"]
+
+    # Open a detail page.
+    page.click("text=8816178914391777:CAPTURE:true")
+    assert "ORDER-2024-0042" in page.inner_text("main") and "adyen-hmac-item" in page.inner_text("main")
+    page.screenshot(path=str(OUTPUT / "console-detail.png"), full_page=True)
+
+    # Replay the failed event once the handler is fixed, and watch it become processed.
+    sample_handlers.FAIL_TYPES.clear()
+    page.goto(f"{base}/admin/events/stripe/evt_refund_fail")
+    assert "RuntimeError: downstream timeout while refunding" in page.inner_text("main")
+    page.fill("form.replay input[name=reason]", "refund API back up")
+    page.click("form.replay button[type=submit]")
+    assert "Replay queued" in page.inner_text("main")
+
+    def processed() -> bool:
+        page.reload()
+        return "processed after 2 attempt(s)" in page.inner_text("main")
+
+    wait_until(processed, interval=0.3)
+    page.screenshot(path=str(OUTPUT / "console-replayed.png"), full_page=True)
+
+    # Bulk replay from the dead letter, with the dry-run count shown before confirming.
+    sample_handlers.FAIL_TYPES.add("charge.refunded")
+    for i in range(2):
+        deliver_stripe(base, f"evt_bulk_{i}", "charge.refunded", {"id": f"ch_bulk{i}", "object": "charge"})
+    wait_until(lambda: all(status_of(base, "stripe", f"evt_bulk_{i}") == "failed" for i in range(2)))
+    sample_handlers.FAIL_TYPES.clear()
+    page.goto(f"{base}/admin/dead")
+    assert page.locator("table.events tbody tr").count() == 2
+    page.click("text=Replay matching…")
+    assert page.inner_text("#dry-run-count") == "2"
+    page.screenshot(path=str(OUTPUT / "console-bulk-dry-run.png"))
+    page.fill("form.replay input[name=reason]", "bulk after fix")
+    page.click("form.replay button[type=submit]")
+    assert "bulk after fix" in page.inner_text("main")  # the audit log, where the form lands
+    wait_until(lambda: all(status_of(base, "stripe", f"evt_bulk_{i}") == "processed" for i in range(2)))
+    page.goto(f"{base}/admin/dead")
+    assert "No events match." in page.inner_text("table.events")
+    context.close()

@@ -1,0 +1,218 @@
+"""The console's reads, shared by the pages, the JSON API and the CLI (no Flask here).
+
+The events list is keyset-paginated on ``(received_at, provider, event_id)`` — the order of the
+``ix_events_feed`` / ``ix_events_status_feed`` indexes — so a page costs the same on the first
+page of ten rows and deep into millions: one seek, ``limit + 1`` rows read. Status counts are
+capped (``COUNT_CAP``), so they too read a bounded slice of an index whatever the table size.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import Select, and_, func, literal, or_, select, tuple_, union_all
+from sqlalchemy.orm import Session
+from sqlalchemy.sql.elements import ColumnElement
+
+from webhooks.models import STATUSES, Attempt, Event, Object, Replay
+
+COUNT_CAP = 10_000
+MAX_LIMIT = 1000
+
+
+class FilterError(ValueError):
+    """A filter value that cannot be used; ``reason`` is the API's error code."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+@dataclass(frozen=True)
+class Filters:
+    """What the operator asked for. ``q`` matches an event id, object id or provider reference."""
+
+    provider: str | None = None
+    status: str | None = None
+    type: str | None = None
+    since: datetime | None = None
+    until: datetime | None = None
+    q: str | None = None
+
+    def as_dict(self) -> dict[str, str]:
+        """The non-empty filters as strings (for links, the audit log and the CLI)."""
+        out = {}
+        for key, value in asdict(self).items():
+            if isinstance(value, datetime):
+                out[key] = iso(value) or ""
+            elif value is not None:
+                out[key] = str(value)
+        return out
+
+
+def parse_time(value: str) -> datetime:
+    try:
+        parsed = datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
+    except ValueError as exc:
+        raise FilterError("bad_time") from exc
+    return parsed.replace(tzinfo=UTC) if parsed.tzinfo is None else parsed.astimezone(UTC)
+
+
+def parse_filters(args: Mapping[str, Any]) -> Filters:
+    """Filters from query-string-shaped values; ``endpoint`` is an alias of ``provider``."""
+
+    def text(name: str) -> str | None:
+        value = args.get(name)
+        return str(value).strip() or None if value is not None else None
+
+    status = text("status")
+    if status is not None and status not in STATUSES:
+        raise FilterError("bad_status")
+    since, until = text("since"), text("until")
+    return Filters(
+        provider=text("provider") or text("endpoint"),
+        status=status,
+        type=text("type"),
+        since=parse_time(since) if since else None,
+        until=parse_time(until) if until else None,
+        q=text("q"),
+    )
+
+
+def parse_limit(value: Any, default: int = 50) -> int:
+    try:
+        return min(max(int(value if value not in (None, "") else default), 1), MAX_LIMIT)
+    except (TypeError, ValueError) as exc:
+        raise FilterError("bad_limit") from exc
+
+
+def iso(value: datetime | None) -> str | None:
+    if value is None:
+        return None
+    if value.tzinfo is None:  # SQLite hands back naive UTC
+        value = value.replace(tzinfo=UTC)
+    return value.isoformat().replace("+00:00", "Z")
+
+
+def skew_seconds(event: Event) -> int | None:
+    """Receipt time minus the provider's signed timestamp (positive: it reached us later)."""
+    if event.signed_at is None:
+        return None
+    at = event.received_at if event.received_at.tzinfo else event.received_at.replace(tzinfo=UTC)
+    return round(at.timestamp() - event.signed_at)
+
+
+# -- cursor ------------------------------------------------------------------------------------
+
+
+def encode_cursor(event: Event) -> str:
+    raw = json.dumps([iso(event.received_at), event.provider, event.event_id], separators=(",", ":"))
+    return base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
+
+
+def decode_cursor(cursor: str) -> tuple[datetime, str, str]:
+    try:
+        at, provider, event_id = json.loads(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))
+        return parse_time(at), str(provider), str(event_id)
+    except (binascii.Error, ValueError, TypeError, FilterError) as exc:
+        raise FilterError("bad_cursor") from exc
+
+
+# -- queries -----------------------------------------------------------------------------------
+
+
+def conditions(filters: Filters, providers: Iterable[str] = ()) -> list[ColumnElement[bool]]:
+    """The WHERE terms of ``filters``. ``providers`` (the configured endpoint names) lets an
+    event-id search use the primary key, whose leading column is ``provider``."""
+    where: list[ColumnElement[bool]] = []
+    if filters.provider:
+        where.append(Event.provider == filters.provider)
+    if filters.status:
+        where.append(Event.status == filters.status)
+    if filters.type:
+        where.append(Event.event_type == filters.type)
+    if filters.since:
+        where.append(Event.received_at >= filters.since)
+    if filters.until:
+        where.append(Event.received_at < filters.until)
+    if filters.q:
+        names = [filters.provider] if filters.provider else sorted(set(providers))
+        by_id = and_(Event.provider.in_(names), Event.event_id == filters.q) if names else Event.event_id == filters.q
+        where.append(or_(by_id, Event.object_id == filters.q, Event.reference == filters.q))
+    return where
+
+
+def feed(filters: Filters, providers: Iterable[str] = ()) -> Select[Any]:
+    """Every matching event, newest first, in index order."""
+    return (
+        select(Event)
+        .where(*conditions(filters, providers))
+        .order_by(Event.received_at.desc(), Event.provider.desc(), Event.event_id.desc())
+    )
+
+
+def page(
+    session: Session, filters: Filters, *, limit: int = 50, cursor: str | None = None, providers: Iterable[str] = ()
+) -> tuple[list[Event], str | None]:
+    """One page of the feed and the cursor of the next (None at the end). One query."""
+    query = feed(filters, providers)
+    if cursor:
+        query = query.where(tuple_(Event.received_at, Event.provider, Event.event_id) < decode_cursor(cursor))
+    events = list(session.scalars(query.limit(limit + 1)))
+    more = len(events) > limit
+    events = events[:limit]
+    return events, encode_cursor(events[-1]) if more and events else None
+
+
+def counts_query(filters: Filters) -> Any:
+    """Events per status for the endpoint and time range, each capped at ``COUNT_CAP + 1``.
+
+    Each status reads at most that many entries of ``ix_events_status_feed``: exact for the
+    statuses an operator acts on (failed, queued), "10 000+" for the rest on a big table.
+    """
+    scope = conditions(Filters(provider=filters.provider, since=filters.since, until=filters.until))
+    parts = []
+    for status in STATUSES:
+        capped = select(literal(1).label("one")).where(Event.status == status, *scope).limit(COUNT_CAP + 1)
+        counted = select(func.count()).select_from(capped.subquery()).scalar_subquery()
+        parts.append(select(literal(status).label("status"), counted.label("n")))
+    return union_all(*parts)
+
+
+def status_counts(session: Session, filters: Filters) -> dict[str, int]:
+    """``counts_query`` run: one query."""
+    return {status: int(n) for status, n in session.execute(counts_query(filters))}
+
+
+def object_history(session: Session, event: Event, limit: int = 50) -> tuple[Object | None, list[Event]]:
+    """The current state of the event's object and the events that moved it, newest version first."""
+    if not event.object_type or not event.object_id:
+        return None, []
+    obj = session.get(Object, (event.provider, event.object_type, event.object_id))
+    moved = session.scalars(
+        select(Event)
+        .where(Event.object_id == event.object_id, Event.provider == event.provider,
+               Event.object_type == event.object_type)
+        .order_by(Event.object_version.desc().nulls_last(), Event.received_at.desc())
+        .limit(limit)
+    ).all()
+    return obj, list(moved)
+
+
+def attempts(session: Session, provider: str, event_id: str) -> list[Attempt]:
+    return list(session.scalars(
+        select(Attempt).where(Attempt.provider == provider, Attempt.event_id == event_id).order_by(Attempt.number)
+    ))
+
+
+def replays(session: Session, limit: int = 100, before: int | None = None) -> list[Replay]:
+    query = select(Replay).order_by(Replay.id.desc()).limit(limit)
+    if before is not None:
+        query = query.where(Replay.id < before)
+    return list(session.scalars(query))
