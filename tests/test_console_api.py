@@ -141,10 +141,24 @@ def test_bulk_replay_dry_run_then_for_real(mixed: FlaskClient, any_app: Flask) -
     assert entry["filter"] == {"provider": "stripe", "status": "failed"}
 
 
-@pytest.mark.parametrize("content_type", ["application/x-www-form-urlencoded", "text/plain", None])
+@pytest.mark.parametrize("content_type", ["application/x-www-form-urlencoded", "text/plain", "multipart/form-data"])
 def test_api_posts_must_be_json(client: FlaskClient, content_type: str | None) -> None:
     """A cross-site form or simple fetch cannot send application/json: this is the API's CSRF guard."""
     headers = admin_headers() | ({"Content-Type": content_type} if content_type else {})
     for url in ("/admin/api/events/stripe/evt_1/replay", "/admin/api/events/replay"):
         response = client.post(url, data=b'{"reason": "x"}', headers=headers)
         assert (response.status_code, response.get_json()) == (415, {"error": "json_required"})
+
+
+@pytest.mark.parametrize("headers", [{"Origin": "https://evil.example"}, {"Sec-Fetch-Site": "cross-site"}])
+def test_api_posts_from_another_site_are_refused_even_without_a_body(client: FlaskClient, headers: dict[str, str]) -> None:
+    for url in ("/admin/api/events/stripe/evt_1/replay", "/admin/api/rejections/1/reverify"):
+        response = client.post(url, headers=admin_headers() | headers)
+        assert (response.status_code, response.get_json()) == (403, {"error": "cross_site_request"})
+
+
+def test_bodiless_api_post_from_a_plain_client_is_accepted(client: FlaskClient) -> None:
+    body = stripe_event("evt_plain")
+    client.post("/webhooks/stripe", data=body, headers=stripe_headers(body))
+    response = client.post("/admin/api/events/stripe/evt_plain/replay", headers=admin_headers())
+    assert response.status_code == 202

@@ -26,7 +26,17 @@ WHO = "admin"  # the only HTTP user
 
 @bp.before_request
 def _json_posts_only() -> Response | tuple[Response, int] | None:
-    if request.method == "POST" and request.mimetype != "application/json":
+    """The API's CSRF guard. Browsers mark cross-site requests (``Origin``, ``Sec-Fetch-Site``):
+    those are refused. A body must be JSON, which no cross-site form or simple request can send;
+    a bodiless POST (``curl -X POST``) is fine from a client that is not a cross-site page."""
+    if request.method != "POST":
+        return None
+    origin = request.headers.get("Origin")
+    if request.headers.get("Sec-Fetch-Site") in ("cross-site", "same-site") or (
+        origin is not None and origin != request.host_url.rstrip("/")
+    ):
+        return _error("cross_site_request", 403)
+    if (request.content_length or request.headers.get("Transfer-Encoding")) and request.mimetype != "application/json":
         return _error("json_required", 415)
     return None
 
