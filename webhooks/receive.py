@@ -9,19 +9,21 @@ from datetime import UTC, datetime
 import redis
 from flask import Blueprint, Flask, Response, current_app, jsonify, request
 from sqlalchemy import update
-from sqlalchemy.exc import DBAPIError
+from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
 
 from webhooks import providers
 from webhooks.db import upsert
-from webhooks.errors import UnavailableError, VerificationError
+from webhooks.errors import PayloadError, UnavailableError, VerificationError
 from webhooks.models import Event
 from webhooks.providers.base import Endpoint, Request, Verified
+from webhooks.ratelimit import RateLimits
 from webhooks.runtime import Runtime
 
 log = logging.getLogger(__name__)
 bp = Blueprint("receive", __name__)
 
+CHUNK = 64 * 1024
 REDACTED = frozenset({"authorization", "cookie", "proxy-authorization", "x-api-key"})
 
 
@@ -30,14 +32,35 @@ def redact(headers: dict[str, str]) -> dict[str, str]:
 
 
 def read_body(limit: int) -> bytes:
-    """Read at most ``limit`` bytes; more is a 413 (checked while reading: chunked bodies too)."""
+    """Read at most ``limit`` + 1 bytes; more is a 413 (checked while reading: chunked bodies too).
+
+    Reads in a loop: a WSGI stream may return short reads before the end of the body.
+    """
     length = request.content_length
     if length is not None and length > limit:
         raise VerificationError("payload_too_large", status=413)
-    body = request.stream.read(limit + 1)
-    if len(body) > limit:
+    chunks, size = [], 0
+    while size <= limit:
+        chunk = request.stream.read(min(CHUNK, limit + 1 - size))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        size += len(chunk)
+    if size > limit:
         raise VerificationError("payload_too_large", status=413)
-    return body
+    return b"".join(chunks)
+
+
+def verify(endpoint: Endpoint, req: Request) -> Verified:
+    """The provider's verdict; an unexpected exception is a forged or broken request, never a 500."""
+    try:
+        return providers.get(endpoint.provider).verify(req, endpoint, now=time.time())
+    except (VerificationError, UnavailableError):
+        raise
+    except Exception as exc:
+        # A provider bug on hostile input (the fuzz tests hunt these): refuse, keep the trace.
+        log.exception("verify of endpoint %r raised %s", endpoint.name, exc.__class__.__name__)
+        raise PayloadError("unexpected verification error") from exc
 
 
 def store(session: Session, endpoint: Endpoint, verified: Verified, body: bytes, headers: dict[str, str]) -> list[str]:
@@ -89,25 +112,30 @@ def enqueue(rt: Runtime, provider: str, event_ids: list[str]) -> None:
 
 
 @bp.post("/webhooks/<endpoint_name>")
-def receive(endpoint_name: str) -> Response | tuple[Response, int]:
+def receive(endpoint_name: str) -> Response | tuple[Response, int] | tuple[Response, int, dict[str, str]]:
     rt: Runtime = current_app.extensions["webhooks"]
     endpoint = rt.settings.endpoints.get(endpoint_name)
     if endpoint is None:
         return jsonify(error="unknown_endpoint"), 404
+    wait = current_app.extensions["webhooks_rate_limits"].retry_after(endpoint.name, endpoint.rate_limit)
+    if wait:
+        return jsonify(error="rate_limited"), 429, {"Retry-After": str(wait)}
     body = read_body(rt.settings.max_body_bytes)
     headers = {k: v for k, v in request.headers.items()}
     req = Request({k.lower(): v for k, v in headers.items()}, body, request.url, request.method)
-    verified = providers.get(endpoint.provider).verify(req, endpoint, now=time.time())
+    verified = verify(endpoint, req)
     if verified.events:
         try:
             with rt.sessions() as session:
                 new = store(session, endpoint, verified, body, redact(headers))
-        except DBAPIError as exc:
+        except SQLAlchemyError as exc:
+            # Down, failing over, pool exhausted: nothing was acknowledged, the provider retries.
+            log.warning("store failed, answering 503: %s", exc.__class__.__name__)
             raise UnavailableError("database unavailable") from exc
         if new:
             try:
                 enqueue(rt, endpoint.name, new)
-            except DBAPIError:
+            except SQLAlchemyError:
                 log.warning("could not mark events queued; the sweeper will")
     if verified.reply is not None:
         reply = verified.reply
@@ -117,6 +145,7 @@ def receive(endpoint_name: str) -> Response | tuple[Response, int]:
 
 def init_app(app: Flask) -> None:
     app.register_blueprint(bp)
+    app.extensions["webhooks_rate_limits"] = RateLimits()
 
     @app.errorhandler(VerificationError)
     def _verification(exc: VerificationError) -> tuple[Response, int]:
