@@ -64,6 +64,8 @@ def serve(host: str, port: int) -> None:
     upgrade(settings.database_url)
     app = create_app(settings)
     rt = app.extensions["webhooks"]
+    # The in-process queue starts empty: whatever the last run left unfinished is stranded now.
+    rt.sweep(age=0)
     rt.queue.start_embedded(rt.bind, rt.sweep)
     server = make_server(host, port, app, threaded=True)
     endpoints = ", ".join(f"/webhooks/{name}" for name in settings.endpoints) or "none configured"
