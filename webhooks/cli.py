@@ -13,6 +13,7 @@ import click
 
 from webhooks import config
 from webhooks.errors import ConfigError
+from webhooks.purge import purge_command
 
 
 def _settings() -> config.Settings:
@@ -103,3 +104,6 @@ def db_upgrade(revision: str) -> None:
     settings = _settings()
     upgrade(settings.database_url, revision)
     click.echo(f"database at {revision}")
+
+
+main.add_command(purge_command)
