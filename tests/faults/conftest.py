@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
-from tests.conftest import ADMIN_PASSWORD, ADYEN_KEY, STRIPE_SECRET, free_port
+from tests.conftest import ADMIN_PASSWORD, ADYEN_KEY, STRIPE_SECRET, free_port, wait_until
 from tests.faults import handlers
 from tests.faults.services import Postgres, Redis
-from tests.test_processes import BIN, clean_env, wait_http
+from tests.test_processes import BIN, clean_env
 from webhooks.cli import upgrade
 
 
@@ -108,6 +108,19 @@ def gunicorn(env: dict[str, str], tmp: Path, workers: int = 2, threads: int = 8)
     base = f"http://127.0.0.1:{port}"
     wait_http(base + "/")
     return proc, base
+
+
+def wait_http(url: str) -> None:
+    import requests
+
+    def up() -> bool:
+        try:
+            requests.get(url, timeout=5)
+            return True
+        except requests.RequestException:  # refused, or accepted while the app still imports
+            return False
+
+    wait_until(up, timeout=60)
 
 
 def worker(env: dict[str, str], tmp: Path, name: str) -> Proc:
