@@ -13,7 +13,7 @@ import pytest
 import sqlalchemy as sa
 
 from tests.conftest import ADMIN_PASSWORD, ADYEN_KEY, STRIPE_SECRET, free_port, wait_until
-from tests.faults import handlers
+from tests.faults import effects
 from tests.faults.services import Postgres, Redis
 from tests.test_processes import BIN, clean_env
 from webhooks.cli import upgrade
@@ -45,7 +45,7 @@ def database(postgres: Postgres) -> Iterator[str]:
     url = postgres.url.rsplit("/", 1)[0] + "/" + name
     upgrade(url)
     engine = sa.create_engine(url)
-    handlers.metadata.create_all(engine)
+    effects.metadata.create_all(engine)
     engine.dispose()
     yield url
     with contextlib.suppress(sa.exc.OperationalError), admin.connect() as conn:

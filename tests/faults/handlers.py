@@ -6,18 +6,11 @@ from __future__ import annotations
 import time
 from typing import Any
 
-import sqlalchemy as sa
 from sqlalchemy.dialects.postgresql import insert
 
 from jobs import HandlerEvent, on
+from tests.faults.effects import effects
 
-metadata = sa.MetaData()
-effects = sa.Table(
-    "fault_effects", metadata,
-    sa.Column("provider", sa.String(100), primary_key=True),
-    sa.Column("event_id", sa.String(255), primary_key=True),
-    sa.Column("n", sa.Integer, nullable=False),
-)
 SLOW_SECONDS = 3.0
 
 
