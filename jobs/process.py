@@ -1,9 +1,17 @@
 """``process_event(provider, event_id)``: the RQ job that acts on one stored event.
 
-Claim the row, find the object and its version, serialize per object, apply the state only when
-newer, run the handlers, mark the row — all in one transaction, so a failure leaves nothing half
-done. Errors are recorded on the row and re-raised for RQ to retry; after the last try the row
-is ``failed``.
+Claim the row (committed, so a worker that dies still counts an attempt), then in one transaction:
+lock the row and check the claim is still ours, find the object and its version, serialize per
+object, apply the state only when newer, run the handlers, mark the row — so a failure leaves
+nothing half done. Errors are recorded on the row and re-raised for RQ to retry; after the last
+try the row is ``failed``.
+
+Exactly once in effect: the claim's attempt number is a token. Two jobs of one event (a replay, a
+sweeper recovering a job it believes dead) serialize on the row lock, and only the holder of the
+latest claim may mark the row; a row already ``processed`` is never claimed again. While the
+transaction runs the row stays locked, which is how the sweeper tells a live ``processing`` row
+from one stranded by a killed worker (``FOR UPDATE SKIP LOCKED``; on SQLite the write lock).
+Per object, the advisory lock (and the ``objects`` row lock taken by the upsert) serialize events.
 """
 
 from __future__ import annotations
@@ -29,15 +37,27 @@ CLAIMABLE = ("received", "queued", "processing", "failed")
 TRACEBACK_LIMIT = 8000
 
 
-def _claim(session: Session, provider: str, event_id: str) -> Event | None:
-    """received/queued/failed (or a stale processing) → processing; None if there is nothing to do."""
+def _claim(session: Session, provider: str, event_id: str) -> int | None:
+    """received/queued/failed (or an abandoned processing) → processing; returns the attempt
+    number (the claim's token), or None if there is nothing to do."""
     claimed = session.execute(
         update(Event)
         .where(Event.provider == provider, Event.event_id == event_id, Event.status.in_(CLAIMABLE))
         .values(status="processing", attempts=Event.attempts + 1, status_at=datetime.now(UTC))
-        .returning(Event.event_id)
+        .returning(Event.attempts)
     ).first()
-    return session.get(Event, (provider, event_id)) if claimed else None
+    return None if claimed is None else int(claimed[0])
+
+
+def _mine(session: Session, provider: str, event_id: str, attempt: int) -> Event | None:
+    """Lock the row for this transaction; None when another claim has superseded ours."""
+    return session.scalars(
+        select(Event)
+        .where(Event.provider == provider, Event.event_id == event_id,
+               Event.status == "processing", Event.attempts == attempt)
+        .with_for_update()
+        .execution_options(populate_existing=True)
+    ).first()
 
 
 def _lock_object(session: Session, provider: str, ref: ObjectRef) -> None:
@@ -102,12 +122,15 @@ def process_event(provider: str, event_id: str) -> str:
     started_at = datetime.now(UTC)
     with rt.sessions() as session:
         with session.begin():
-            event = _claim(session, provider, event_id)
-        if event is None:
+            attempt = _claim(session, provider, event_id)
+        if attempt is None:
             return "skipped"
-        number = event.attempts
+        number = attempt
         try:
             with session.begin():
+                event = _mine(session, provider, event_id, attempt)
+                if event is None:
+                    return "skipped"  # a newer claim took over; it decides
                 status = _run(session, event, rt.settings)
                 event.status, event.status_at = status, datetime.now(UTC)
                 event.processed_at, event.last_error, event.last_traceback = datetime.now(UTC), None, None
@@ -116,7 +139,8 @@ def process_event(provider: str, event_id: str) -> str:
             with session.begin():
                 session.execute(
                     update(Event)
-                    .where(Event.provider == provider, Event.event_id == event_id)
+                    .where(Event.provider == provider, Event.event_id == event_id,
+                           Event.status == "processing", Event.attempts == attempt)
                     .values(
                         status="failed" if last_try else "queued",
                         status_at=datetime.now(UTC),

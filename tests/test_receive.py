@@ -11,6 +11,7 @@ from flask.testing import FlaskClient
 
 from tests.conftest import base_config, drain, free_port, make_app, rows, runtime, stripe_event, stripe_headers
 from webhooks import create_app
+from webhooks.errors import ConfigError
 
 
 def test_unknown_endpoint_is_404(client: FlaskClient) -> None:
@@ -76,3 +77,53 @@ def test_sweeper_requeues_queued_rows_whose_job_vanished(app: Flask) -> None:
     assert rt.sweep(now=later) == 0  # its job is live again: nothing to do
     drain(app)
     assert rows(app, "SELECT status FROM events") == [("processed",)]
+
+
+def test_rate_limited_endpoint_answers_429_with_retry_after(sqlite_url: str) -> None:
+    config = base_config(sqlite_url)
+    config["ENDPOINTS"]["stripe"]["rate_limit"] = 2
+    client = make_app(config).test_client()
+    statuses = []
+    for n in range(3):
+        body = stripe_event(f"evt_rate_{n}")
+        statuses.append(client.post("/webhooks/stripe", data=body, headers=stripe_headers(body)))
+    assert [r.status_code for r in statuses] == [200, 200, 429]
+    assert statuses[2].get_json() == {"error": "rate_limited"}
+    assert int(statuses[2].headers["Retry-After"]) >= 1
+    # Other endpoints have their own budget (none here: unlimited).
+    assert client.post("/webhooks/adyen", data=b"{}").status_code == 400
+
+
+def test_rate_limit_must_be_positive(sqlite_url: str) -> None:
+    config = base_config(sqlite_url)
+    config["ENDPOINTS"]["stripe"]["rate_limit"] = 0
+    with pytest.raises(ConfigError, match="rate_limit"):
+        create_app(config)
+
+
+def test_unexpected_error_in_verify_is_400_not_500(app: Flask, monkeypatch: pytest.MonkeyPatch) -> None:
+    from webhooks import providers
+
+    def broken(*args: object, **kwargs: object) -> None:
+        raise KeyError("provider bug")
+
+    monkeypatch.setattr(providers.PROVIDERS["stripe"], "verify", broken)
+    body = stripe_event()
+    response = app.test_client().post("/webhooks/stripe", data=body, headers=stripe_headers(body))
+    assert (response.status_code, response.get_json()) == (400, {"error": "malformed_payload"})
+
+
+def test_body_read_in_short_chunks_is_whole(app: Flask) -> None:
+    """A WSGI stream may return short reads: the body is still read whole, then verified."""
+
+    class Trickle(io.BytesIO):
+        def read(self, size: int | None = -1) -> bytes:
+            return super().read(min(7, size if size is not None and size >= 0 else 7))
+
+    body = stripe_event("evt_trickle")
+    environ = {"wsgi.input": Trickle(body), "wsgi.input_terminated": True}
+    response = app.test_client().post(
+        "/webhooks/stripe", headers=stripe_headers(body) | {"Transfer-Encoding": "chunked"}, environ_overrides=environ,
+    )
+    assert response.status_code == 200
+    assert rows(app, "SELECT event_id FROM events") == [("evt_trickle",)]

@@ -14,6 +14,7 @@ import click
 from webhooks import config
 from webhooks.admin import cli as events_cli
 from webhooks.errors import ConfigError
+from webhooks.purge import purge_command
 from webhooks.send import send
 
 
@@ -66,6 +67,8 @@ def serve(host: str, port: int) -> None:
     upgrade(settings.database_url)
     app = create_app(settings)
     rt = app.extensions["webhooks"]
+    # The in-process queue starts empty: whatever the last run left unfinished is stranded now.
+    rt.sweep(age=0)
     rt.queue.start_embedded(rt.bind, rt.sweep)
     server = make_server(host, port, app, threaded=True)
     endpoints = ", ".join(f"/webhooks/{name}" for name in settings.endpoints) or "none configured"
@@ -107,3 +110,4 @@ def db_upgrade(revision: str) -> None:
 
 main.add_command(send)
 main.add_command(events_cli.events)
+main.add_command(purge_command)

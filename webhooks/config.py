@@ -32,7 +32,7 @@ SHORTHANDS = {
     "SENDGRID_WEBHOOK_PUBLIC_KEY": ("sendgrid", "sendgrid", "secrets"),
     "STANDARD_WEBHOOK_SECRET": ("standard", "standard", "secrets"),
 }
-ENDPOINT_FIELDS = ("provider", "secrets", "tolerance_seconds", "basic_auth")
+ENDPOINT_FIELDS = ("provider", "secrets", "tolerance_seconds", "basic_auth", "rate_limit")
 
 
 @dataclass(frozen=True)
@@ -94,10 +94,15 @@ def _endpoint(name: str, raw: Mapping[str, Any], environ: Mapping[str, str]) -> 
     if not isinstance(tolerance, int) or isinstance(tolerance, bool) or tolerance <= 0:
         raise ConfigError(f"{where}: tolerance_seconds must be a positive integer")
     basic_auth = _resolve(raw.get("basic_auth"), where, environ)
+    rate_limit = raw.get("rate_limit")
+    if rate_limit is not None and (
+        isinstance(rate_limit, bool) or not isinstance(rate_limit, int | float) or rate_limit <= 0
+    ):
+        raise ConfigError(f"{where}: rate_limit must be a positive number of requests a second")
     options = {
         k: _resolve(v, where, environ) for k, v in raw.items() if k not in (*ENDPOINT_FIELDS, "secret")
     }
-    endpoint = Endpoint(name, str(kind), resolved, tolerance, basic_auth or None, options)
+    endpoint = Endpoint(name, str(kind), resolved, tolerance, basic_auth or None, options, rate_limit)
     try:
         provider = providers.get(endpoint.provider)
     except ConfigError as exc:

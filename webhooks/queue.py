@@ -91,14 +91,16 @@ class JobQueue:
         job = self._job(provider, event_id)
         return job is not None and job.get_status(refresh=False) in LIVE
 
-    def requeue(self, provider: str, event_id: str) -> bool:
+    def requeue(self, provider: str, event_id: str, *, force: bool = False) -> bool:
         """Enqueue a fresh job unless a live one exists; a finished or failed job is dropped first.
 
-        Returns False when a live job was already there.
+        ``force`` drops a "live" job too: the caller has proven from the database that nobody runs
+        it (a killed worker's job stays *started* in RQ until its timeout). Returns False when a
+        live job was already there.
         """
         job = self._job(provider, event_id)
         if job is not None:
-            if job.get_status(refresh=False) in LIVE:
+            if not force and job.get_status(refresh=False) in LIVE:
                 return False
             job.delete()
         self.enqueue(provider, event_id)

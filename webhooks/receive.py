@@ -10,27 +10,50 @@ import redis
 from flask import Blueprint, Flask, Response, current_app, jsonify, request
 from sqlalchemy import text, update
 from sqlalchemy.engine import Connection
-from sqlalchemy.exc import DBAPIError
+from sqlalchemy.exc import SQLAlchemyError
 
 from webhooks import providers, quarantine
 from webhooks.db import redact, upsert
-from webhooks.errors import UnavailableError, VerificationError
+from webhooks.errors import PayloadError, UnavailableError, VerificationError
 from webhooks.models import Event
 from webhooks.providers.base import Endpoint, Request, Verified
+from webhooks.ratelimit import RateLimits
 from webhooks.runtime import Runtime
 
 log = logging.getLogger(__name__)
 bp = Blueprint("receive", __name__)
+CHUNK = 64 * 1024
 
 def read_body(limit: int) -> bytes:
-    """Read at most ``limit`` bytes; more is a 413 (checked while reading: chunked bodies too)."""
+    """Read at most ``limit`` + 1 bytes; more is a 413 (checked while reading: chunked bodies too).
+
+    Reads in a loop: a WSGI stream may return short reads before the end of the body.
+    """
     length = request.content_length
     if length is not None and length > limit:
         raise VerificationError("payload_too_large", status=413)
-    body = request.stream.read(limit + 1)
-    if len(body) > limit:
+    chunks, size = [], 0
+    while size <= limit:
+        chunk = request.stream.read(min(CHUNK, limit + 1 - size))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        size += len(chunk)
+    if size > limit:
         raise VerificationError("payload_too_large", status=413)
-    return body
+    return b"".join(chunks)
+
+
+def verify(endpoint: Endpoint, req: Request, now: float) -> Verified:
+    """The provider's verdict; an unexpected exception is a forged or broken request, never a 500."""
+    try:
+        return providers.get(endpoint.provider).verify(req, endpoint, now=now)
+    except (VerificationError, UnavailableError):
+        raise
+    except Exception as exc:
+        # A provider bug on hostile input (the fuzz tests hunt these): refuse, keep the trace.
+        log.exception("verify of endpoint %r raised %s", endpoint.name, exc.__class__.__name__)
+        raise PayloadError("unexpected verification error") from exc
 
 
 def store(conn: Connection, endpoint: Endpoint, verified: Verified, body: bytes, headers: dict[str, str]) -> list[str]:
@@ -93,29 +116,32 @@ def accept(rt: Runtime, name: str, headers: dict[str, str], body: bytes, url: st
     if endpoint is None:
         raise VerificationError("unknown_endpoint", status=404)
     req = Request({k.lower(): v for k, v in headers.items()}, body, url)
-    verified = providers.get(endpoint.provider).verify(req, endpoint, now=now)
+    verified = verify(endpoint, req, now)
     if verified.events:
         # One connection for the insert and the status update: one pool check-out (and ping).
         try:
-            conn = rt.engine.connect()
-        except DBAPIError as exc:
-            raise UnavailableError("database unavailable") from exc
-        with conn:
-            try:
+            with rt.engine.connect() as conn:
                 new = store(conn, endpoint, verified, body, redact(headers))
-            except DBAPIError as exc:
-                raise UnavailableError("database unavailable") from exc
-            if new:
-                try:
-                    enqueue(rt, conn, endpoint.name, new)
-                except DBAPIError:
-                    log.warning("could not mark events queued; the sweeper will")
+                if new:
+                    try:
+                        enqueue(rt, conn, endpoint.name, new)
+                    except SQLAlchemyError:
+                        log.warning("could not mark events queued; the sweeper will")
+        except SQLAlchemyError as exc:
+            # Down, failing over, pool exhausted: nothing was acknowledged, the provider retries.
+            log.warning("store failed, answering 503: %s", exc.__class__.__name__)
+            raise UnavailableError("database unavailable") from exc
     return verified
 
 
 @bp.post("/webhooks/<endpoint_name>")
-def receive(endpoint_name: str) -> Response | tuple[Response, int]:
+def receive(endpoint_name: str) -> Response | tuple[Response, int] | tuple[Response, int, dict[str, str]]:
     rt: Runtime = current_app.extensions["webhooks"]
+    endpoint = rt.settings.endpoints.get(endpoint_name)
+    if endpoint is not None and endpoint.rate_limit:
+        wait = current_app.extensions["webhooks_rate_limits"].retry_after(endpoint.name, endpoint.rate_limit)
+        if wait:  # before reading the body: a flood costs as little as possible
+            return jsonify(error="rate_limited"), 429, {"Retry-After": str(wait)}
     headers = dict(request.headers.items())
     body = b""
     try:
@@ -133,6 +159,7 @@ def receive(endpoint_name: str) -> Response | tuple[Response, int]:
 
 def init_app(app: Flask) -> None:
     app.register_blueprint(bp)
+    app.extensions["webhooks_rate_limits"] = RateLimits()
 
     @app.errorhandler(VerificationError)
     def _verification(exc: VerificationError) -> tuple[Response, int]:

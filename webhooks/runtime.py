@@ -6,6 +6,7 @@ embedded worker binds its app's), else the process-wide one, else one built from
 
 from __future__ import annotations
 
+import logging
 import threading
 from datetime import UTC, datetime, timedelta
 
@@ -18,6 +19,7 @@ from webhooks.db import make_engine, make_sessionmaker
 from webhooks.models import Event
 from webhooks.queue import JobQueue
 
+log = logging.getLogger(__name__)
 _local = threading.local()
 _process: Runtime | None = None
 _lock = threading.Lock()
@@ -44,14 +46,22 @@ class Runtime:
         if self.settings.embedded_queue and self.settings.embedded_worker:
             self.queue.start_embedded(self.bind, self.sweep)
 
-    def sweep(self, now: datetime | None = None, limit: int = 500) -> int:
-        """Re-enqueue events stranded between commit and queue (outbox recovery); returns how many.
+    def sweep(self, now: datetime | None = None, limit: int = 500, age: float | None = None) -> int:
+        """Re-enqueue events stranded on their way through the queue (outbox recovery); returns how many.
 
-        ``received`` rows older than the threshold never reached Redis; ``queued`` ones whose job
-        is gone (a flushed or restarted Redis) lost it. Safe anywhere, any time: enqueue is
-        idempotent and processing claims each row.
+        Rows older than ``age`` (default ``WEBHOOKS_SWEEP_AGE``): ``received`` ones never reached
+        Redis; ``queued`` ones whose job is gone lost it (a flushed or restarted Redis); and
+        ``processing`` ones that no transaction holds were abandoned by a killed worker — those
+        are requeued (or marked ``failed`` once they have used every attempt, so an event that
+        kills its worker cannot loop). Safe anywhere, any time: enqueue is idempotent and
+        processing claims each row with a token.
         """
-        cutoff = (now or datetime.now(UTC)) - timedelta(seconds=self.settings.sweep_age)
+        age = self.settings.sweep_age if age is None else age
+        cutoff = (now or datetime.now(UTC)) - timedelta(seconds=age)
+        swept = 0
+        for provider, event_id in self._abandoned(cutoff, limit):
+            self.queue.requeue(provider, event_id, force=True)
+            swept += 1
         query = (
             select(Event.provider, Event.event_id, Event.status)
             .where(Event.status.in_(("received", "queued")), Event.status_at < cutoff)
@@ -60,7 +70,6 @@ class Runtime:
         )
         with self.sessions() as session:
             rows = session.execute(query).all()
-        swept = 0
         for provider, event_id, status in rows:
             if not self.queue.requeue(provider, event_id):
                 continue
@@ -72,6 +81,36 @@ class Runtime:
                     .values(status="queued", status_at=datetime.now(UTC))
                 )
         return swept
+
+    def _abandoned(self, cutoff: datetime, limit: int) -> list[tuple[str, str]]:
+        """``processing`` rows nobody holds → ``queued`` (or ``failed``); returns those to requeue.
+
+        A live job holds its row locked for its whole transaction: PostgreSQL skips those rows
+        (``SKIP LOCKED``); on SQLite this transaction waits for the write lock, so none is live.
+        """
+        now = datetime.now(UTC)
+        query = (
+            select(Event.provider, Event.event_id, Event.attempts)
+            .where(Event.status == "processing", Event.status_at < cutoff)
+            .order_by(Event.status_at)
+            .limit(limit)
+            .with_for_update(skip_locked=True)
+        )
+        requeue = []
+        with self.sessions.begin() as session:
+            for provider, event_id, attempts in session.execute(query).all():
+                exhausted = attempts >= self.settings.max_attempts
+                values: dict[str, object] = {"status": "failed" if exhausted else "queued", "status_at": now}
+                if exhausted:
+                    values["last_error"] = "AbandonedJobError: the worker died while processing this event"
+                else:
+                    requeue.append((provider, event_id))
+                session.execute(
+                    update(Event).where(Event.provider == provider, Event.event_id == event_id).values(**values)
+                )
+                log.warning("sweeper: %s/%s abandoned by its worker, %s", provider, event_id,
+                            "failed" if exhausted else "requeued")
+        return requeue
 
 
 def current() -> Runtime:

@@ -62,7 +62,8 @@ def _text(value: Any) -> str:
 
 
 def signed_string(item: dict[str, Any]) -> bytes:
-    amount = item.get("amount") or {}
+    amount = item.get("amount")
+    amount = amount if isinstance(amount, dict) else {}  # a forged item may carry anything
     parts = [_text(item.get(name)) for name in SIGNED_FIELDS]
     parts += [_text(amount.get("value")), _text(amount.get("currency"))]
     parts += [_text(item.get("eventCode")), _text(item.get("success"))]
@@ -114,7 +115,8 @@ class Adyen(Provider):
             item = wrapper.get("NotificationRequestItem") if isinstance(wrapper, dict) else None
             if not isinstance(item, dict):
                 raise PayloadError(f"item {position} is not a NotificationRequestItem")
-            signature = (item.get("additionalData") or {}).get("hmacSignature")
+            extra = item.get("additionalData")
+            signature = extra.get("hmacSignature") if isinstance(extra, dict) else None
             if not isinstance(signature, str) or not signature:
                 raise VerificationError("missing_signature", f"item {position} has no hmacSignature")
             signed = signed_string(item)

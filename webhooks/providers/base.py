@@ -29,6 +29,7 @@ class Endpoint:
     tolerance_seconds: int = 300
     basic_auth: str | None = None
     options: Mapping[str, Any] = field(default_factory=dict)
+    rate_limit: float | None = None  # requests a second per web process; None: unlimited
 
 
 @dataclass(frozen=True)

@@ -49,8 +49,12 @@ DEFAULT_CERT_URL = "https://api.sandbox.paypal.com/v1/notifications/certs/CERT-t
 
 
 def is_paypal_cert_url(url: str) -> bool:
-    p = urlsplit(url)
-    return (p.scheme == "https" and p.hostname in CERT_HOSTS and p.port in (None, 443) and not p.username
+    try:
+        p = urlsplit(url)
+        port = p.port
+    except ValueError:  # "host:abc", "[::1": not a URL at all
+        return False
+    return (p.scheme == "https" and p.hostname in CERT_HOSTS and port in (None, 443) and not p.username
             and p.path.startswith(CERT_PATH) and not p.query and not p.fragment)
 
 

@@ -71,7 +71,7 @@ class SendGrid(Provider):
         if endpoint.options.get("check_timestamp"):
             signed_at: int | None = check_timestamp(timestamp, now, endpoint.tolerance_seconds)
         else:
-            signed_at = int(timestamp) if timestamp.isdigit() else None
+            signed_at = int(timestamp) if timestamp.isascii() and timestamp.isdigit() else None
         events = parse_json(request.body)
         if not isinstance(events, list) or not events:
             raise PayloadError("body is not a non-empty JSON array")

@@ -66,11 +66,15 @@ def signed_string(url: str, params: dict[str, list[str]]) -> bytes:
 
 
 def port_variants(url: str) -> list[str]:
-    parts = urlsplit(url)
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError as exc:  # the Host header is the client's: "host:abc", "[::1"
+        raise VerificationError("url_mismatch", "request URL does not parse") from exc
     default = DEFAULT_PORTS.get(parts.scheme)
-    if parts.port is None and default:
+    if port is None and default:
         return [url, urlunsplit(parts._replace(netloc=f"{parts.netloc}:{default}"))]
-    if parts.port == default:
+    if port == default:
         return [url, urlunsplit(parts._replace(netloc=parts.netloc.rsplit(":", 1)[0]))]
     return [url]
 
@@ -85,7 +89,11 @@ def _signed_url(request: Request, endpoint: Endpoint) -> str:
     if not public:
         return request.url
     p = urlsplit(str(public))
-    return urlunsplit((p.scheme, p.netloc, p.path, urlsplit(request.url).query or p.query, ""))
+    try:
+        query = urlsplit(request.url).query
+    except ValueError as exc:
+        raise VerificationError("url_mismatch", "request URL does not parse") from exc
+    return urlunsplit((p.scheme, p.netloc, p.path, query or p.query, ""))
 
 
 def _match(secrets: tuple[str, ...], url: str, params: dict[str, list[str]], alg: str, sig: bytes) -> int | None:
@@ -111,6 +119,7 @@ class Twilio(Provider):
         signature = b64decode(require(request, "X-Twilio-Signature"))
         alg = algorithm(request.header(SETTINGS))
         url = _signed_url(request, endpoint)
+        port_variants(url)  # refuses a URL that does not parse, before anything else splits it
         body_hash = parse_qs(urlsplit(url).query).get("bodySHA256")
         params = {} if body_hash else parse_form(request.body)
         index = _match(endpoint.secrets, url, params, alg, signature)

@@ -1,0 +1,99 @@
+"""Killed and stopped processes: a SIGKILLed worker's job is found and run again (once in effect);
+SIGTERM lets the worker finish its job and gunicorn finish its in-flight request."""
+
+from __future__ import annotations
+
+import signal
+import socket
+import time
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+
+from tests.conftest import STRIPE_SECRET, stripe_event, stripe_headers, wait_until
+from tests.faults.conftest import gunicorn, processes, service_env, worker
+from tests.faults.services import Redis
+
+pytestmark = pytest.mark.slow
+
+
+def one(url: str, sql: str) -> object:
+    engine = sa.create_engine(url)
+    try:
+        with engine.connect() as conn:
+            return conn.execute(sa.text(sql)).first()
+    finally:
+        engine.dispose()
+
+
+def post(base: str, event_id: str, type_: str = "test.slow") -> None:
+    import requests
+
+    body = stripe_event(event_id, type_)
+    assert requests.post(f"{base}/webhooks/stripe", data=body, headers=stripe_headers(body), timeout=10).ok
+
+
+def status(url: str, event_id: str) -> str:
+    row = one(url, f"SELECT status FROM events WHERE event_id = '{event_id}'")
+    return str(row[0]) if row else ""  # type: ignore[index]
+
+
+def test_sigkilled_worker_mid_job_is_recovered_once(database: str, redis_server: Redis, tmp_path: Path,
+                                                    record_property: pytest.RecordProperty) -> None:
+    env = service_env(database, redis_server.url)
+    with processes() as procs:
+        web, base = gunicorn(env, tmp_path, workers=1, threads=2)
+        procs.append(web)
+        post(base, "evt_killed")
+        victim = worker(env, tmp_path, "victim")
+        procs.append(victim)
+        wait_until(lambda: status(database, "evt_killed") == "processing", timeout=30)
+        victim.signal(signal.SIGKILL)
+        killed = time.monotonic()
+        procs.append(worker(env, tmp_path, "successor"))
+        wait_until(lambda: status(database, "evt_killed") == "processed", timeout=60, interval=0.1)
+        recovery = time.monotonic() - killed
+    record_property("recovery_after_sigkill_s", round(recovery, 1))
+    print(f"recovery after SIGKILL: {recovery:.1f} s (sweep age 3 s, interval 1 s, handler 3 s)")
+    assert one(database, "SELECT n FROM fault_effects") == (1,)
+    assert one(database, "SELECT attempts FROM events") == (2,)
+
+
+def test_sigterm_lets_the_worker_finish_its_job(database: str, redis_server: Redis, tmp_path: Path) -> None:
+    env = service_env(database, redis_server.url)
+    with processes() as procs:
+        web, base = gunicorn(env, tmp_path, workers=1, threads=2)
+        procs.append(web)
+        post(base, "evt_term")
+        busy = worker(env, tmp_path, "busy")
+        wait_until(lambda: status(database, "evt_term") == "processing", timeout=30)
+        busy.signal(signal.SIGTERM)
+        assert busy.stop(timeout=30) == 0, busy.tail()
+    assert status(database, "evt_term") == "processed"
+    assert one(database, "SELECT n FROM fault_effects") == (1,)
+
+
+def test_sigterm_lets_gunicorn_finish_an_in_flight_request(database: str, redis_server: Redis,
+                                                           tmp_path: Path) -> None:
+    env = service_env(database, redis_server.url)
+    body = stripe_event("evt_inflight", "payment_intent.succeeded")
+    head = "".join(f"{k}: {v}\r\n" for k, v in stripe_headers(body).items())
+    with processes() as procs:
+        web, base = gunicorn(env, tmp_path, workers=1, threads=2)
+        procs.append(web)
+        port = int(base.rsplit(":", 1)[1])
+        with socket.create_connection(("127.0.0.1", port), timeout=20) as conn:
+            conn.sendall(f"POST /webhooks/stripe HTTP/1.1\r\nHost: x\r\nContent-Length: {len(body)}\r\n"
+                         f"Connection: close\r\n{head}\r\n".encode() + body[:20])
+            time.sleep(0.5)  # the request is in a worker thread, reading the body
+            web.signal(signal.SIGTERM)
+            time.sleep(1.0)
+            conn.sendall(body[20:])
+            reply = b""
+            while chunk := conn.recv(4096):
+                reply += chunk
+        assert reply.startswith(b"HTTP/1.1 200"), reply[:200]
+        assert web.popen.wait(timeout=30) == 0
+    assert status(database, "evt_inflight") == "received" or status(database, "evt_inflight") == "queued"
+    _ = STRIPE_SECRET

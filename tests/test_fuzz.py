@@ -1,0 +1,209 @@
+"""Fuzz every provider's ``verify``: random, truncated, repeated and re-signed inputs raise only the
+documented ``VerificationError`` (``PayloadError`` included) — or, for PayPal's certificate fetch,
+``UnavailableError`` — and never accept a request whose signature is not genuine.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from typing import Any
+
+import pytest
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tests.providers.test_paypal import CERT, KEY_PEM
+from webhooks.errors import UnavailableError, VerificationError
+from webhooks.providers import PROVIDERS
+from webhooks.providers.base import Endpoint, Provider, Request
+from webhooks.providers.paypal import PayPal
+
+NOW = 1_700_000_000
+CERT_URL = "https://api.sandbox.paypal.com/v1/notifications/certs/CERT-fuzz"
+_SG_PRIVATE = ec.generate_private_key(ec.SECP256R1())
+SG_PUBLIC = base64.b64encode(_SG_PRIVATE.public_key().public_bytes(
+    serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)).decode()
+SG_PRIVATE = base64.b64encode(_SG_PRIVATE.private_bytes(
+    serialization.Encoding.DER, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())).decode()
+
+ENDPOINTS: dict[str, Endpoint] = {
+    "stripe": Endpoint("stripe", "stripe", ("whsec_fuzz",)),
+    "adyen": Endpoint("adyen", "adyen", ("44782DEF547AAA06C910C43932B1EB0C71FC68D9D0C057550C48EC2ACF6BA056",)),
+    "standard": Endpoint("standard", "standard", ("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
+                                                  "whpk_A6EHv/POEL4dcN0Y50vAmWfk1jCbpQ1fHdyGZBJVMbg=")),
+    "github": Endpoint("github", "github", ("gh-secret",)),
+    "shopify": Endpoint("shopify", "shopify", ("shop-secret",)),
+    "slack": Endpoint("slack", "slack", ("slack-secret",)),
+    "twilio": Endpoint("twilio", "twilio", ("12345",), options={"public_url": "https://example.com/webhooks/twilio"}),
+    "sendgrid": Endpoint("sendgrid", "sendgrid", (SG_PUBLIC,), options={"signing_key": SG_PRIVATE}),
+    "paypal": Endpoint("paypal", "paypal", (), options={"webhook_id": "WH-FUZZ", "signing_key": KEY_PEM,
+                                                        "cert_url": CERT_URL}),
+    "hmac": Endpoint("hmac", "hmac", ("s3cret",), options={
+        "header": "X-Signature", "prefix": "sha256=", "timestamp_header": "X-Timestamp",
+        "id_path": "data.id", "type_header": "X-Type"}),
+}
+# Headers each kind reads, beyond those its own ``sign`` produces.
+EXTRA_HEADERS = {
+    "standard": ["svix-signature", "svix-id", "svix-timestamp"],
+    "shopify": ["shopify-hmac-sha256", "shopify-webhook-id", "shopify-topic"],
+    "twilio": ["x-twilio-webhooks-signature-settings"],
+    "adyen": ["hmacsignature", "authorization"],
+    "hmac": ["x-type"],
+}
+URL = "https://example.com/webhooks/fuzz"
+RAISES = (VerificationError, UnavailableError)
+
+
+def provider(kind: str) -> Provider:
+    if kind == "paypal":
+        return PayPal(cert_loader=lambda url: CERT)
+    return PROVIDERS[kind]
+
+
+def signed(kind: str, body: bytes) -> Request:
+    """A genuine request for ``body`` (Adyen: signed by header, which works for any body)."""
+    p, endpoint = provider(kind), ENDPOINTS[kind]
+    url = URL + f"?bodySHA256={__import__('hashlib').sha256(body).hexdigest()}" if kind == "twilio" else URL
+    if kind == "twilio":
+        endpoint = Endpoint("twilio", "twilio", ("12345",))
+    if kind == "adyen":
+        from webhooks.providers.adyen import hmac_digest
+
+        key = bytes.fromhex(endpoint.secrets[0])
+        headers = {"HmacSignature": base64.b64encode(hmac_digest(key, body)).decode()}
+    else:
+        body, headers = p.sign(endpoint, body, now=NOW, url=url)
+    return Request({k.lower(): v for k, v in headers.items()}, body, url)
+
+
+def header_names(kind: str) -> list[str]:
+    body = b'{"id": "x"}' if kind != "twilio" else b"a=b"
+    return sorted(set(signed(kind, body).headers) | set(EXTRA_HEADERS.get(kind, [])))
+
+
+def check(kind: str, request: Request, *, genuine: bool) -> None:
+    """``verify`` returns or raises a documented error; a non-genuine request never passes."""
+    p, endpoint = provider(kind), ENDPOINTS[kind]
+    if kind == "twilio" and genuine:
+        endpoint = Endpoint("twilio", "twilio", ("12345",))
+    try:
+        p.verify(request, endpoint, now=NOW)
+    except RAISES:
+        return
+    assert genuine, f"{kind}: a request that was not signed verified"
+
+
+# Header values as WSGI delivers them: latin-1 text (no CR/LF), possibly empty or huge.
+header_text = st.text(st.characters(min_codepoint=0x20, max_codepoint=0xFF), max_size=120)
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=20),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=12), inner, max_size=5),
+    max_leaves=20,
+)
+bodies = st.one_of(
+    st.binary(max_size=300),
+    json_values.map(lambda v: json.dumps(v).encode()),
+    st.dictionaries(st.sampled_from(["id", "type", "created", "data", "event", "event_id", "notificationItems",
+                                     "resource", "event_type", "sg_event_id", "payload", "action"]),
+                    json_values, max_size=6).map(lambda v: json.dumps(v).encode()),
+)
+FUZZ = settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+KINDS = sorted(PROVIDERS)
+
+
+def test_every_provider_is_fuzzed() -> None:
+    assert set(ENDPOINTS) == set(PROVIDERS)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@FUZZ
+@given(data=st.data(), body=bodies)
+def test_random_headers_and_bodies(kind: str, data: st.DataObject, body: bytes) -> None:
+    names = header_names(kind)
+    headers = data.draw(st.dictionaries(st.sampled_from(names), header_text, max_size=len(names)))
+    host = data.draw(st.sampled_from(["example.com", "example.com:abc", "[::1", "example.com:99999", "ex ample"]))
+    check(kind, Request(headers, body, f"https://{host}/webhooks/fuzz?x=1"), genuine=False)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@FUZZ
+@given(body=bodies)
+def test_genuine_signature_over_any_body(kind: str, body: bytes) -> None:
+    """A valid signature over garbage: accepted, or a documented error (``malformed_payload``)."""
+    try:
+        request = signed(kind, body)
+    except (ValueError, NotImplementedError, VerificationError):
+        return  # the test signer itself cannot sign this body (Twilio forms, …)
+    check(kind, request, genuine=True)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@FUZZ
+@given(data=st.data())
+def test_mutated_signature_headers(kind: str, data: st.DataObject) -> None:
+    """Truncated, repeated (joined by ", " as WSGI joins them), or edited signature headers."""
+    body = b'{"id": "evt_1", "type": "t", "data": {"id": 1}}' if kind != "twilio" else b"CallSid=CA1&CallStatus=ringing"
+    request = signed(kind, body)
+    headers: dict[str, Any] = dict(request.headers)
+    name = data.draw(st.sampled_from(sorted(headers)))
+    value = headers[name]
+    mutation = data.draw(st.sampled_from(["truncate", "repeat", "edit", "drop", "body"]))
+    if mutation == "truncate":
+        headers[name] = value[: data.draw(st.integers(0, max(len(value) - 1, 0)))]
+    elif mutation == "repeat":
+        headers[name] = f"{value}, {value}"
+    elif mutation == "edit":
+        at = data.draw(st.integers(0, max(len(value) - 1, 0)))
+        headers[name] = value[:at] + data.draw(header_text) + value[at + 1:]
+    elif mutation == "drop":
+        del headers[name]
+    mutated = body + b" " if mutation == "body" else body
+    genuine = headers == dict(request.headers) and mutated == body
+    try:
+        provider(kind).verify(Request(headers, mutated, request.url), ENDPOINTS[kind] if kind != "twilio"
+                              else Endpoint("twilio", "twilio", ("12345",)), now=NOW)
+    except RAISES:
+        return
+    # Some headers are not signed (ids, types, a repeated id joined with itself): only a change of
+    # a signed part must fail. The body is signed by every provider.
+    assert mutation != "body" or genuine, f"{kind}: a modified body verified"
+
+
+# Shapes a forger would try: Adyen items whose fields have the wrong types, Twilio URLs with
+# hostile Host headers, PayPal certificate URLs that do not parse.
+adyen_items = st.fixed_dictionaries({}, optional={
+    "additionalData": json_values | st.fixed_dictionaries({"hmacSignature": json_values}),
+    "amount": json_values | st.fixed_dictionaries({"value": json_values, "currency": json_values}),
+    "pspReference": json_values, "eventCode": json_values, "success": json_values, "originalReference": json_values,
+})
+hosts = st.sampled_from(["example.com", "example.com:abc", "[::1", "[::1]:99999", "example.com:-1", "a b", ""])
+
+
+@FUZZ
+@given(items=st.lists(adyen_items | json_values, min_size=1, max_size=3), wrap=st.booleans())
+def test_adyen_forged_items(items: list[Any], wrap: bool) -> None:
+    body = {"notificationItems": [{"NotificationRequestItem": i} for i in items] if wrap else items}
+    check("adyen", Request({}, json.dumps(body).encode()), genuine=False)
+
+
+@FUZZ
+@given(host=hosts, query=header_text, signature=header_text, body=bodies)
+def test_twilio_hostile_urls(host: str, query: str, signature: str, body: bytes) -> None:
+    request = Request({"x-twilio-signature": signature or "AAAA"}, body, f"https://{host}/t?{query}")
+    for endpoint in (ENDPOINTS["twilio"], Endpoint("twilio", "twilio", ("12345",))):
+        try:
+            provider("twilio").verify(request, endpoint, now=NOW)
+        except RAISES:
+            continue
+        raise AssertionError("a forged Twilio request verified")
+
+
+@FUZZ
+@given(host=hosts, path=header_text)
+def test_paypal_hostile_cert_urls(host: str, path: str) -> None:
+    headers = {"paypal-transmission-id": "a", "paypal-transmission-time": "b", "paypal-transmission-sig": "AAAA",
+               "paypal-cert-url": f"https://{host}/v1/notifications/certs/{path}", "paypal-auth-algo": "SHA256withRSA"}
+    check("paypal", Request(headers, b"{}"), genuine=False)

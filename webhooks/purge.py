@@ -1,0 +1,139 @@
+"""Retention: ``webhooks purge --older-than 30d`` deletes finished events, in batches.
+
+Dedup rests on the stored row: once an event id is purged, a late retry of it is new again. So a
+window shorter than the longest retry horizon among the provider kinds in use (configured endpoints
+and kinds still present in ``events``) is refused unless ``--force``. Failed events are kept twice
+as long by default (``--failed-older-than``), for replay. Unfinished rows (received, queued,
+processing) are never purged.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import click
+from sqlalchemy import delete, func, select, tuple_
+from sqlalchemy.orm import Session, sessionmaker
+
+from webhooks.errors import ConfigError, WebhooksError
+from webhooks.models import Event
+
+DAY = timedelta(days=1)
+# How long each provider kind may retry one event (PROVIDERS.md), rounded up.
+HORIZONS = {
+    "stripe": 3 * DAY,  # live mode: up to 3 days
+    "adyen": 30 * DAY,  # retries for up to 30 days
+    "standard": 2 * DAY,  # Svix: about 1.5 days
+    "github": timedelta(0),  # no automatic retries (manual redelivery reuses the id: your call)
+    "shopify": DAY,  # 8 retries over 4 hours
+    "slack": timedelta(hours=1),  # 3 retries within minutes
+    "paypal": 3 * DAY,  # up to 25 times over 3 days
+    "twilio": DAY,  # product-dependent, documented in hours: a day is conservative
+    "sendgrid": 2 * DAY,  # retries for 24 hours
+}
+UNKNOWN = 30 * DAY  # "hmac" and any kind without a documented horizon: assume the longest
+FINISHED = ("processed", "ignored")
+UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+
+
+class PurgeRefusedError(WebhooksError):
+    """The window would let a late provider retry in as a new event."""
+
+
+def parse_age(text: str) -> timedelta:
+    """``30d``, ``12h``, ``90m``, ``3600s``, ``2w`` (or plain seconds)."""
+    found = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smhdw]?)\s*", text.lower())
+    if not found:
+        raise ConfigError(f"not a duration: {text!r} (use e.g. 30d, 12h, 90m)")
+    return timedelta(seconds=float(found.group(1)) * UNITS[found.group(2) or "s"])
+
+
+def horizon(kinds: set[str]) -> tuple[timedelta, str | None]:
+    """The longest retry horizon of these kinds, and the kind that sets it."""
+    longest, which = timedelta(0), None
+    for kind in sorted(kinds):
+        value = HORIZONS.get(kind, UNKNOWN)
+        if value > longest:
+            longest, which = value, kind
+    return longest, which
+
+
+@dataclass(frozen=True)
+class Plan:
+    older_than: timedelta
+    failed_older_than: timedelta
+    batch_size: int = 1000
+
+
+def purge(sessions: sessionmaker[Session], plan: Plan, *, kinds: set[str], force: bool = False,
+          now: datetime | None = None, progress: Callable[[int], None] | None = None,
+          total: Callable[[int], None] | None = None) -> int:
+    """Delete finished events older than the plan's windows; returns how many were deleted."""
+    with sessions() as session:
+        kinds = kinds | set(session.scalars(select(Event.kind).distinct()))
+    longest, which = horizon(kinds)
+    if not force and min(plan.older_than, plan.failed_older_than) < longest:
+        raise PurgeRefusedError(
+            f"a window shorter than {which}'s retry horizon ({longest.days} d {longest.seconds // 3600} h) "
+            "lets a late retry in as a new event; use --force to purge anyway"
+        )
+    moment = now or datetime.now(UTC)
+    condition = (
+        (Event.status.in_(FINISHED) & (Event.received_at < moment - plan.older_than))
+        | ((Event.status == "failed") & (Event.received_at < moment - plan.failed_older_than))
+    )
+    with sessions() as session:
+        count = session.scalar(select(func.count()).select_from(Event).where(condition)) or 0
+    if total is not None:
+        total(count)
+    deleted = 0
+    while True:
+        with sessions.begin() as session:
+            keys = session.execute(
+                select(Event.provider, Event.event_id).where(condition).limit(plan.batch_size)
+            ).all()
+            if not keys:
+                return deleted
+            session.execute(delete(Event).where(tuple_(Event.provider, Event.event_id).in_([tuple(k) for k in keys])))
+        deleted += len(keys)
+        if progress is not None:
+            progress(len(keys))
+
+
+@click.command("purge")
+@click.option("--older-than", required=True, help="Delete processed/ignored events older than this (30d, 12h…).")
+@click.option("--failed-older-than", help="Delete failed events older than this [default: 2 × older-than]")
+@click.option("--batch-size", default=1000, show_default=True, type=click.IntRange(1, 100_000))
+@click.option("--force", is_flag=True, help="Purge even inside a provider's retry horizon.")
+def purge_command(older_than: str, failed_older_than: str | None, batch_size: int, force: bool) -> None:
+    """Delete old finished events, in batches (never unfinished ones)."""
+    from webhooks import config
+    from webhooks.db import make_engine, make_sessionmaker
+
+    try:
+        settings = config.load()
+        window = parse_age(older_than)
+        plan = Plan(window, parse_age(failed_older_than) if failed_older_than else 2 * window, batch_size)
+    except ConfigError as exc:
+        raise click.UsageError(str(exc)) from exc
+    engine = make_engine(settings.database_url)
+    kinds = {endpoint.provider for endpoint in settings.endpoints.values()}
+    bars: list[Any] = []  # click's ProgressBar, opened once the count is known
+
+    def start(count: int) -> None:
+        bars.append(click.progressbar(length=count, label=f"purging {count} events").__enter__())
+
+    try:
+        deleted = purge(make_sessionmaker(engine), plan, kinds=kinds, force=force,
+                        total=start, progress=lambda n: bars[0].update(n))
+    except PurgeRefusedError as exc:
+        raise click.ClickException(str(exc)) from exc
+    finally:
+        if bars:
+            bars[0].__exit__(None, None, None)
+        engine.dispose()
+    click.echo(f"deleted {deleted} events")
