@@ -127,3 +127,23 @@ def test_body_read_in_short_chunks_is_whole(app: Flask) -> None:
     )
     assert response.status_code == 200
     assert rows(app, "SELECT event_id FROM events") == [("evt_trickle",)]
+
+
+def test_a_stranded_row_behind_a_backlog_of_live_jobs_is_found(app: Flask, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Under a backlog most stale `queued` rows have live jobs; the sweeper walks past them all
+    (a page per Redis round trip) to the one whose job is gone."""
+    from webhooks import runtime as runtime_module
+
+    monkeypatch.setattr(runtime_module, "SWEEP_PAGE", 4)  # several pages with a few rows
+    client = app.test_client()
+    for i in range(10):
+        body = stripe_event(f"evt_backlog_{i}", created=1700000000 + i)
+        client.post("/webhooks/stripe", data=body, headers=stripe_headers(body))
+    rt = runtime(app)
+    from rq.job import Job
+
+    from webhooks.queue import job_id
+
+    Job.fetch(job_id("stripe", "evt_backlog_9"), connection=rt.queue.connection).delete()  # the newest: last page
+    assert rt.sweep(now=datetime.now(UTC) + timedelta(minutes=5)) == 1
+    assert rt.queue.live([("stripe", f"evt_backlog_{i}") for i in range(10)]) == [True] * 10

@@ -91,6 +91,15 @@ class JobQueue:
         job = self._job(provider, event_id)
         return job is not None and job.get_status(refresh=False) in LIVE
 
+    def live(self, events: list[tuple[str, str]]) -> list[bool]:
+        """For each (provider, event_id): whether its job is live — one Redis round trip for all."""
+        with self.connection.pipeline(transaction=False) as pipe:
+            for provider, event_id in events:
+                pipe.hget(Job.key_for(job_id(provider, event_id)), "status")
+            statuses = pipe.execute()
+        live = {status.value for status in LIVE}
+        return [s is not None and s.decode() in live for s in statuses]
+
     def requeue(self, provider: str, event_id: str, *, force: bool = False) -> bool:
         """Enqueue a fresh job unless a live one exists; a finished or failed job is dropped first.
 

@@ -10,7 +10,7 @@ import logging
 import threading
 from datetime import UTC, datetime, timedelta
 
-from sqlalchemy import Engine, select, update
+from sqlalchemy import Engine, select, tuple_, update
 from sqlalchemy.orm import Session, sessionmaker
 
 from webhooks import config
@@ -20,6 +20,7 @@ from webhooks.models import Event
 from webhooks.queue import JobQueue
 
 log = logging.getLogger(__name__)
+SWEEP_PAGE = 500
 _local = threading.local()
 _process: Runtime | None = None
 _lock = threading.Lock()
@@ -46,7 +47,7 @@ class Runtime:
         if self.settings.embedded_queue and self.settings.embedded_worker:
             self.queue.start_embedded(self.bind, self.sweep)
 
-    def sweep(self, now: datetime | None = None, limit: int = 500, age: float | None = None) -> int:
+    def sweep(self, now: datetime | None = None, limit: int = 20_000, age: float | None = None) -> int:
         """Re-enqueue events stranded on their way through the queue (outbox recovery); returns how many.
 
         Rows older than ``age`` (default ``WEBHOOKS_SWEEP_AGE``): ``received`` ones never reached
@@ -62,24 +63,37 @@ class Runtime:
         for provider, event_id in self._abandoned(cutoff, limit):
             self.queue.requeue(provider, event_id, force=True)
             swept += 1
-        query = (
-            select(Event.provider, Event.event_id, Event.status)
+        # Walk every stale row (keyset pages), checking their jobs a page per Redis round trip:
+        # under a backlog most `queued` rows have live jobs, and a stranded row must not hide
+        # behind them.
+        base = (
+            select(Event.status_at, Event.provider, Event.event_id, Event.status)
             .where(Event.status.in_(("received", "queued")), Event.status_at < cutoff)
-            .order_by(Event.status_at)
-            .limit(limit)
+            .order_by(Event.status_at, Event.provider, Event.event_id)
+            .limit(SWEEP_PAGE)
         )
-        with self.sessions() as session:
-            rows = session.execute(query).all()
-        for provider, event_id, status in rows:
-            if not self.queue.requeue(provider, event_id):
-                continue
-            swept += 1
-            with self.sessions.begin() as session:
-                session.execute(
-                    update(Event)
-                    .where(Event.provider == provider, Event.event_id == event_id, Event.status == status)
-                    .values(status="queued", status_at=datetime.now(UTC))
-                )
+        after: tuple[datetime, str, str] | None = None
+        seen = 0
+        while seen < limit:
+            key = tuple_(Event.status_at, Event.provider, Event.event_id)
+            query = base if after is None else base.where(key > after)
+            with self.sessions() as session:
+                rows = session.execute(query).all()
+            if not rows:
+                break
+            seen += len(rows)
+            after = tuple(rows[-1][:3])  # type: ignore[assignment]
+            live = self.queue.live([(p, e) for _, p, e, _ in rows])
+            for (_, provider, event_id, status), is_live in zip(rows, live, strict=True):
+                if is_live or not self.queue.requeue(provider, event_id):
+                    continue
+                swept += 1
+                with self.sessions.begin() as session:
+                    session.execute(
+                        update(Event)
+                        .where(Event.provider == provider, Event.event_id == event_id, Event.status == status)
+                        .values(status="queued", status_at=datetime.now(UTC))
+                    )
         return swept
 
     def _abandoned(self, cutoff: datetime, limit: int) -> list[tuple[str, str]]:
