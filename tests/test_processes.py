@@ -173,3 +173,34 @@ def test_a_plain_rq_worker_processes_events_too(production: tuple[str, dict[str,
     subprocess.run([str(BIN / "rq"), "worker", "--burst", "--url", env["REDIS_URL"]], env=env, check=True,
                    capture_output=True, timeout=60)
     assert event_status(base, "stripe", "evt_plain_rq") == "processed"
+
+
+def test_a_stalled_client_gets_408_and_frees_its_thread(pg_url: str, redis_url: str) -> None:
+    """A client that stops sending its body is answered 408 after WEBHOOKS_READ_TIMEOUT_SECONDS,
+    and nothing is stored; gunicorn keeps serving others meanwhile."""
+    import socket
+    import time
+
+    upgrade(pg_url)
+    port = free_port()
+    env = clean_env(DATABASE_URL=pg_url, REDIS_URL=redis_url, STRIPE_WEBHOOK_SECRET=STRIPE_SECRET,
+                    WEBHOOKS_READ_TIMEOUT_SECONDS="1", WEB_CONCURRENCY="1", WEB_THREADS="2")
+    cmd = [str(BIN / "gunicorn"), "webhooks:create_app()", "-c", "python:webhooks.gunicorn_conf",
+           "--bind", f"127.0.0.1:{port}", "--access-logfile", "/dev/null"]
+    with running(cmd, env) as proc:
+        threading.Thread(target=proc.stdout.read, daemon=True).start()  # type: ignore[union-attr]
+        wait_http(f"http://127.0.0.1:{port}/")
+        body = stripe_event("evt_stalled")
+        head = "".join(f"{k}: {v}\r\n" for k, v in stripe_headers(body).items())
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as slow:
+            slow.sendall(f"POST /webhooks/stripe HTTP/1.1\r\nHost: x\r\nContent-Length: {len(body)}\r\n{head}\r\n".encode()
+                         + body[:20])  # ...and then nothing
+            started = time.monotonic()
+            other = stripe_event("evt_meanwhile")
+            assert requests.post(f"http://127.0.0.1:{port}/webhooks/stripe", data=other,
+                                 headers=stripe_headers(other), timeout=5).status_code == 200
+            answer = slow.recv(4096).decode()
+            waited = time.monotonic() - started
+        assert answer.startswith("HTTP/1.1 408") and "request_timeout" in answer, answer
+        assert 0.5 < waited < 5
+    assert count(env, "SELECT count(*) FROM events") == 1  # only the other one

@@ -44,6 +44,7 @@ class Settings:
     handler_modules: tuple[str, ...] = ()
     queue_name: str = "default"  # what a plain `rq worker` listens to
     max_body_bytes: int = 1024 * 1024
+    read_timeout: float = 10.0
     max_attempts: int = 5
     retry_base_seconds: float = 10.0
     retry_max_seconds: float = 3600.0
@@ -175,6 +176,7 @@ def load(environ: Mapping[str, Any] | None = None) -> Settings:
         handler_modules=handlers,
         queue_name=env.get("WEBHOOKS_QUEUE") or "default",
         max_body_bytes=int(_number(env, "WEBHOOKS_MAX_BODY_BYTES", 1024 * 1024)),
+        read_timeout=_number(env, "WEBHOOKS_READ_TIMEOUT_SECONDS", 10),
         max_attempts=attempts,
         retry_base_seconds=_number(env, "WEBHOOKS_RETRY_BASE_SECONDS", 10),
         retry_max_seconds=_number(env, "WEBHOOKS_RETRY_MAX_SECONDS", 3600),

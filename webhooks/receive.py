@@ -24,17 +24,25 @@ log = logging.getLogger(__name__)
 bp = Blueprint("receive", __name__)
 CHUNK = 64 * 1024
 
-def read_body(limit: int) -> bytes:
+def read_body(limit: int, idle_timeout: float) -> bytes:
     """Read at most ``limit`` + 1 bytes; more is a 413 (checked while reading: chunked bodies too).
 
-    Reads in a loop: a WSGI stream may return short reads before the end of the body.
+    Reads in a loop: a WSGI stream may return short reads before the end of the body. Under
+    gunicorn a client that stops sending for ``idle_timeout`` seconds gets a 408 instead of
+    holding a thread (a client that drips bytes needs a buffering proxy in front).
     """
     length = request.content_length
     if length is not None and length > limit:
         raise VerificationError("payload_too_large", status=413)
+    client = request.environ.get("gunicorn.socket")
+    if client is not None and idle_timeout:
+        client.settimeout(idle_timeout)  # gunicorn sets it blocking again for the next request
     chunks, size = [], 0
     while size <= limit:
-        chunk = request.stream.read(min(CHUNK, limit + 1 - size))
+        try:
+            chunk = request.stream.read(min(CHUNK, limit + 1 - size))
+        except TimeoutError as exc:  # socket.timeout is TimeoutError
+            raise VerificationError("request_timeout", f"no data for {idle_timeout} s", status=408) from exc
         if not chunk:
             break
         chunks.append(chunk)
@@ -145,7 +153,7 @@ def receive(endpoint_name: str) -> Response | tuple[Response, int] | tuple[Respo
     headers = dict(request.headers.items())
     body = b""
     try:
-        body = read_body(rt.settings.max_body_bytes)
+        body = read_body(rt.settings.max_body_bytes, rt.settings.read_timeout)
         verified = accept(rt, endpoint_name, headers, body, request.url, now=time.time())
     except VerificationError as exc:
         kept = b"" if exc.reason == "payload_too_large" else body
