@@ -155,6 +155,17 @@ def hmac_digest(key: bytes, message: bytes, algorithm: str = "sha256") -> bytes:
     return hmac.new(key, message, getattr(hashlib, algorithm)).digest()
 
 
+def prefixed_hex(value: str, prefix: str, header: str) -> bytes:
+    """``<prefix>=<hex>`` (GitHub's ``sha256=…``, Slack's ``v0=…``) → the digest bytes."""
+    scheme, sep, digest = value.partition("=")
+    if not sep or scheme != prefix:
+        raise VerificationError("malformed_signature", f"{header} is not {prefix}=<hex>")
+    try:
+        return bytes.fromhex(digest)
+    except ValueError as exc:
+        raise VerificationError("malformed_signature", "signature is not hex") from exc
+
+
 def b64decode(value: str) -> bytes:
     try:
         return base64.b64decode(value, validate=True)

@@ -18,7 +18,7 @@ from datetime import datetime
 from typing import Any
 from urllib.parse import parse_qs
 
-from webhooks.errors import PayloadError, VerificationError
+from webhooks.errors import PayloadError
 from webhooks.providers.base import (
     Endpoint,
     ObjectRef,
@@ -29,6 +29,7 @@ from webhooks.providers.base import (
     first_match,
     hmac_digest,
     parse_json,
+    prefixed_hex,
     require,
 )
 
@@ -65,13 +66,7 @@ class GitHub(Provider):
 
     def verify(self, request: Request, endpoint: Endpoint, *, now: float) -> Verified:
         header = require(request, "X-Hub-Signature-256")
-        algorithm, sep, value = header.partition("=")
-        if not sep or algorithm != "sha256":
-            raise VerificationError("malformed_signature", "X-Hub-Signature-256 is not sha256=<hex>")
-        try:
-            signature = bytes.fromhex(value)
-        except ValueError as exc:
-            raise VerificationError("malformed_signature", "signature is not hex") from exc
+        signature = prefixed_hex(header, "sha256", "X-Hub-Signature-256")
         index = first_match(endpoint.secrets, lambda s: hmac_digest(s.encode(), request.body), [signature])
         delivery = request.header("X-GitHub-Delivery")
         event = request.header("X-GitHub-Event")

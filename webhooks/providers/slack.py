@@ -19,7 +19,7 @@ import json
 from typing import Any
 from urllib.parse import parse_qsl
 
-from webhooks.errors import PayloadError, VerificationError
+from webhooks.errors import PayloadError
 from webhooks.providers.base import (
     Endpoint,
     Provider,
@@ -31,6 +31,7 @@ from webhooks.providers.base import (
     first_match,
     hmac_digest,
     parse_json,
+    prefixed_hex,
     require,
 )
 
@@ -56,13 +57,7 @@ class Slack(Provider):
     def verify(self, request: Request, endpoint: Endpoint, *, now: float) -> Verified:
         header = require(request, "X-Slack-Signature")
         timestamp = require(request, "X-Slack-Request-Timestamp")
-        version, sep, value = header.partition("=")
-        if not sep or version != "v0":
-            raise VerificationError("malformed_signature", "X-Slack-Signature is not v0=<hex>")
-        try:
-            signature = bytes.fromhex(value)
-        except ValueError as exc:
-            raise VerificationError("malformed_signature", "signature is not hex") from exc
+        signature = prefixed_hex(header, "v0", "X-Slack-Signature")
         signed = f"v0:{timestamp}:".encode() + request.body
         index = first_match(endpoint.secrets, lambda s: hmac_digest(s.encode(), signed), [signature])
         ts = check_timestamp(timestamp, now, endpoint.tolerance_seconds)
