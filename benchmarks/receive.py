@@ -113,7 +113,7 @@ def main() -> None:
     entries = signed_events(60_000)  # enough that a run never repeats one: every request is new
     lua_script(script, entries)
     lua_script(duplicates, entries[:1000])  # sent in the first second of the new-events run
-    env = {**os.environ, "PYTHONPATH": f"{ROOT}:{work}", "WEB_CONCURRENCY": "2", "WEB_THREADS": "4"}
+    env = {"WEB_CONCURRENCY": "2", "WEB_THREADS": "4", **os.environ, "PYTHONPATH": f"{ROOT}:{work}"}
 
     port = free_port()
     proc = gunicorn("baseline_app:app", env, port, work)
@@ -151,7 +151,8 @@ def main() -> None:
     print(f"{'new events (PostgreSQL + Redis)':<40}{new:>10.0f}{new / baseline:>12.2f}  {n_status}")
     print(f"{'duplicate deliveries':<40}{dup:>10.0f}{dup / baseline:>12.2f}  {d_status}")
     print(f"rows stored: {stored} (= new-event requests; duplicates add none)")
-    print(f"gunicorn 2 workers × 4 threads, wrk {args.connections} connections, {os.cpu_count()} cores shared by all")
+    print(f"gunicorn {env['WEB_CONCURRENCY']} workers × {env['WEB_THREADS']} threads (WEB_CONCURRENCY, WEB_THREADS), "
+          f"wrk {args.connections} connections, {os.cpu_count()} cores shared by all")
 
 
 if __name__ == "__main__":
