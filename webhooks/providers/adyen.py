@@ -21,7 +21,6 @@ import binascii
 import hashlib
 import hmac
 import json
-from datetime import datetime
 from typing import Any
 
 from webhooks.errors import ConfigError, PayloadError, VerificationError
@@ -36,6 +35,7 @@ from webhooks.providers.base import (
     b64decode,
     first_match,
     hmac_digest,
+    iso_ms,
     parse_json,
 )
 
@@ -72,13 +72,6 @@ def signed_string(item: dict[str, Any]) -> bytes:
 
 def _keys(endpoint: Endpoint) -> list[bytes]:
     return [bytes.fromhex(secret) for secret in endpoint.secrets]
-
-
-def _event_ms(value: Any) -> int:
-    try:
-        return int(datetime.fromisoformat(str(value).replace("Z", "+00:00")).timestamp() * 1000)
-    except ValueError:
-        return 0
 
 
 class Adyen(Provider):
@@ -155,7 +148,7 @@ class Adyen(Provider):
         if "eventCode" not in data or event_type in NOT_PAYMENTS:
             return None
         payment = data.get("originalReference") or data.get("pspReference")
-        version = STAGE.get(event_type, 2) * 10**14 + _event_ms(data.get("eventDate"))
+        version = STAGE.get(event_type, 2) * 10**14 + (iso_ms(data.get("eventDate")) or 0)
         extra = {k: v for k, v in (data.get("additionalData") or {}).items() if k != "hmacSignature"}
         state = dict(data, eventCode=event_type, additionalData=extra)
         return ObjectRef("payment", str(payment), version, state)

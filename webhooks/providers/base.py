@@ -14,6 +14,7 @@ import hmac
 import json
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any, ClassVar
 
 from webhooks.errors import ConfigError, PayloadError, VerificationError
@@ -164,6 +165,16 @@ def prefixed_hex(value: str, prefix: str, header: str) -> bytes:
         return bytes.fromhex(digest)
     except ValueError as exc:
         raise VerificationError("malformed_signature", "signature is not hex") from exc
+
+
+def iso_ms(value: Any) -> int | None:
+    """An ISO 8601 time (``Z`` allowed) as unix milliseconds; None when it is not one."""
+    if not isinstance(value, str):
+        return None
+    try:
+        return int(datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp() * 1000)
+    except ValueError:
+        return None
 
 
 def b64decode(value: str) -> bytes:

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import hashlib
 import uuid
-from datetime import datetime
 from typing import Any
 from urllib.parse import parse_qs
 
@@ -28,6 +27,7 @@ from webhooks.providers.base import (
     VerifiedEvent,
     first_match,
     hmac_digest,
+    iso_ms,
     parse_json,
     prefixed_hex,
     require,
@@ -37,15 +37,6 @@ EVENT_KEYS = (
     ("zen", "ping"), ("comment", "issue_comment"), ("pull_request", "pull_request"),
     ("issue", "issues"), ("release", "release"), ("workflow_run", "workflow_run"), ("pusher", "push"),
 )
-
-
-def _ms(value: Any) -> int | None:
-    if not isinstance(value, str):
-        return None
-    try:
-        return int(datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp() * 1000)
-    except ValueError:
-        return None
 
 
 def parse_body(body: bytes) -> Any:
@@ -86,7 +77,7 @@ class GitHub(Provider):
         obj = data.get(name.removesuffix("s")) if isinstance(data, dict) else None
         if not isinstance(obj, dict) or obj.get("id") is None:
             return None
-        version = _ms(obj.get("updated_at")) or _ms(obj.get("created_at"))
+        version = iso_ms(obj.get("updated_at")) or iso_ms(obj.get("created_at"))
         return None if version is None else ObjectRef(name.removesuffix("s"), str(obj["id"]), version, obj)
 
     def sign(

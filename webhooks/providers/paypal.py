@@ -38,6 +38,7 @@ from webhooks.providers.base import (
     Verified,
     VerifiedEvent,
     b64decode,
+    iso_ms,
     parse_json,
     require,
 )
@@ -73,13 +74,6 @@ def _verifies(key: rsa.RSAPublicKey, signature: bytes, message: bytes) -> bool:
     except InvalidSignature:
         return False
     return True
-
-
-def _ms(value: Any) -> int:
-    try:
-        return int(datetime.fromisoformat(str(value).replace("Z", "+00:00")).timestamp() * 1000)
-    except ValueError:
-        return 0
 
 
 class PayPal(Provider):
@@ -142,7 +136,7 @@ class PayPal(Provider):
         resource = data.get("resource")
         if not isinstance(resource, dict) or not resource.get("id") or not data.get("resource_type"):
             return None
-        version = _ms(resource.get("update_time") or resource.get("create_time"))
+        version = iso_ms(resource.get("update_time") or resource.get("create_time")) or 0
         return ObjectRef(str(data["resource_type"]), str(resource["id"]), version, resource)
 
     def sign(

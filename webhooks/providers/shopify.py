@@ -29,6 +29,7 @@ from webhooks.providers.base import (
     b64decode,
     first_match,
     hmac_digest,
+    iso_ms,
     require,
 )
 
@@ -43,15 +44,6 @@ def singular(resource: str) -> str:
     if resource.endswith("ses"):  # addresses, businesses
         return resource[:-2]
     return resource[:-1] if resource.endswith("s") and not resource.endswith("ss") else resource
-
-
-def _ms(value: Any) -> int:
-    if not isinstance(value, str):
-        return 0
-    try:
-        return int(datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp() * 1000)
-    except ValueError:
-        return 0
 
 
 class Shopify(Provider):
@@ -70,7 +62,7 @@ class Shopify(Provider):
         if not isinstance(data, dict) or data.get("id") is None:
             return None
         resource = singular(event_type.split("/", 1)[0])
-        return ObjectRef(resource, str(data["id"]), _ms(data.get("updated_at")), data)
+        return ObjectRef(resource, str(data["id"]), iso_ms(data.get("updated_at")) or 0, data)
 
     def sign(
         self, endpoint: Endpoint, body: bytes, *, now: float, secret_index: int = 0, url: str = ""

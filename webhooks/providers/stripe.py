@@ -13,7 +13,6 @@ an ``…updated``, which outranks a ``…created``. Equal versions keep the stat
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Any
 
 from webhooks.errors import PayloadError, VerificationError
@@ -27,6 +26,7 @@ from webhooks.providers.base import (
     check_timestamp,
     first_match,
     hmac_digest,
+    iso_ms,
     parse_json,
     require,
 )
@@ -49,12 +49,10 @@ def _created_ms(created: Any) -> int:
         raise PayloadError("created is not a time")
     if isinstance(created, int):
         return created * 1000
-    if isinstance(created, str):
-        try:
-            return int(datetime.fromisoformat(created.replace("Z", "+00:00")).timestamp() * 1000)
-        except ValueError as exc:
-            raise PayloadError("created is not a time") from exc
-    raise PayloadError("event has no created time")
+    ms = iso_ms(created)
+    if ms is None:
+        raise PayloadError("event has no created time")
+    return ms
 
 
 class Stripe(Provider):
