@@ -21,7 +21,8 @@ import sqlalchemy as sa
 from tests.conftest import ADYEN_KEY, STRIPE_SECRET, stripe_event, wait_until
 from tests.faults.conftest import gunicorn, processes, service_env, worker
 from tests.faults.services import Redis
-from webhooks.providers.adyen import STAGE, Adyen, _event_ms
+from webhooks.providers.adyen import STAGE, Adyen
+from webhooks.providers.base import iso_ms
 from webhooks.providers.base import Endpoint
 from webhooks.providers.stripe import Stripe
 
@@ -56,7 +57,7 @@ def deliveries() -> tuple[list[tuple[str, bytes, dict[str, str]]], dict[tuple[st
             }
             body = json.dumps({"live": "false", "notificationItems": [{"NotificationRequestItem": item}]}).encode()
             out.append(("adyen", *Adyen().sign(adyen_ep, body, now=now)))
-        newest[("adyen", "payment", f"PSP{p}")] = STAGE["CHARGEBACK"] * 10**14 + _event_ms("2024-01-01T10:03:00+00:00")
+        newest[("adyen", "payment", f"PSP{p}")] = STAGE["CHARGEBACK"] * 10**14 + (iso_ms("2024-01-01T10:03:00+00:00") or 0)
     return out, newest
 
 
