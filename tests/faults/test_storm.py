@@ -22,8 +22,7 @@ from tests.conftest import ADYEN_KEY, STRIPE_SECRET, stripe_event, wait_until
 from tests.faults.conftest import gunicorn, processes, service_env, worker
 from tests.faults.services import Redis
 from webhooks.providers.adyen import STAGE, Adyen
-from webhooks.providers.base import iso_ms
-from webhooks.providers.base import Endpoint
+from webhooks.providers.base import Endpoint, iso_ms
 from webhooks.providers.stripe import Stripe
 
 pytestmark = pytest.mark.slow
