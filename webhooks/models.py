@@ -6,7 +6,19 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Annotated, Any
 
-from sqlalchemy import JSON, BigInteger, DateTime, Index, Integer, LargeBinary, MetaData, String, Text
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Boolean,
+    DateTime,
+    Index,
+    Integer,
+    LargeBinary,
+    MetaData,
+    String,
+    Text,
+    false,
+)
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
@@ -60,6 +72,9 @@ class Event(Base):
     # A provider reference searched by operators that is neither the event nor the object id
     # (Adyen ``merchantReference``); set at receive time from what verification already parsed.
     reference: Mapped[str | None] = mapped_column(String(255))
+    # sha256 hex of the verified signature for schemes that sign no id or timestamp: unique per
+    # endpoint (NULLs never collide), so one captured signature can never mint a second event.
+    replay_key: Mapped[str | None] = mapped_column(String(64))
 
     __table_args__ = (
         # Keyset pagination, newest first: (received_at, provider, event_id) is the cursor, so both
@@ -69,6 +84,7 @@ class Event(Base):
         Index("ix_events_status_status_at", "status", "status_at"),  # the sweeper
         Index("ix_events_object_id", "object_id"),  # console search, and "events that moved it"
         Index("ix_events_reference", "reference"),
+        Index("ux_events_replay_key", "provider", "replay_key", unique=True),
     )
 
 
@@ -88,6 +104,9 @@ class Rejection(Base):
     headers: Mapped[dict[str, str]] = mapped_column(Json)
     body: Mapped[bytes] = mapped_column(LargeBinary)
     outcome: Mapped[str | None] = mapped_column(String(100))
+    # Whether the request's HTTP Basic credentials were right on arrival: kept as a fact in a
+    # column (never as a client-controllable header), so a re-verify can pass basic auth.
+    basic_auth_ok: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
     reverified_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
 
     __table_args__ = (Index("ix_rejections_received_at", "received_at"),)

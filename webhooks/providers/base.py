@@ -79,6 +79,11 @@ class Verified:
     events: list[VerifiedEvent]
     scheme: str
     reply: Reply | None = None
+    # For schemes whose signature covers neither the event id nor a timestamp (GitHub, Shopify,
+    # Twilio, PayPal, generic hmac): a stable fingerprint of what was signed (see ``replay_key``).
+    # The receiver stores it under a per-endpoint unique index, so one signature yields at most
+    # one event; a second delivery with it but another id is a ``replayed_signature``.
+    replay_key: str | None = None
 
 
 @dataclass(frozen=True)
@@ -182,6 +187,15 @@ def b64decode(value: str) -> bytes:
         return base64.b64decode(value, validate=True)
     except (binascii.Error, ValueError) as exc:
         raise VerificationError("malformed_signature", "not base64") from exc
+
+
+def replay_key(*parts: bytes | str) -> str:
+    """A fixed-width fingerprint of a verified signature (and what names it), for ``Verified.replay_key``."""
+    digest = hashlib.sha256()
+    for part in parts:
+        raw = part.encode() if isinstance(part, str) else part
+        digest.update(len(raw).to_bytes(8, "big") + raw)
+    return digest.hexdigest()
 
 
 def first_match(
