@@ -100,6 +100,7 @@ class Provider:
     """Base of every provider kind; subclasses override what differs."""
 
     kind: ClassVar[str]
+    signature_header_names: ClassVar[tuple[str, ...]] = ()
 
     def validate(self, endpoint: Endpoint) -> None:
         """Raise ``ConfigError`` when the endpoint's secrets or options cannot work."""
@@ -108,6 +109,10 @@ class Provider:
 
     def verify(self, request: Request, endpoint: Endpoint, *, now: float) -> Verified:
         raise NotImplementedError
+
+    def signature_headers(self, endpoint: Endpoint) -> tuple[str, ...]:
+        """The request headers that carry the signature (redacted where a stored one could be replayed)."""
+        return self.signature_header_names
 
     def event_data(self, payload: bytes, index: int | None) -> Any:
         """The parsed event stored as ``payload`` (and ``index`` within a batch)."""

@@ -89,6 +89,9 @@ class GenericHmac(Provider):
         if (o.get("id_header") and o.get("id_path")) or (o.get("type_header") and o.get("type_path")):
             raise bad("give id_header or id_path (type_header or type_path), not both")
 
+    def signature_headers(self, endpoint: Endpoint) -> tuple[str, ...]:
+        return (str(endpoint.options["header"]),)
+
     def verify(self, request: Request, endpoint: Endpoint, *, now: float) -> Verified:
         o = endpoint.options
         raw = require(request, o["header"])

@@ -54,6 +54,7 @@ def parse_body(body: bytes) -> Any:
 
 class GitHub(Provider):
     kind = "github"
+    signature_header_names = ("X-Hub-Signature-256", "X-Hub-Signature")
 
     def verify(self, request: Request, endpoint: Endpoint, *, now: float) -> Verified:
         header = require(request, "X-Hub-Signature-256")

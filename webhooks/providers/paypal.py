@@ -78,6 +78,7 @@ def _verifies(key: rsa.RSAPublicKey, signature: bytes, message: bytes) -> bool:
 
 class PayPal(Provider):
     kind = "paypal"
+    signature_header_names = ("PAYPAL-TRANSMISSION-SIG",)
 
     def __init__(self, cert_loader: Loader | None = None, pinned_reader: Loader | None = None) -> None:
         self.cert_loader, self.pinned_reader = cert_loader, pinned_reader

@@ -48,6 +48,7 @@ def singular(resource: str) -> str:
 
 class Shopify(Provider):
     kind = "shopify"
+    signature_header_names = ("X-Shopify-Hmac-Sha256", "Shopify-Hmac-Sha256")
 
     def verify(self, request: Request, endpoint: Endpoint, *, now: float) -> Verified:
         name = "X-Shopify-Hmac-Sha256" if request.header("X-Shopify-Hmac-Sha256") else "Shopify-Hmac-Sha256"

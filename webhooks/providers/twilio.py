@@ -106,6 +106,7 @@ def _match(secrets: tuple[str, ...], url: str, params: dict[str, list[str]], alg
 
 class Twilio(Provider):
     kind = "twilio"
+    signature_header_names = ("X-Twilio-Signature",)
 
     def validate(self, endpoint: Endpoint) -> None:
         super().validate(endpoint)
