@@ -5,24 +5,80 @@ from __future__ import annotations
 import logging
 import time
 from datetime import UTC, datetime
+from urllib.parse import quote, urlsplit
 
 import redis
 from flask import Blueprint, Flask, Response, current_app, jsonify, request
-from sqlalchemy import update
+from sqlalchemy import select, update
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.orm import Session
 
 from webhooks import providers, quarantine
 from webhooks.db import redact, upsert
 from webhooks.errors import PayloadError, UnavailableError, VerificationError
 from webhooks.models import Event
 from webhooks.providers.base import Endpoint, Request, Verified
+from webhooks.quarantine import count as count_rejection
 from webhooks.ratelimit import RateLimits
 from webhooks.runtime import Runtime
 
 log = logging.getLogger(__name__)
 bp = Blueprint("receive", __name__)
 CHUNK = 64 * 1024
+KEY_WIDTH = 255  # events.event_id and event_type
+
+
+def raw_url() -> str:
+    """The request URL as the client sent it: escapes intact, unlike Werkzeug's ``request.url``.
+
+    Schemes that sign the URL (Twilio) must see the bytes the sender signed; gunicorn and
+    Werkzeug keep the request target in ``RAW_URI`` / ``REQUEST_URI``.
+    """
+    env = request.environ
+    target = env.get("RAW_URI") or env.get("REQUEST_URI")
+    if not target:
+        query = env.get("QUERY_STRING", "")
+        target = quote(env.get("SCRIPT_NAME", "") + env.get("PATH_INFO", "")) + (f"?{query}" if query else "")
+    if not target.startswith("/"):  # absolute-form request target: keep only its path and query
+        parts = urlsplit(target)
+        target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+    # WSGI carries the raw bytes as latin-1; a client that sent raw UTF-8 gets it back as such.
+    target = target.encode("latin-1", "replace").decode("utf-8", "replace")
+    return f"{request.scheme}://{request.host}{target}"
+
+
+def storable(value: str) -> bool:
+    """Fits a key column on every database: PostgreSQL refuses NUL and lone surrogates anywhere."""
+    if len(value) > KEY_WIDTH or "\x00" in value:
+        return False
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def check_storable(verified: Verified) -> None:
+    """Refuse, before anything is stored, an id or type that one of the databases cannot key on.
+
+    SQLite would take them and PostgreSQL would not (a 503 or 500 loop): both answer 400
+    ``malformed_payload`` instead, and the request is quarantined for an operator to see.
+    """
+    for event in verified.events:
+        for name, value in (("event id", event.event_id), ("event type", event.event_type)):
+            if not storable(value):
+                raise PayloadError(f"{name} is longer than {KEY_WIDTH} characters or holds NUL or a lone surrogate")
+
+
+def stored_headers(endpoint: Endpoint, verified: Verified, headers: dict[str, str]) -> dict[str, str]:
+    """Headers fit to keep on the event: credentials redacted, and for schemes that sign no id or
+    timestamp the signature too (a stored signature is a replayable one; its verdict is kept)."""
+    kept = redact(headers)
+    if verified.replay_key is None:
+        return kept
+    names = {n.lower() for n in providers.get(endpoint.provider).signature_headers(endpoint)}
+    return {k: ("[verified signature]" if k.lower() in names else v) for k, v in kept.items()}
 
 def read_body(limit: int, idle_timeout: float) -> bytes:
     """Read at most ``limit`` + 1 bytes; more is a 413 (checked while reading: chunked bodies too).
@@ -90,14 +146,36 @@ def store(conn: Connection, endpoint: Endpoint, verified: Verified, body: bytes,
             "secret_index": e.secret_index,
             "signed_at": e.signed_at,
             # Search keys only: the column width must never turn a genuine event into a 503.
-            "object_id": e.object_id and e.object_id[:255],
-            "reference": e.reference and e.reference[:255],
+            "object_id": _search_key(e.object_id),
+            "reference": _search_key(e.reference),
+            # One signature per request: only single-event schemes carry a replay key.
+            "replay_key": verified.replay_key,
         }
         for e in verified.events
     ]
-    stmt = upsert(conn, Event).on_conflict_do_nothing(index_elements=["provider", "event_id"])
+    # No conflict target: a second id under a used replay key is ignored like a duplicate id.
+    stmt = upsert(conn, Event).on_conflict_do_nothing()
     with conn.begin():
-        return list(conn.execute(stmt.returning(Event.event_id), rows).scalars())
+        new = list(conn.execute(stmt.returning(Event.event_id), rows).scalars())
+        if not new and verified.replay_key is not None:
+            holder = conn.execute(
+                select(Event.event_id).where(Event.provider == endpoint.name, Event.replay_key == verified.replay_key)
+            ).scalar()
+            if holder is not None and holder not in {e.event_id for e in verified.events}:
+                # A captured signature re-sent with another id or topic: answered as a duplicate.
+                log.warning("endpoint %r: a replayed signature was answered as a duplicate", endpoint.name)
+                with Session(bind=conn) as session:
+                    count_rejection(session, endpoint.name, "replayed_signature", now)
+                    session.flush()
+        return new
+
+
+def _search_key(value: str | None) -> str | None:
+    """A search column's value: clipped to its width, dropped when no database could store it."""
+    if value is None:
+        return None
+    value = value[:KEY_WIDTH]
+    return value if storable(value) else None
 
 
 def enqueue(rt: Runtime, conn: Connection, provider: str, event_ids: list[str]) -> None:
@@ -125,11 +203,12 @@ def accept(rt: Runtime, name: str, headers: dict[str, str], body: bytes, url: st
         raise VerificationError("unknown_endpoint", status=404)
     req = Request({k.lower(): v for k, v in headers.items()}, body, url)
     verified = verify(endpoint, req, now)
+    check_storable(verified)
     if verified.events:
         # One connection for the insert and the status update: one pool check-out (and ping).
         try:
             with rt.engine.connect() as conn:
-                new = store(conn, endpoint, verified, body, redact(headers))
+                new = store(conn, endpoint, verified, body, stored_headers(endpoint, verified, headers))
                 if new:
                     try:
                         enqueue(rt, conn, endpoint.name, new)
@@ -151,13 +230,14 @@ def receive(endpoint_name: str) -> Response | tuple[Response, int] | tuple[Respo
         if wait:  # before reading the body: a flood costs as little as possible
             return jsonify(error="rate_limited"), 429, {"Retry-After": str(wait)}
     headers = dict(request.headers.items())
+    url = raw_url()
     body = b""
     try:
         body = read_body(rt.settings.max_body_bytes, rt.settings.read_timeout)
-        verified = accept(rt, endpoint_name, headers, body, request.url, now=time.time())
+        verified = accept(rt, endpoint_name, headers, body, url, now=time.time())
     except VerificationError as exc:
         kept = b"" if exc.reason == "payload_too_large" else body
-        quarantine.record(rt, endpoint_name, exc, headers, kept, request.url)
+        quarantine.record(rt, endpoint_name, exc, headers, kept, url)
         raise
     if verified.reply is not None:
         reply = verified.reply
