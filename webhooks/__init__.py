@@ -13,7 +13,7 @@ from webhooks.config import Settings
 def create_app(config: Mapping[str, Any] | Settings | None = None) -> Flask:
     """The app factory: the only ``Flask(...)``. ``config`` is an environment-shaped mapping or
     ready ``Settings``; None reads the environment."""
-    from webhooks import admin, receive
+    from webhooks import admin, health, receive
     from webhooks.config import load
     from webhooks.runtime import Runtime
 
@@ -23,6 +23,7 @@ def create_app(config: Mapping[str, Any] | Settings | None = None) -> Flask:
     rt = Runtime(settings).activate()
     app.extensions["webhooks"] = rt
     receive.init_app(app)
+    health.init_app(app)
     admin.init_app(app)
     if settings.embedded_queue:
         # Without Redis the work runs in this process; start it with the first request.

@@ -7,7 +7,6 @@ import logging
 import os
 import secrets
 import sys
-from pathlib import Path
 
 import click
 
@@ -15,6 +14,9 @@ from webhooks import config
 from webhooks.admin import cli as events_cli
 from webhooks.errors import ConfigError
 from webhooks.purge import purge_command
+from webhooks.schema import alembic_config, upgrade
+
+__all__ = ["alembic_config", "main", "upgrade"]  # tests and scripts import them from here
 from webhooks.send import send
 
 
@@ -23,23 +25,6 @@ def _settings() -> config.Settings:
         return config.load()
     except ConfigError as exc:
         raise click.ClickException(f"configuration: {exc}") from exc
-
-
-def alembic_config(url: str):  # type: ignore[no-untyped-def]  # alembic.config.Config, imported lazily
-    from alembic.config import Config
-
-    import migrations
-
-    cfg = Config()
-    cfg.set_main_option("script_location", str(Path(migrations.__file__).parent))
-    cfg.attributes["url"] = url
-    return cfg
-
-
-def upgrade(url: str, revision: str = "head") -> None:
-    from alembic import command
-
-    command.upgrade(alembic_config(url), revision)
 
 
 @click.group()

@@ -1,0 +1,56 @@
+"""The database schema's revision: where Alembic's scripts are, the head, and what a database is at."""
+
+from __future__ import annotations
+
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import Engine, text
+from sqlalchemy.exc import SQLAlchemyError
+
+
+def alembic_config(url: str) -> Any:  # alembic.config.Config, imported lazily (alembic is slow to import)
+    from alembic.config import Config
+
+    import migrations
+
+    cfg = Config()
+    cfg.set_main_option("script_location", str(Path(migrations.__file__).parent))
+    cfg.attributes["url"] = url
+    return cfg
+
+
+def upgrade(url: str, revision: str = "head") -> None:
+    from alembic import command
+
+    command.upgrade(alembic_config(url), revision)
+
+
+@cache
+def head() -> str:
+    """The newest revision this code ships (one head: the migrations never branch)."""
+    from alembic.script import ScriptDirectory
+
+    return str(ScriptDirectory.from_config(alembic_config("")).get_current_head())
+
+
+def current(engine: Engine) -> str | None:
+    """The database's revision; None when it was never migrated. Raises SQLAlchemyError when down."""
+    with engine.connect() as conn:
+        if not engine.dialect.has_table(conn, "alembic_version"):
+            return None
+        return conn.execute(text("SELECT version_num FROM alembic_version")).scalar()
+
+
+def problem(engine: Engine) -> str | None:
+    """Why the schema cannot serve this code, in one line with what to do; None when it can."""
+    try:
+        at = current(engine)
+    except SQLAlchemyError as exc:
+        return f"database unreachable ({exc.__class__.__name__})"
+    want = head()
+    if at == want:
+        return None
+    found = "never migrated" if at is None else f"at {at}"
+    return f"database schema {found}, head is {want}: run `webhooks db upgrade`"
