@@ -1,7 +1,18 @@
-"""Engines and sessions. SQLite gets WAL, a busy timeout and ``BEGIN IMMEDIATE`` transactions."""
+"""Engines and sessions. SQLite gets WAL, a busy timeout and ``BEGIN IMMEDIATE`` transactions
+(``deferred(engine)``: plain ``BEGIN``, for transactions that must not wait for a writer).
+
+Also what makes a value storable on both databases: PostgreSQL refuses NUL (text and JSONB), lone
+surrogates anywhere, non-finite numbers in JSONB and values over a column's width, all of which
+SQLite takes. ``storable_text`` / ``storable_json`` replace such characters with U+FFFD (and
+NaN/Infinity with null, as ``JSON.stringify`` does); ``storable_key`` maps a key that does not fit
+to a stable ``sha256:<hex>``.
+"""
 
 from __future__ import annotations
 
+import hashlib
+import math
+import re
 from typing import Any
 
 from sqlalchemy import Connection, Engine, create_engine, event
@@ -33,8 +44,57 @@ def _sqlite_setup(engine: Engine) -> None:
 
     @event.listens_for(engine, "begin")
     def _begin(connection: Any) -> None:
-        # Writers queue on the lock up front instead of failing at their first write.
-        connection.exec_driver_sql("BEGIN IMMEDIATE")
+        # Writers queue on the lock up front instead of failing at their first write. A deferred
+        # transaction takes the lock only at its first write: readers never wait for a writer.
+        deferred = connection.get_execution_options().get(DEFERRED, False)
+        connection.exec_driver_sql("BEGIN" if deferred else "BEGIN IMMEDIATE")
+
+
+DEFERRED = "webhooks_deferred"
+
+
+def deferred(engine: Engine) -> Engine:
+    """The same engine (pool, settings) whose SQLite transactions begin deferred: they wait for no
+    writer until they write, but one that reads and then writes after another writer committed
+    fails at once (``is_busy``). PostgreSQL ignores the option."""
+    return engine.execution_options(**{DEFERRED: True})
+
+
+def is_busy(exc: BaseException) -> bool:
+    """SQLite refused a write: the lock is held, or this transaction's snapshot is stale."""
+    code = getattr(getattr(exc, "orig", None), "sqlite_errorcode", None)
+    return code is not None and code & 0xFF == 5  # SQLITE_BUSY and its extended codes (BUSY_SNAPSHOT)
+
+
+_UNSTORABLE = re.compile(r"[\x00\ud800-\udfff]")
+SHA_PREFIX = "sha256:"
+
+
+def storable_text(value: str) -> str:
+    """``value`` with NUL and lone surrogates (PostgreSQL refuses both) replaced by U+FFFD."""
+    return _UNSTORABLE.sub("\ufffd", value)
+
+
+def storable_json(value: Any) -> Any:
+    """A copy of a parsed JSON value that both databases store: strings and keys through
+    ``storable_text``, NaN and ±Infinity as null. Unchanged values are returned as they are."""
+    if isinstance(value, str):
+        return storable_text(value)
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {storable_text(str(k)): storable_json(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [storable_json(v) for v in value]
+    return value
+
+
+def storable_key(value: str, width: int) -> str:
+    """``value`` if a ``String(width)`` key column stores it as is on both databases, else a stable
+    ``sha256:<hex>`` of it (the same value always maps to the same key)."""
+    if len(value) <= width and not _UNSTORABLE.search(value) and not value.startswith(SHA_PREFIX):
+        return value
+    return SHA_PREFIX + hashlib.sha256(value.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 REDACTED = frozenset({"authorization", "cookie", "proxy-authorization", "x-api-key"})
