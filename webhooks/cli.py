@@ -3,31 +3,68 @@
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import logging
 import os
 import secrets
 import sys
+from typing import TYPE_CHECKING, Any
 
 import click
 
-from webhooks import config
-from webhooks.admin import cli as events_cli
-from webhooks.errors import ConfigError
-from webhooks.purge import purge_command
-from webhooks.schema import alembic_config, upgrade
+if TYPE_CHECKING:
+    from webhooks.config import Settings
 
-__all__ = ["alembic_config", "main", "upgrade"]  # tests and scripts import them from here
-from webhooks.send import send
+# Commands that live in other modules load on first use: `webhooks --help` imports neither
+# SQLAlchemy, Flask nor the providers (name → (module, attribute, one-line help)).
+LAZY = {
+    "send": ("webhooks.send", "send", "Sign PAYLOAD_FILE as ENDPOINT's provider would and POST it."),
+    "events": ("webhooks.admin.cli", "events", "List, show and replay stored events."),
+    "purge": ("webhooks.purge", "purge_command", "Delete old processed, ignored and failed events."),
+}
 
 
-def _settings() -> config.Settings:
+class LazyGroup(click.Group):
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted([*super().list_commands(ctx), *LAZY])
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name in LAZY:
+            module, attribute, _ = LAZY[cmd_name]
+            command: click.Command = getattr(importlib.import_module(module), attribute)
+            return command
+        return super().get_command(ctx, cmd_name)
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        rows = [(name, command.get_short_help_str(80)) for name, command in self.commands.items()]
+        rows += [(name, text) for name, (_, _, text) in LAZY.items()]
+        with formatter.section("Commands"):
+            formatter.write_dl(sorted(rows))
+
+
+def alembic_config(url: str) -> Any:
+    from webhooks.schema import alembic_config
+
+    return alembic_config(url)
+
+
+def upgrade(url: str, revision: str = "head") -> None:
+    from webhooks.schema import upgrade
+
+    upgrade(url, revision)
+
+
+def _settings() -> Settings:
+    from webhooks import config
+    from webhooks.errors import ConfigError
+
     try:
         return config.load()
     except ConfigError as exc:
         raise click.ClickException(f"configuration: {exc}") from exc
 
 
-@click.group()
+@click.group(cls=LazyGroup)
 def main() -> None:
     """Receive, verify, store and process webhooks."""
     logging.basicConfig(
@@ -91,8 +128,3 @@ def db_upgrade(revision: str) -> None:
     settings = _settings()
     upgrade(settings.database_url, revision)
     click.echo(f"database at {revision}")
-
-
-main.add_command(send)
-main.add_command(events_cli.events)
-main.add_command(purge_command)
