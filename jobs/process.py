@@ -12,6 +12,20 @@ latest claim may mark the row; a row already ``processed`` is never claimed agai
 transaction runs the row stays locked, which is how the sweeper tells a live ``processing`` row
 from one stranded by a killed worker (``FOR UPDATE SKIP LOCKED``; on SQLite the write lock).
 Per object, the advisory lock (and the ``objects`` row lock taken by the upsert) serialize events.
+
+On SQLite the handlers must not run inside the write lock (every delivery and console read would
+wait for them), so there (``_process_unlocked``): the claim, a read of the row and the object,
+the handlers in a deferred transaction (it takes the write lock only if a handler writes), then
+the state and the mark in a short write that re-checks the claim — in the handlers' transaction
+when they wrote (it holds the lock already), else in a fresh one. A handler that read, then wrote
+after another writer committed, gets SQLite's busy error: the attempt is rolled back and run
+again the old way, inside the write lock. The runtime's processing lock, held from the claim to
+the mark, serializes processing (per-object order) and tells the sweeper no job is live.
+
+Hostile values (``storable``): an object type or id that does not fit its key column or holds
+NUL / lone surrogates is keyed ``sha256:<hex>`` of it; the stored state has NUL and lone
+surrogates replaced by U+FFFD (and NaN/Infinity by null). The event's raw payload stays exact, and
+handlers get its data as sent; ``state``, ``object_type`` and ``object_id`` are the stored ones.
 """
 
 from __future__ import annotations
@@ -24,17 +38,27 @@ from typing import Any
 
 from rq import get_current_job
 from sqlalchemy import select, text, update
+from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session
 
 from jobs import attempts, fetch, handlers
 from webhooks import providers, runtime
 from webhooks.config import Settings
-from webhooks.db import upsert
+from webhooks.db import is_busy, storable_json, storable_key, storable_text, upsert
 from webhooks.models import Event, Object
 from webhooks.providers.base import ObjectRef
 
 CLAIMABLE = ("received", "queued", "processing", "failed")
 TRACEBACK_LIMIT = 8000
+BIGINT = 2**63 - 1
+
+
+def storable(ref: ObjectRef) -> ObjectRef:
+    """The object key, version and state as both databases store them (see the module's doc)."""
+    return ObjectRef(
+        storable_key(ref.type, 100), storable_key(ref.id, 255),
+        max(-BIGINT, min(BIGINT, ref.version)), storable_json(ref.state),
+    )
 
 
 def _claim(session: Session, provider: str, event_id: str) -> int | None:
@@ -87,7 +111,8 @@ def apply_state(session: Session, provider: str, event_id: str, ref: ObjectRef) 
     return current
 
 
-def _run(session: Session, event: Event, settings: Settings) -> str:
+def _object(event: Event, settings: Settings) -> tuple[Any, ObjectRef | None]:
+    """The event's data as sent, and the object it moves (re-fetched when configured), storable."""
     provider = providers.get(event.kind)
     data = provider.event_data(event.payload, event.item_index)
     ref = provider.extract(event.event_type, data)
@@ -96,6 +121,11 @@ def _run(session: Session, event: Event, settings: Settings) -> str:
         assert endpoint is not None
         # Before taking the object lock: no network wait while holding it.
         ref = dataclasses.replace(ref, state=fetch.stripe_object(endpoint, ref))
+    return data, None if ref is None else storable(ref)
+
+
+def _run(session: Session, event: Event, settings: Settings) -> str:
+    data, ref = _object(event, settings)
     state: Any = None
     latest = True
     if ref is not None:
@@ -113,6 +143,108 @@ def _run(session: Session, event: Event, settings: Settings) -> str:
     return "processed" if ref is not None or found else "ignored"
 
 
+def _mark(event: Event, status: str) -> None:
+    event.status, event.status_at = status, datetime.now(UTC)
+    event.processed_at, event.last_error, event.last_traceback = datetime.now(UTC), None, None
+
+
+def _process_locked(rt: runtime.Runtime, provider: str, event_id: str, attempt: int) -> str:
+    """One transaction, holding the row lock (SQLite: the write lock) throughout."""
+    with rt.sessions() as session, session.begin():
+        event = _mine(session, provider, event_id, attempt)
+        if event is None:
+            return "skipped"  # a newer claim took over; it decides
+        status = _run(session, event, rt.settings)
+        _mark(event, status)
+    return status
+
+
+def _finish(session: Session, provider: str, event_id: str, attempt: int, ref: ObjectRef | None,
+            status: str) -> bool:
+    """Apply the state and mark the row, if the claim is still ours."""
+    event = _mine(session, provider, event_id, attempt)
+    if event is None:
+        return False
+    if ref is not None:
+        apply_state(session, provider, event_id, ref)
+        event.object_type, event.object_id, event.object_version = ref.type, ref.id, ref.version
+    _mark(event, status)
+    return True
+
+
+class _Superseded(Exception):
+    """A newer claim took over while the handlers ran: their writes roll back."""
+
+
+def _changes(session: Session) -> int:
+    dbapi: Any = session.connection().connection.dbapi_connection
+    return int(dbapi.total_changes)
+
+
+def _process_unlocked(rt: runtime.Runtime, provider: str, event_id: str, attempt: int) -> str:
+    """SQLite: the handlers run without holding the write lock (see the module's doc)."""
+    with rt.deferred_sessions() as session:
+        with session.begin():
+            event = _mine(session, provider, event_id, attempt)
+        if event is None:
+            return "skipped"
+        session.expunge(event)  # read only: nothing of it is flushed with the handlers' writes
+        data, ref = _object(event, rt.settings)
+        state: Any = None
+        latest = True
+        if ref is not None:
+            with session.begin():
+                current = session.get(Object, (provider, ref.type, ref.id))
+            if current is not None and current.version >= ref.version:
+                state, latest = current.state, current.version == ref.version
+            else:
+                state = ref.state
+        found = handlers.handlers_for(provider, event.kind, event.event_type, rt.settings.handler_modules)
+        status = "processed" if ref is not None or found else "ignored"
+        context = handlers.HandlerEvent(
+            provider, event.kind, event_id, event.event_type, data, ref.type if ref else event.object_type,
+            ref.id if ref else event.object_id, ref.version if ref else event.object_version, latest, attempt,
+            session,
+        )
+        try:
+            with session.begin():
+                before = _changes(session)  # BEGIN (deferred): no lock, no snapshot yet
+                for handler in found:
+                    handlers.call(handler, context, state)
+                session.flush()
+                wrote = _changes(session) != before
+                # A handler that wrote holds the write lock: the mark joins its writes.
+                if wrote and not _finish(session, provider, event_id, attempt, ref, status):
+                    raise _Superseded
+        except _Superseded:
+            return "skipped"
+        except OperationalError as exc:
+            if not is_busy(exc):
+                raise
+            return _process_locked(rt, provider, event_id, attempt)
+    if not wrote:
+        with rt.sessions.begin() as session:
+            if not _finish(session, provider, event_id, attempt, ref, status):
+                return "skipped"
+    return status
+
+
+def _fail(rt: runtime.Runtime, provider: str, event_id: str, attempt: int, last_try: bool,
+          started_at: datetime, exc: Exception) -> None:
+    """Record the error on the row (if the claim is still ours) and in the attempt history."""
+    error = storable_text(f"{exc.__class__.__name__}: {exc}")[:2000]
+    trace = storable_text(traceback.format_exc()[-TRACEBACK_LIMIT:])
+    with rt.sessions.begin() as session:
+        session.execute(
+            update(Event)
+            .where(Event.provider == provider, Event.event_id == event_id,
+                   Event.status == "processing", Event.attempts == attempt)
+            .values(status="failed" if last_try else "queued", status_at=datetime.now(UTC),
+                    last_error=error, last_traceback=trace)
+        )
+    attempts.record(rt, provider, event_id, attempt, started_at, "error", error, trace)
+
+
 def process_event(provider: str, event_id: str) -> str:
     """Process one event; returns the final status (or ``skipped`` when there was nothing to do)."""
     rt = runtime.current()
@@ -120,36 +252,17 @@ def process_event(provider: str, event_id: str) -> str:
     job = get_current_job()
     last_try = job is None or not job.retries_left
     started_at = datetime.now(UTC)
-    with rt.sessions() as session:
-        with session.begin():
+    run = _process_unlocked if rt.engine.dialect.name == "sqlite" else _process_locked
+    with rt.processing():
+        with rt.sessions.begin() as session:
             attempt = _claim(session, provider, event_id)
         if attempt is None:
             return "skipped"
-        number = attempt
         try:
-            with session.begin():
-                event = _mine(session, provider, event_id, attempt)
-                if event is None:
-                    return "skipped"  # a newer claim took over; it decides
-                status = _run(session, event, rt.settings)
-                event.status, event.status_at = status, datetime.now(UTC)
-                event.processed_at, event.last_error, event.last_traceback = datetime.now(UTC), None, None
+            status = run(rt, provider, event_id, attempt)
         except Exception as exc:
-            session.rollback()
-            with session.begin():
-                session.execute(
-                    update(Event)
-                    .where(Event.provider == provider, Event.event_id == event_id,
-                           Event.status == "processing", Event.attempts == attempt)
-                    .values(
-                        status="failed" if last_try else "queued",
-                        status_at=datetime.now(UTC),
-                        last_error=f"{exc.__class__.__name__}: {exc}"[:2000],
-                        last_traceback=traceback.format_exc()[-TRACEBACK_LIMIT:],
-                    )
-                )
-            attempts.record(rt, provider, event_id, number, started_at, "error",
-                            f"{exc.__class__.__name__}: {exc}"[:2000], traceback.format_exc()[-TRACEBACK_LIMIT:])
+            _fail(rt, provider, event_id, attempt, last_try, started_at, exc)
             raise
-    attempts.record(rt, provider, event_id, number, started_at, status)
+    if status != "skipped":
+        attempts.record(rt, provider, event_id, attempt, started_at, status)
     return status

@@ -10,9 +10,15 @@ to a stable ``sha256:<hex>``.
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import math
+import os
 import re
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from sqlalchemy import Connection, Engine, create_engine, event
@@ -95,6 +101,50 @@ def storable_key(value: str, width: int) -> str:
     if len(value) <= width and not _UNSTORABLE.search(value) and not value.startswith(SHA_PREFIX):
         return value
     return SHA_PREFIX + hashlib.sha256(value.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+class FileLock:
+    """One exclusive lock for every thread and process using a SQLite file: ``flock`` on a file
+    beside it (the OS drops it when its holder dies). Polled, so a job timeout can interrupt a wait."""
+
+    def __init__(self, path: str | None) -> None:
+        self.path = path
+        self._local = threading.Lock()  # no file (an in-memory database): one process only
+
+    @contextmanager
+    def hold(self, timeout: float | None = None) -> Iterator[bool]:
+        """Yield True while held, or False when ``timeout`` seconds passed first."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        if self.path is None:
+            got = self._local.acquire(timeout=-1 if timeout is None else timeout)
+            try:
+                yield got
+            finally:
+                if got:
+                    self._local.release()
+            return
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:  # each open is its own file description, so threads of one process exclude each other
+            while True:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    if deadline is not None and time.monotonic() > deadline:
+                        yield False
+                        return
+                    time.sleep(0.01)
+            yield True
+        finally:
+            os.close(fd)  # releases the flock
+
+
+def sqlite_lock(engine: Engine, suffix: str) -> FileLock | None:
+    """A ``FileLock`` beside the engine's SQLite file (None for other databases)."""
+    if engine.dialect.name != "sqlite":
+        return None
+    database = engine.url.database
+    return FileLock(None if not database or database == ":memory:" else os.path.abspath(database) + suffix)
 
 
 REDACTED = frozenset({"authorization", "cookie", "proxy-authorization", "x-api-key"})

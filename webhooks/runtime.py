@@ -6,8 +6,10 @@ embedded worker binds its app's), else the process-wide one, else one built from
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 
 from sqlalchemy import Engine, select, tuple_, update
@@ -15,7 +17,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from webhooks import config
 from webhooks.config import Settings
-from webhooks.db import make_engine, make_sessionmaker
+from webhooks.db import deferred, make_engine, make_sessionmaker, sqlite_lock
 from webhooks.models import Event
 from webhooks.queue import JobQueue
 
@@ -31,7 +33,22 @@ class Runtime:
         self.settings = settings
         self.engine: Engine = make_engine(settings.database_url)
         self.sessions: sessionmaker[Session] = make_sessionmaker(self.engine)
+        # SQLite transactions that wait for no writer until they write: for reads, and for the
+        # worker's handlers (PostgreSQL: the same as ``sessions``).
+        self.deferred_sessions: sessionmaker[Session] = make_sessionmaker(deferred(self.engine))
+        self._processing_lock = sqlite_lock(self.engine, "-processing.lock")
         self.queue = JobQueue(settings)
+
+    @contextlib.contextmanager
+    def processing(self, timeout: float | None = None) -> Iterator[bool]:
+        """On SQLite, serialize event processing across threads and processes (the role the write
+        lock had when handlers ran inside it); yields False if ``timeout`` passed first. Elsewhere
+        a no-op: PostgreSQL serializes on row and advisory locks."""
+        if self._processing_lock is None:
+            yield True
+            return
+        with self._processing_lock.hold(timeout) as held:
+            yield held
 
     def activate(self) -> Runtime:
         """Make this the process-wide runtime."""
@@ -100,8 +117,13 @@ class Runtime:
         """``processing`` rows nobody holds → ``queued`` (or ``failed``); returns those to requeue.
 
         A live job holds its row locked for its whole transaction: PostgreSQL skips those rows
-        (``SKIP LOCKED``); on SQLite this transaction waits for the write lock, so none is live.
+        (``SKIP LOCKED``). On SQLite a job holds the processing lock from its claim to its mark:
+        with that lock held none is live (and when a job keeps it, this tick leaves them be).
         """
+        with self.processing(timeout=5) as held:
+            return self._requeue_abandoned(cutoff, limit) if held else []
+
+    def _requeue_abandoned(self, cutoff: datetime, limit: int) -> list[tuple[str, str]]:
         now = datetime.now(UTC)
         query = (
             select(Event.provider, Event.event_id, Event.attempts)
