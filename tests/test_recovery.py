@@ -17,10 +17,11 @@ from jobs.process import process_event
 from tests.conftest import base_config, drain, make_app, rows, runtime, stripe_event, stripe_headers
 from webhooks.queue import job_id
 
-LATER = datetime.now(UTC) + timedelta(minutes=5)
 ACTIVE: dict[str, int] = {}
 OVERLAPS: list[str] = []
 PEAK: list[int] = []
+AWAIT_OVERLAP = threading.Event()  # set: each handler waits until two handlers ran at once
+TOGETHER = threading.Event()  # two handlers were inside at the same moment
 _lock = threading.Lock()
 
 
@@ -33,7 +34,15 @@ def slow(event: HandlerEvent, state: Any) -> None:
         if ACTIVE[key] > 1:
             OVERLAPS.append(key)
         PEAK.append(sum(ACTIVE.values()))
-    time.sleep(0.05)
+        if PEAK[-1] > 1:
+            TOGETHER.set()
+    if AWAIT_OVERLAP.is_set():
+        # The other thread's event, of another object, enters meanwhile; if it cannot, stop
+        # waiting after one deadline so the assertion fails fast.
+        if not TOGETHER.wait(timeout=30):
+            AWAIT_OVERLAP.clear()
+    else:
+        time.sleep(0.05)  # a window in which a second event of the same object would show up
     with _lock:
         ACTIVE[key] -= 1
 
@@ -48,6 +57,11 @@ def post(app: Flask, event_id: str, type_: str = "payment_intent.succeeded", obj
          created: int = 1700000000) -> None:
     body = stripe_event(event_id, type_, created, {"id": obj_id, "object": "payment_intent"})
     assert app.test_client().post("/webhooks/stripe", data=body, headers=stripe_headers(body)).status_code == 200
+
+
+def later() -> datetime:
+    """Past ``WEBHOOKS_SWEEP_AGE`` from now: read the clock when the test needs it, never at import."""
+    return datetime.now(UTC) + timedelta(minutes=5)
 
 
 def strand(app: Flask, event_id: str, attempts: int = 1) -> None:
@@ -67,8 +81,8 @@ def test_abandoned_processing_row_is_requeued_and_processed_once(any_app: Flask)
     strand(any_app, "evt_killed")
     rt = runtime(any_app)
     assert rt.sweep() == 0  # younger than WEBHOOKS_SWEEP_AGE: maybe still running
-    assert rt.sweep(now=LATER) == 1
-    assert rt.sweep(now=LATER) == 0  # queued again, with a live job
+    assert rt.sweep(now=later()) == 1
+    assert rt.sweep(now=later()) == 0  # queued again, with a live job
     drain(any_app)
     assert rows(any_app, "SELECT status, attempts FROM events") == [("processed", 2)]
     assert len(rows(any_app, "SELECT 1 FROM test_handler_calls")) == 1
@@ -77,7 +91,7 @@ def test_abandoned_processing_row_is_requeued_and_processed_once(any_app: Flask)
 def test_abandoned_row_that_used_every_attempt_fails_instead_of_looping(any_app: Flask) -> None:
     post(any_app, "evt_poison")
     strand(any_app, "evt_poison", attempts=5)
-    assert runtime(any_app).sweep(now=LATER) == 0
+    assert runtime(any_app).sweep(now=later()) == 0
     status, error = rows(any_app, "SELECT status, last_error FROM events")[0]
     assert status == "failed" and error.startswith("AbandonedJobError")
 
@@ -88,8 +102,8 @@ def test_processing_row_held_by_a_live_transaction_is_left_alone(pg_app: Flask) 
     rt = runtime(pg_app)
     with rt.engine.begin() as conn:  # a worker inside its processing transaction
         conn.execute(sa.text("SELECT 1 FROM events WHERE event_id = 'evt_busy' FOR UPDATE"))
-        assert rt.sweep(now=LATER) == 0
-    assert rt.sweep(now=LATER) == 1
+        assert rt.sweep(now=later()) == 0
+    assert rt.sweep(now=later()) == 1
 
 
 def test_a_superseded_claim_does_not_process(any_app: Flask) -> None:
@@ -98,7 +112,7 @@ def test_a_superseded_claim_does_not_process(any_app: Flask) -> None:
     post(any_app, "evt_stall")
     strand(any_app, "evt_stall")
     rt = runtime(any_app)
-    rt.sweep(now=LATER)
+    rt.sweep(now=later())
     drain(any_app)
     from jobs import process
 
@@ -132,14 +146,18 @@ def test_two_events_of_one_object_never_overlap_on_postgres(pg_app: Flask) -> No
     ACTIVE.clear()
     OVERLAPS.clear()
     PEAK.clear()
+    AWAIT_OVERLAP.clear()
+    TOGETHER.clear()
     ids = [f"evt_same_{n}" for n in range(8)]
     for n, event_id in enumerate(ids):
         post(pg_app, event_id, "test.overlap", "pi_same", 1700000000 + n)
     run_concurrently(pg_app, ids)
     assert len(PEAK) == 8 and OVERLAPS == []  # the handler ran for each, never two at once
     assert rows(pg_app, "SELECT version FROM objects") == [((1700000000 + 7) * 10000 + 1,)]
-    # The same harness does see overlap for different objects: the test can detect it.
+    # The same harness does see overlap for different objects: the test can detect it. Each
+    # handler waits (with a deadline) for the other thread rather than hoping a sleep is long enough.
     PEAK.clear()
+    AWAIT_OVERLAP.set()
     ids = [f"evt_other_{n}" for n in range(8)]
     for n, event_id in enumerate(ids):
         post(pg_app, event_id, "test.overlap", f"pi_{n}", 1700000000 + n)
