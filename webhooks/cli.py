@@ -35,11 +35,76 @@ class LazyGroup(click.Group):
             return command
         return super().get_command(ctx, cmd_name)
 
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except (click.ClickException, click.exceptions.Exit, click.Abort):
+            raise
+        except Exception as exc:
+            message = explain(exc)
+            if message is None:
+                raise
+            logging.getLogger(__name__).debug("%s", message, exc_info=True)
+            raise click.ClickException(message) from exc
+
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         rows = [(name, command.get_short_help_str(80)) for name, command in self.commands.items()]
         rows += [(name, text) for name, (_, _, text) in LAZY.items()]
         with formatter.section("Commands"):
             formatter.write_dl(sorted(rows))
+
+
+def _where(url: str | None) -> str:
+    """A service URL fit to print: no password."""
+    if not url:
+        return "the default"
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except ArgumentError:
+        return "(unparsable URL)"
+
+
+def explain(exc: Exception) -> str | None:
+    """One line for an error a person can fix (what failed, what to do); None for a bug."""
+    import redis
+    from sqlalchemy.exc import DBAPIError, NoSuchTableError
+
+    from webhooks import config
+    from webhooks.errors import ConfigError
+
+    if isinstance(exc, ConfigError):
+        return f"configuration: {exc}"
+    settings = None
+    try:
+        settings = config.load()
+    except ConfigError:
+        pass
+    if isinstance(exc, redis.RedisError):
+        where = settings.redis_url if settings else None
+        return (f"cannot reach Redis at {_where(where)} ({exc.__class__.__name__}: {str(exc).splitlines()[0][:200]}); "
+                "check that it runs and that REDIS_URL is right")
+    if isinstance(exc, DBAPIError | NoSuchTableError):
+        url = settings.database_url if settings else None
+        problem = _schema_problem(url) if url else None
+        if problem and not problem.startswith("database unreachable"):
+            return problem  # a database that answers but was not migrated (or is behind)
+        detail = str(getattr(exc, "orig", None) or exc).strip().splitlines()[0][:200]
+        return f"database error at {_where(url)}: {detail}; check that it runs and that DATABASE_URL is right"
+    return None
+
+
+def _schema_problem(url: str) -> str | None:
+    from webhooks import schema
+    from webhooks.db import make_engine
+
+    engine = make_engine(url)
+    try:
+        return schema.problem(engine)
+    finally:
+        engine.dispose()
 
 
 def alembic_config(url: str) -> Any:
@@ -66,11 +131,16 @@ def _settings() -> Settings:
 
 @click.group(cls=LazyGroup)
 def main() -> None:
-    """Receive, verify, store and process webhooks."""
-    logging.basicConfig(
-        level=os.environ.get("WEBHOOKS_LOG_LEVEL", "INFO"),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    """Receive, verify, store and process webhooks.
+
+    A failure prints one line saying what failed and what to do; WEBHOOKS_LOG_LEVEL=DEBUG adds the
+    traceback.
+    """
+    from webhooks.config import log_options
+    from webhooks.service import configure_logging
+
+    level, fmt = log_options()
+    configure_logging(level, fmt)
 
 
 @main.command()

@@ -54,6 +54,7 @@ class Settings:
     embedded_worker: bool = True
     quarantine_rows: int = 1000
     quarantine_days: float = 7.0
+    quarantine_bytes: int = 64 * 1024 * 1024  # bodies, URLs and headers kept, shared by endpoints
 
     @property
     def embedded_queue(self) -> bool:
@@ -186,4 +187,22 @@ def load(environ: Mapping[str, Any] | None = None) -> Settings:
         embedded_worker=_flag(env, "WEBHOOKS_EMBEDDED_WORKER", True),
         quarantine_rows=int(_number(env, "WEBHOOKS_QUARANTINE_ROWS", 1000)),
         quarantine_days=_number(env, "WEBHOOKS_QUARANTINE_DAYS", 7),
+        quarantine_bytes=int(_number(env, "WEBHOOKS_QUARANTINE_BYTES", 64 * 1024 * 1024)),
     )
+
+
+LOG_FORMATS = ("json", "text")
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+
+
+def log_options(environ: Mapping[str, Any] | None = None) -> tuple[str, str | None]:
+    """``WEBHOOKS_LOG_LEVEL`` (default INFO) and ``WEBHOOKS_LOG_FORMAT`` (json | text; None: text on
+    a terminal, JSON otherwise)."""
+    env: Mapping[str, Any] = os.environ if environ is None else environ
+    level = (env.get("WEBHOOKS_LOG_LEVEL") or "INFO").strip().upper()
+    if level not in LOG_LEVELS:
+        raise ConfigError(f"WEBHOOKS_LOG_LEVEL must be one of {', '.join(LOG_LEVELS)}, not {level!r}")
+    fmt = (env.get("WEBHOOKS_LOG_FORMAT") or "").strip().lower() or None
+    if fmt is not None and fmt not in LOG_FORMATS:
+        raise ConfigError(f"WEBHOOKS_LOG_FORMAT must be one of {', '.join(LOG_FORMATS)}, not {fmt!r}")
+    return level, fmt

@@ -1,12 +1,15 @@
-"""Probes, without auth: ``GET /healthz`` (the process answers) and ``GET /readyz`` (it can take
-deliveries: the database answers at the head schema revision and, unless the queue is embedded,
-Redis answers). A failed readiness check is a 503 whose JSON names each check and why."""
+"""Operations: probes without auth — ``GET /healthz`` (the process answers) and ``GET /readyz`` (it
+can take deliveries: the database answers at the head schema revision and, unless the queue is
+embedded, Redis answers; a failed check is a 503 whose JSON names each check and why) — and
+``GET /metrics`` (Prometheus text format) behind the admin's HTTP Basic auth."""
 
 from __future__ import annotations
 
 from flask import Blueprint, Flask, Response, current_app, jsonify
+from werkzeug.wrappers import Response as BaseResponse
 
-from webhooks import schema
+from webhooks import metrics, schema
+from webhooks.admin.auth import check_auth
 from webhooks.runtime import Runtime
 
 bp = Blueprint("health", __name__)
@@ -37,6 +40,15 @@ def readyz() -> tuple[Response, int]:
     if failed:
         return jsonify(status="unavailable", checks=found, failed=failed), 503
     return jsonify(status="ready", checks=found), 200
+
+
+@bp.get("/metrics")
+def scrape() -> BaseResponse:
+    denied = check_auth()
+    if denied is not None:
+        return denied
+    body, content_type = metrics.exposition(current_app.extensions["webhooks"])
+    return Response(body, content_type=content_type)
 
 
 def init_app(app: Flask) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from urllib.parse import quote, urlsplit
 
@@ -14,7 +15,7 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
 
-from webhooks import providers, quarantine
+from webhooks import metrics, providers, quarantine
 from webhooks.db import redact, upsert
 from webhooks.errors import PayloadError, UnavailableError, VerificationError
 from webhooks.models import Event
@@ -120,8 +121,25 @@ def verify(endpoint: Endpoint, req: Request, now: float) -> Verified:
         raise PayloadError("unexpected verification error") from exc
 
 
-def store(conn: Connection, endpoint: Endpoint, verified: Verified, body: bytes, headers: dict[str, str]) -> list[str]:
-    """Insert-or-ignore one row per event and commit; returns the ids that were new.
+@dataclass(frozen=True)
+class Delivery:
+    """What became of one verified delivery: the ids that were new, and whether it re-used the
+    signature of an event stored under another id (a replay, answered as a duplicate)."""
+
+    verified: Verified
+    new: list[str] = field(default_factory=list)
+    replayed: bool = False
+
+    @property
+    def outcome(self) -> str:
+        return "stored" if self.new else "duplicate"
+
+
+def store(
+    conn: Connection, endpoint: Endpoint, verified: Verified, body: bytes, headers: dict[str, str]
+) -> tuple[list[str], bool]:
+    """Insert-or-ignore one row per event and commit; returns the ids that were new, and whether
+    the delivery was a replayed signature.
 
     Rows start ``queued``: the enqueue follows at once, and if it fails they are set back to
     ``received``. A crash in between leaves ``queued`` rows with no job, which the sweeper
@@ -157,17 +175,18 @@ def store(conn: Connection, endpoint: Endpoint, verified: Verified, body: bytes,
     stmt = upsert(conn, Event).on_conflict_do_nothing()
     with conn.begin():
         new = list(conn.execute(stmt.returning(Event.event_id), rows).scalars())
+        replayed = False
         if not new and verified.replay_key is not None:
             holder = conn.execute(
                 select(Event.event_id).where(Event.provider == endpoint.name, Event.replay_key == verified.replay_key)
             ).scalar()
-            if holder is not None and holder not in {e.event_id for e in verified.events}:
-                # A captured signature re-sent with another id or topic: answered as a duplicate.
-                log.warning("endpoint %r: a replayed signature was answered as a duplicate", endpoint.name)
+            # A captured signature re-sent with another id or topic: answered as a duplicate.
+            replayed = holder is not None and holder not in {e.event_id for e in verified.events}
+            if replayed:
                 with Session(bind=conn) as session:
                     count_rejection(session, endpoint.name, "replayed_signature", now)
                     session.flush()
-        return new
+        return new, replayed
 
 
 def _search_key(value: str | None) -> str | None:
@@ -186,6 +205,7 @@ def enqueue(rt: Runtime, conn: Connection, provider: str, event_ids: list[str]) 
         except redis.RedisError as exc:
             # The rows are committed: answer 2xx anyway, the sweeper enqueues them later.
             log.warning("enqueue failed, left for the sweeper: %s", exc.__class__.__name__)
+            metrics.ENQUEUE_FAILURES.labels(provider).inc(len(event_ids) - position)
             with conn.begin():
                 conn.execute(
                     update(Event)
@@ -198,17 +218,24 @@ def enqueue(rt: Runtime, conn: Connection, provider: str, event_ids: list[str]) 
 
 def accept(rt: Runtime, name: str, headers: dict[str, str], body: bytes, url: str, *, now: float) -> Verified:
     """Verify, store and enqueue one delivery; raises ``VerificationError`` or ``UnavailableError``."""
+    return deliver(rt, name, headers, body, url, now=now).verified
+
+
+def deliver(rt: Runtime, name: str, headers: dict[str, str], body: bytes, url: str, *, now: float) -> Delivery:
+    """``accept``, telling what became of the delivery."""
     endpoint = rt.settings.endpoints.get(name)
     if endpoint is None:
         raise VerificationError("unknown_endpoint", status=404)
     req = Request({k.lower(): v for k, v in headers.items()}, body, url)
     verified = verify(endpoint, req, now)
     check_storable(verified)
+    new: list[str] = []
+    replayed = False
     if verified.events:
         # One connection for the insert and the status update: one pool check-out (and ping).
         try:
             with rt.engine.connect() as conn:
-                new = store(conn, endpoint, verified, body, stored_headers(endpoint, verified, headers))
+                new, replayed = store(conn, endpoint, verified, body, stored_headers(endpoint, verified, headers))
                 if new:
                     try:
                         enqueue(rt, conn, endpoint.name, new)
@@ -218,31 +245,53 @@ def accept(rt: Runtime, name: str, headers: dict[str, str], body: bytes, url: st
             # Down, failing over, pool exhausted: nothing was acknowledged, the provider retries.
             log.warning("store failed, answering 503: %s", exc.__class__.__name__)
             raise UnavailableError("database unavailable") from exc
-    return verified
+    return Delivery(verified, new, replayed)
 
 
 @bp.post("/webhooks/<endpoint_name>")
 def receive(endpoint_name: str) -> Response | tuple[Response, int] | tuple[Response, int, dict[str, str]]:
     rt: Runtime = current_app.extensions["webhooks"]
+    started = time.monotonic()
+    label = metrics.endpoint_label(rt, endpoint_name)
     endpoint = rt.settings.endpoints.get(endpoint_name)
     if endpoint is not None and endpoint.rate_limit:
         wait = current_app.extensions["webhooks_rate_limits"].retry_after(endpoint.name, endpoint.rate_limit)
         if wait:  # before reading the body: a flood costs as little as possible
+            _account(label, started, "rejected", reason="rate_limited")
             return jsonify(error="rate_limited"), 429, {"Retry-After": str(wait)}
     headers = dict(request.headers.items())
     url = raw_url()
     body = b""
     try:
         body = read_body(rt.settings.max_body_bytes, rt.settings.read_timeout)
-        verified = accept(rt, endpoint_name, headers, body, url, now=time.time())
+        delivery = deliver(rt, endpoint_name, headers, body, url, now=time.time())
     except VerificationError as exc:
+        _account(label, started, "rejected", reason=exc.reason)
         kept = b"" if exc.reason == "payload_too_large" else body
         quarantine.record(rt, endpoint_name, exc, headers, kept, url)
         raise
+    except UnavailableError:
+        _account(label, started, "unavailable")
+        raise
+    verified = delivery.verified
+    ids = [e.event_id for e in verified.events]
+    _account(label, started, delivery.outcome, reason="replayed_signature" if delivery.replayed else None, ids=ids)
     if verified.reply is not None:
         reply = verified.reply
         return Response(reply.body, status=reply.status, content_type=reply.content_type)
     return jsonify(received=True), 200
+
+
+def _account(
+    endpoint: str, started: float, outcome: str, reason: str | None = None, ids: list[str] | None = None
+) -> None:
+    """Count the delivery and log its one line (never a body, a signature or a secret)."""
+    metrics.DELIVERIES.labels(endpoint, outcome).inc()
+    if reason is not None:
+        metrics.REJECTIONS.labels(endpoint, reason).inc()
+    fields = {"endpoint": endpoint, "event_ids": ids or [], "outcome": outcome, "reason": reason,
+              "latency_ms": round((time.monotonic() - started) * 1000, 1)}
+    log.info("delivery %s", outcome, extra={"fields": fields})
 
 
 def init_app(app: Flask) -> None:

@@ -1,0 +1,120 @@
+"""Prometheus metrics, right under several gunicorn processes and workers.
+
+Counters and the histogram live in each process; with ``PROMETHEUS_MULTIPROC_DIR`` set (the
+service's entry points set it before anything imports ``prometheus_client``: ``webhooks.service``)
+each process writes its samples to files there and ``/metrics`` adds them up, so processes on one
+host (gunicorn's, the workers') are scraped as one. The gauges that describe the whole service —
+events ``failed``, the oldest event still pending, queue depth — are read from the database and
+Redis at scrape time, so they are right whichever instance is scraped.
+
+Every label value is bounded: endpoint names come from the configuration (unknown names are
+counted as ``*unknown*``), reasons and outcomes are the product's own words.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING
+
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+if TYPE_CHECKING:
+    from prometheus_client import Metric
+
+    from webhooks.runtime import Runtime
+
+log = logging.getLogger(__name__)
+UNKNOWN = "*unknown*"  # the one label for every endpoint name that is not configured
+MULTIPROC = "PROMETHEUS_MULTIPROC_DIR"
+PENDING = ("received", "queued", "processing")
+
+DELIVERIES = Counter(
+    "webhooks_deliveries", "Deliveries by endpoint and outcome (stored, duplicate, rejected, unavailable)",
+    ["endpoint", "outcome"],
+)
+REJECTIONS = Counter(
+    "webhooks_rejections", "Refused or replayed deliveries by endpoint and reason", ["endpoint", "reason"]
+)
+ENQUEUE_FAILURES = Counter("webhooks_enqueue_failures", "Jobs Redis refused (left for the sweeper)", ["endpoint"])
+ATTEMPTS = Counter(
+    "webhooks_processing_attempts", "Processing attempts by endpoint and outcome (processed, ignored, error, failed)",
+    ["endpoint", "outcome"],
+)
+DURATION = Histogram(
+    "webhooks_processing_seconds", "Time one processing attempt took", ["endpoint"],
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300),
+)
+RECOVERIES = Counter("webhooks_sweeper_recoveries", "Stranded events the sweeper queued again")
+
+
+def process_exited(pid: int) -> None:
+    """gunicorn's ``child_exit``: drop the live-only samples of a process that is gone."""
+    if os.environ.get(MULTIPROC):
+        from prometheus_client import multiprocess
+
+        multiprocess.mark_process_dead(pid)  # type: ignore[no-untyped-call]
+
+
+def endpoint_label(rt: Runtime, name: str) -> str:
+    return name if name in rt.settings.endpoints else UNKNOWN
+
+
+class ServiceCollector(Collector):
+    """The service-wide gauges, read from the database and Redis when scraped."""
+
+    def __init__(self, rt: Runtime) -> None:
+        self.rt = rt
+
+    def collect(self) -> Iterator[Metric]:
+        from sqlalchemy import func, select
+        from sqlalchemy.exc import SQLAlchemyError
+
+        from webhooks.models import Event
+
+        up = GaugeMetricFamily("webhooks_up", "1 when the database or Redis answered this scrape", labels=["service"])
+        try:
+            with self.rt.engine.connect() as conn:
+                failed = conn.execute(select(func.count()).where(Event.status == "failed")).scalar_one()
+                oldest = conn.execute(select(func.min(Event.received_at)).where(Event.status.in_(PENDING))).scalar()
+            up.add_metric(["database"], 1)
+        except SQLAlchemyError as exc:
+            log.warning("metrics: database unavailable (%s)", exc.__class__.__name__)
+            up.add_metric(["database"], 0)
+        else:
+            yield GaugeMetricFamily("webhooks_events_failed", "Events now failed (dead letter)", value=failed)
+            age = 0.0
+            if oldest is not None:
+                oldest = oldest if oldest.tzinfo else oldest.replace(tzinfo=UTC)
+                age = max(0.0, (datetime.now(UTC) - oldest).total_seconds())
+            yield GaugeMetricFamily(
+                "webhooks_oldest_pending_age_seconds",
+                "Age of the oldest event not yet processed, ignored or failed (0 when none)", value=age,
+            )
+        try:
+            depth = self.rt.queue.queue.count
+            up.add_metric(["redis"], 1)
+        except Exception as exc:  # a scrape must answer whatever Redis does
+            log.warning("metrics: Redis unavailable (%s)", exc.__class__.__name__)
+            up.add_metric(["redis"], 0)
+        else:
+            yield GaugeMetricFamily("webhooks_queue_depth", "Jobs waiting in the queue (not yet started)", value=depth)
+        yield up
+
+
+def exposition(rt: Runtime) -> tuple[bytes, str]:
+    """The scrape body and its content type."""
+    registry = CollectorRegistry()
+    if os.environ.get(MULTIPROC):
+        from prometheus_client import multiprocess
+
+        multiprocess.MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
+    else:  # one process (tests, a bare `flask run`): its own metrics
+        for collector in (DELIVERIES, REJECTIONS, ENQUEUE_FAILURES, ATTEMPTS, DURATION, RECOVERIES):
+            registry.register(collector)
+    registry.register(ServiceCollector(rt))
+    return generate_latest(registry), CONTENT_TYPE_LATEST
