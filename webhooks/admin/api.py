@@ -12,7 +12,7 @@ from typing import Any
 from flask import Blueprint, current_app, jsonify, request
 from werkzeug.wrappers import Response
 
-from webhooks.admin import queries
+from webhooks.admin import csrf, queries
 from webhooks.admin.auth import check_auth
 from webhooks.admin.queries import FilterError, iso
 from webhooks.admin.replay import ReplayError, replay_matching, replay_one
@@ -31,14 +31,29 @@ def _json_posts_only() -> Response | tuple[Response, int] | None:
     a bodiless POST (``curl -X POST``) is fine from a client that is not a cross-site page."""
     if request.method != "POST":
         return None
-    origin = request.headers.get("Origin")
-    if request.headers.get("Sec-Fetch-Site") in ("cross-site", "same-site") or (
-        origin is not None and origin != request.host_url.rstrip("/")
-    ):
+    if not csrf.same_origin():
         return _error("cross_site_request", 403)
     if (request.content_length or request.headers.get("Transfer-Encoding")) and request.mimetype != "application/json":
         return _error("json_required", 415)
     return None
+
+
+@bp.before_request
+def _usable_input() -> tuple[Response, int] | None:
+    """Query values and URL keys no database could compare answer 400 / 404, never a 500."""
+    queries.check_args(request.args.items(multi=True))
+    if not queries.keys_fit((request.view_args or {}).values()):
+        return _error("not_found", 404)
+    return None
+
+
+def _event_id() -> str:
+    """The ``id`` of the query-string form of the event routes (for ids a path cannot carry:
+    ``.``, ``..``, a leading ``/``)."""
+    event_id = request.args.get("id")
+    if event_id is None:
+        raise ReplayError("id_required", 400)
+    return event_id
 
 
 def _rt() -> Runtime:
@@ -127,8 +142,15 @@ def counts() -> Any:
         return jsonify(counts=queries.status_counts(session, filters), cap=queries.COUNT_CAP)
 
 
-@bp.get("/events/<provider>/<path:event_id>")
+@bp.get("/events/<provider>", endpoint="show_event_by_query")
+def _show_event_by_query(provider: str) -> Any:
+    return show_event(provider, _event_id())
+
+
+@bp.get("/events/<provider>/<path:event_id>", merge_slashes=False)
 def show_event(provider: str, event_id: str) -> Any:
+    if not queries.storable(event_id):
+        return _error("not_found", 404)
     with _rt().sessions() as session:
         event = session.get(Event, (provider, event_id))
         if event is None:
@@ -141,7 +163,7 @@ def show_event(provider: str, event_id: str) -> Any:
         })
 
 
-@bp.get("/objects/<provider>/<object_type>/<path:object_id>")
+@bp.get("/objects/<provider>/<object_type>/<path:object_id>", merge_slashes=False)
 def show_object(provider: str, object_type: str, object_id: str) -> Any:
     with _rt().sessions() as session:
         obj = session.get(Object, (provider, object_type, object_id))
@@ -155,7 +177,12 @@ def _body() -> dict[str, Any]:
     return body if isinstance(body, dict) else {}
 
 
-@bp.post("/events/<provider>/<path:event_id>/replay")
+@bp.post("/events/<provider>/replay", endpoint="replay_event_by_query")
+def _replay_event_by_query(provider: str) -> Any:
+    return replay_event(provider, _event_id())
+
+
+@bp.post("/events/<provider>/<path:event_id>/replay", merge_slashes=False)
 def replay_event(provider: str, event_id: str) -> Any:
     reason = _body().get("reason")
     outcome = replay_one(_rt(), provider, event_id, who=WHO, reason=str(reason) if reason else None)
@@ -180,10 +207,6 @@ def replay_bulk() -> Any:
 @bp.get("/replays")
 def list_replays() -> Any:
     """The replay audit log, newest first; ``before`` (an id) pages back."""
-    before = request.args.get("before")
-    try:
-        before_id = int(before) if before else None
-    except ValueError:
-        return _error("bad_before", 400)
+    before_id = queries.parse_id(request.args.get("before"))
     with _rt().sessions() as session:
         return jsonify(replays=[replay_json(r) for r in queries.replays(session, before=before_id)])

@@ -5,7 +5,8 @@ hostile page makes it send, so Basic auth alone does not prove the operator mean
 browser gets a random nonce in a ``SameSite=Strict`` cookie; forms carry ``HMAC(key, nonce)``,
 keyed by a hash of the admin password (so every web process agrees, and a changed password voids
 old tokens). Another site can neither read the cookie nor compute the token. A present ``Origin``
-must also be ours. The JSON API relies on ``Content-Type: application/json`` instead (``api.py``).
+must also be ours (``same_origin``, the rule the JSON API uses too, with
+``Content-Type: application/json`` instead of a token: ``api.py``).
 """
 
 from __future__ import annotations
@@ -49,15 +50,46 @@ def set_cookie(response: Response) -> Response:
     nonce = g.get("csrf_new_nonce")
     if nonce:
         response.set_cookie(COOKIE, nonce, path="/admin", httponly=True, samesite="Strict",
-                            secure=request.is_secure)
+                            secure=scheme() == "https")
     return response
+
+
+def scheme() -> str:
+    """The scheme the browser used: a TLS-terminating proxy's ``X-Forwarded-Proto`` (its first
+    value) when it says http or https, else the request's own."""
+    forwarded = request.headers.get("X-Forwarded-Proto", "").split(",")[0].strip().lower()
+    return forwarded if forwarded in ("http", "https") else request.scheme
+
+
+def _site(url: str) -> tuple[str, str, int | None] | None:
+    """(scheme, host, port) with the default port filled in; None for anything unparsable."""
+    try:
+        parts = urlsplit(url)
+        port = parts.port or {"http": 80, "https": 443}.get(parts.scheme.lower())
+    except ValueError:
+        return None
+    return (parts.scheme.lower(), parts.hostname, port) if parts.hostname else None
+
+
+def same_origin() -> bool:
+    """The console's one origin rule (HTML forms and JSON API alike): a POST that the browser marks
+    as coming from another site (``Sec-Fetch-Site``), or whose ``Origin`` is not this scheme, host
+    and port, is refused. The scheme honours ``X-Forwarded-Proto`` (``scheme``), so an https page
+    behind a proxy that speaks http to us still matches its own origin; a cross-site page cannot
+    add that header to a browser's request (it is not CORS-safelisted and we answer no preflight).
+    Without ``Origin`` (curl, old browsers) the caller's own check decides."""
+    if request.headers.get("Sec-Fetch-Site") in ("cross-site", "same-site"):
+        return False
+    origin = request.headers.get("Origin")
+    if origin is None:
+        return True
+    ours = _site(f"{scheme()}://{request.host}")
+    return ours is not None and _site(origin) == ours
 
 
 def valid() -> bool:
     """Whether this state-changing request carries a token for its own nonce, from our origin."""
-    origin = request.headers.get("Origin")
-    # Host only, not scheme: behind a TLS-terminating proxy the app sees http for an https page.
-    if origin is not None and urlsplit(origin).netloc != urlsplit(request.host_url).netloc:
+    if not same_origin():
         return False
     nonce = request.cookies.get(COOKIE)
     given = request.form.get(FIELD, "")

@@ -11,7 +11,7 @@ import dataclasses
 import hashlib
 import json
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, urlencode
 
 from flask import Blueprint, abort, current_app, redirect, render_template, request, url_for
 from werkzeug.wrappers import Response
@@ -31,6 +31,33 @@ PAGE_SIZE = 50
 # No inline script or style, nothing from elsewhere; forms post only here; never framed.
 CSP = ("default-src 'none'; style-src 'self'; img-src 'self' data:; form-action 'self'; "
        "frame-ancestors 'none'; base-uri 'none'")
+
+
+@bp.before_request
+def _usable_input() -> None:
+    """Query values and URL keys no database could compare answer 400 / 404, never a 500."""
+    queries.check_args(request.args.items(multi=True))
+    if not queries.keys_fit((request.view_args or {}).values()):
+        abort(404)
+
+
+# The 400 page's words for each reason code (the JSON API answers the code itself).
+REASONS = {
+    "bad_time": "since and until take an ISO 8601 time in the years 1 to 9999, UTC unless it has an offset "
+                "(2024-01-31T00:00:00Z).",
+    "bad_cursor": "This page link is damaged or out of date: start again from the newest events.",
+    "bad_before": "before takes a row number (digits 0-9, at most 2^63 - 1).",
+    "bad_status": "status takes one of: " + ", ".join(STATUSES) + ".",
+    "bad_limit": "limit takes a number.",
+    "bad_reason": "The reason holds a character that cannot be stored (NUL or an unpaired surrogate).",
+}
+
+
+@bp.errorhandler(FilterError)
+def _bad_filter(exc: FilterError) -> tuple[str, int]:
+    text = REASONS.get(exc.reason, "A parameter holds a character that cannot be stored "
+                                   "(NUL or an unpaired surrogate).")
+    return render_template("message.html", title="Bad request", message=f"{text} ({exc.reason})"), 400
 
 
 @bp.before_request
@@ -64,7 +91,8 @@ def _pretty(value: Any) -> str:
 
 @bp.context_processor
 def _context() -> dict[str, Any]:
-    return {"csrf_token": csrf.token, "csrf_field": csrf.FIELD, "statuses": STATUSES, "link": _link}
+    return {"csrf_token": csrf.token, "csrf_field": csrf.FIELD, "statuses": STATUSES, "link": _link,
+            "event_url": event_url}
 
 
 def _rt() -> Runtime:
@@ -73,10 +101,35 @@ def _rt() -> Runtime:
 
 
 def _filters() -> Filters:
-    try:
-        return queries.parse_filters(request.args)
-    except FilterError as exc:
-        abort(400, exc.reason)
+    return queries.parse_filters(request.args)
+
+
+def _path_safe(event_id: str) -> bool:
+    """Whether ``event_id`` survives as one quoted path segment: browsers resolve ``.`` and ``..``
+    segments (even written ``%2E``), and servers and proxies decode ``%2F`` into a slash."""
+    return "/" not in event_id and event_id not in ("", ".", "..")
+
+
+def event_url(provider: str, event_id: str, replay: bool = False, **query: str) -> str:
+    """The console URL of one event, exact whatever its id: ``/admin/events/<endpoint>/<id>``
+    (each quoted whole), or ``/admin/events/<endpoint>?id=<id>`` for an id that a path would not
+    carry unchanged. ``replay`` gives the replay form's action instead."""
+    base = url_for("admin_pages.events") + "events/" + quote(provider, safe="")
+    if _path_safe(event_id):
+        base += "/" + quote(event_id, safe="")
+    else:
+        query = {"id": event_id, **query}
+    base += "/replay" if replay else ""
+    items = {k: v for k, v in query.items() if v}
+    return base + ("?" + urlencode(items, quote_via=quote, safe="") if items else "")
+
+
+def _event_id() -> str:
+    """The ``id`` of the query-string form of the event routes."""
+    event_id = request.args.get("id")
+    if event_id is None:
+        abort(404)
+    return event_id
 
 
 def _link(filters: dict[str, str], **extra: str) -> str:
@@ -100,12 +153,9 @@ def _events_page(filters: Filters, title: str) -> str:
     cursor = request.args.get("cursor") or None
     refresh = request.args.get("refresh") == "1"
     with rt.sessions() as session:
-        try:
-            counts = queries.status_counts(session, filters)
-            found, next_cursor = queries.page(session, filters, limit=PAGE_SIZE, cursor=cursor,
-                                              providers=rt.settings.endpoints)
-        except FilterError as exc:
-            abort(400, exc.reason)
+        counts = queries.status_counts(session, filters)
+        found, next_cursor = queries.page(session, filters, limit=PAGE_SIZE, cursor=cursor,
+                                          providers=rt.settings.endpoints)
         return render_template(
             "events.html", title=title, events=found, counts=counts, cap=queries.COUNT_CAP,
             filters=filters, shown=filters.as_dict(), next_cursor=next_cursor, cursor=cursor,
@@ -113,8 +163,15 @@ def _events_page(filters: Filters, title: str) -> str:
         )
 
 
-@bp.get("/events/<provider>/<path:event_id>")
+@bp.get("/events/<provider>", endpoint="event_by_query")
+def _event_by_query(provider: str) -> Any:
+    return event(provider, _event_id())
+
+
+@bp.get("/events/<provider>/<path:event_id>", merge_slashes=False)
 def event(provider: str, event_id: str) -> Any:
+    if not queries.storable(event_id):
+        abort(404)
     rt = _rt()
     with rt.sessions() as session:
         found = session.get(Event, (provider, event_id))
@@ -152,7 +209,12 @@ def _payload(event: Event) -> dict[str, Any]:
     return {"text": text, "pretty": parsed, "item": item}
 
 
-@bp.post("/events/<provider>/<path:event_id>/replay")
+@bp.post("/events/<provider>/replay", endpoint="replay_event_by_query")
+def _replay_event_by_query(provider: str) -> Any:
+    return replay_event(provider, _event_id())
+
+
+@bp.post("/events/<provider>/<path:event_id>/replay", merge_slashes=False)
 def replay_event(provider: str, event_id: str) -> Any:
     reason = request.form.get("reason", "").strip()
     if not reason:
@@ -161,9 +223,10 @@ def replay_event(provider: str, event_id: str) -> Any:
     try:
         replay_one(_rt(), provider, event_id, who=WHO, reason=reason)
     except ReplayError as exc:
-        message = {"in_progress": "It is being processed right now; try again in a moment."}.get(exc.reason, exc.reason)
+        message = {"in_progress": "It is being processed right now; try again in a moment.",
+                   "bad_reason": REASONS["bad_reason"]}.get(exc.reason, exc.reason)
         return render_template("message.html", title="Not replayed", message=message), exc.status
-    return redirect(url_for(".event", provider=provider, event_id=event_id, replayed="1"), 303)
+    return redirect(event_url(provider, event_id, replayed="1"), 303)
 
 
 @bp.get("/replay")
@@ -176,15 +239,13 @@ def replay_form() -> str:
 
 @bp.post("/replay")
 def replay_bulk() -> Any:
-    try:
-        filters = queries.parse_filters(request.form)
-    except FilterError as exc:
-        abort(400, exc.reason)
+    filters = queries.parse_filters(request.form)
     try:
         outcome = replay_matching(_rt(), filters, who=WHO, reason=request.form.get("reason"), dry_run=False)
     except ReplayError as exc:
         errors = {"reason_required": "A reason is required.", "filter_required": "Choose a filter first.",
-                  "too_many": f"More than {BULK_LIMIT} events match: narrow the filter."}
+                  "too_many": f"More than {BULK_LIMIT} events match: narrow the filter.",
+                  "bad_reason": REASONS["bad_reason"]}
         return render_template("replay.html", title="Replay events", filters=filters, shown=filters.as_dict(),
                                count=matching_count(_rt(), filters), limit=BULK_LIMIT,
                                error=errors.get(exc.reason, exc.reason)), exc.status
@@ -193,8 +254,8 @@ def replay_bulk() -> Any:
 
 @bp.get("/audit")
 def audit() -> str:
-    before = request.args.get("before")
+    before = queries.parse_id(request.args.get("before"))
     with _rt().sessions() as session:
-        entries = queries.replays(session, before=int(before) if before and before.isdigit() else None)
+        entries = queries.replays(session, before=before)
         return render_template("audit.html", title="Replay audit", entries=entries,
                                done=request.args.get("done"))

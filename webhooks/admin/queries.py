@@ -24,6 +24,8 @@ from webhooks.models import STATUSES, Attempt, Event, Object, Replay
 
 COUNT_CAP = 10_000
 MAX_LIMIT = 1000
+MAX_ID = 2**63 - 1  # BIGINT; SQLite's INTEGER too
+MAX_CURSOR = 8192  # ample for a time, an endpoint name and a 255-character id, as base64 JSON
 
 
 class FilterError(ValueError):
@@ -56,12 +58,36 @@ class Filters:
         return out
 
 
+def storable(value: str) -> bool:
+    """Whether both databases can compare ``value``: PostgreSQL refuses NUL and lone surrogates."""
+    if "\x00" in value:
+        return False
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def parse_time(value: str) -> datetime:
+    """An ISO 8601 time as UTC (UTC when it has no offset). ``bad_time`` also for a time that has
+    no UTC equivalent in years 1–9999 (``0001-01-01T00:00+14:00``)."""
     try:
         parsed = datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
-    except ValueError as exc:
+        return parsed.replace(tzinfo=UTC) if parsed.tzinfo is None else parsed.astimezone(UTC)
+    except (ValueError, TypeError, AttributeError, OverflowError) as exc:
         raise FilterError("bad_time") from exc
-    return parsed.replace(tzinfo=UTC) if parsed.tzinfo is None else parsed.astimezone(UTC)
+
+
+def parse_id(value: str | None, reason: str = "bad_before") -> int | None:
+    """An optional row id (``before=``): ASCII digits, 1 to 2^63 − 1 (a BIGINT); else ``reason``.
+
+    ``str.isdigit`` is not enough: it accepts ``²`` and other digits ``int`` refuses."""
+    if value is None or value == "":
+        return None
+    if not (value.isascii() and value.isdigit()) or len(value) > 19 or not 0 < int(value) <= MAX_ID:
+        raise FilterError(reason)
+    return int(value)
 
 
 def parse_filters(args: Mapping[str, Any]) -> Filters:
@@ -69,7 +95,11 @@ def parse_filters(args: Mapping[str, Any]) -> Filters:
 
     def text(name: str) -> str | None:
         value = args.get(name)
-        return str(value).strip() or None if value is not None else None
+        if value is None:
+            return None
+        if not storable(str(value)):
+            raise FilterError(f"bad_{name}")
+        return str(value).strip() or None
 
     status = text("status")
     if status is not None and status not in STATUSES:
@@ -83,6 +113,23 @@ def parse_filters(args: Mapping[str, Any]) -> Filters:
         until=parse_time(until) if until else None,
         q=text("q"),
     )
+
+
+def check_args(args: Iterable[tuple[str, str]]) -> None:
+    """Every query-string value of a console request: ``bad_text`` for one no database can compare,
+    ``bad_before`` for a ``before`` that is not a row id. Routes parse their own parameters too;
+    this catches the ones they pass to a query as they are."""
+    for name, value in args:
+        if not storable(value):
+            raise FilterError("bad_text")
+        if name == "before":
+            parse_id(value)
+
+
+def keys_fit(values: Iterable[object]) -> bool:
+    """Whether a URL's keys (endpoint names, ids) could be in a table at all: False for text no
+    database can hold and for numbers beyond a BIGINT, which would otherwise fail in the driver."""
+    return all(storable(v) if isinstance(v, str) else not isinstance(v, int) or 0 <= v <= MAX_ID for v in values)
 
 
 def parse_limit(value: Any, default: int = 50) -> int:
@@ -117,10 +164,18 @@ def encode_cursor(event: Event) -> str:
 
 
 def decode_cursor(cursor: str) -> tuple[datetime, str, str]:
+    """The position ``encode_cursor`` wrote; ``bad_cursor`` for anything else, whatever it holds."""
+    if len(cursor) > MAX_CURSOR:
+        raise FilterError("bad_cursor")
     try:
         at, provider, event_id = json.loads(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))
-        return parse_time(at), str(provider), str(event_id)
-    except (binascii.Error, ValueError, TypeError, FilterError) as exc:
+    except (binascii.Error, ValueError, TypeError, RecursionError) as exc:
+        raise FilterError("bad_cursor") from exc
+    if not all(isinstance(part, str) and storable(part) for part in (at, provider, event_id)):
+        raise FilterError("bad_cursor")
+    try:
+        return parse_time(at), provider, event_id
+    except FilterError as exc:
         raise FilterError("bad_cursor") from exc
 
 

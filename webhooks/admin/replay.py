@@ -12,7 +12,7 @@ from datetime import UTC, datetime
 
 from sqlalchemy import func, select, tuple_, update
 
-from webhooks.admin.queries import Filters, conditions
+from webhooks.admin.queries import Filters, conditions, storable
 from webhooks.models import Event, Replay
 from webhooks.runtime import Runtime
 
@@ -34,6 +34,11 @@ class Outcome:
     dry_run: bool
     event_ids: list[tuple[str, str]] = field(default_factory=list)
     replay_id: int | None = None
+
+
+def _check_reason(reason: str | None) -> None:
+    if reason is not None and not storable(reason):
+        raise ReplayError("bad_reason", 400)  # NUL or a lone surrogate: PostgreSQL cannot store it
 
 
 def _audit(rt: Runtime, who: str, reason: str, filters: dict[str, str], ids: list[tuple[str, str]]) -> int:
@@ -64,7 +69,10 @@ def _mark_and_enqueue(rt: Runtime, ids: list[tuple[str, str]]) -> list[tuple[str
 
 
 def replay_one(rt: Runtime, provider: str, event_id: str, *, who: str, reason: str | None) -> Outcome:
-    """Replay one event. Raises ``ReplayError`` (404 unknown, 409 being processed)."""
+    """Replay one event. Raises ``ReplayError`` (404 unknown, 409 being processed, 400 ``bad_reason``)."""
+    _check_reason(reason)
+    if not (storable(provider) and storable(event_id)):
+        raise ReplayError("not_found", 404)  # no database could hold it, so no such event
     with rt.sessions.begin() as session:
         event = session.get(Event, (provider, event_id), with_for_update=True)
         if event is None:
@@ -94,6 +102,7 @@ def replay_matching(rt: Runtime, filters: Filters, *, who: str, reason: str | No
     """
     if dry_run:
         return Outcome(matching_count(rt, filters), True)
+    _check_reason(reason)
     if not (reason or "").strip():
         raise ReplayError("reason_required", 400)
     if not filters.as_dict():
