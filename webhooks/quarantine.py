@@ -4,22 +4,36 @@ from __future__ import annotations
 
 import base64
 import hmac
+import json
 import logging
+from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
-from sqlalchemy import delete, insert
+from sqlalchemy import Text, cast, delete, func, insert, or_, select
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 
-from webhooks.db import redact, upsert
-from webhooks.errors import VerificationError
+from webhooks import providers
+from webhooks.config import Settings
+from webhooks.db import redact, storable_text, upsert
+from webhooks.errors import ConfigError, VerificationError
 from webhooks.models import Rejection, RejectionCount
 from webhooks.providers.base import Endpoint, Verified
 from webhooks.runtime import Runtime
 
 log = logging.getLogger(__name__)
-AUTH_MARK = "X-Webhooks-Authorization-Mark"
-PRUNE_BY_AGE_EVERY = 100  # rows; pruning by count happens on every insert
+# A header name that older versions wrote to mark good basic auth: now only ever client-sent, so it
+# is dropped on the way in and hidden on the way out (the fact lives in ``basic_auth_ok``).
+AUTH_MARK = "x-webhooks-authorization-mark"
+PRUNE_BY_AGE_EVERY = 100  # rows; pruning by size happens on every insert
+# The one counter key of every unconfigured endpoint name: the route never matches a name holding
+# "/", so no configured endpoint can ever be counted under it (and random names make no rows).
+UNKNOWN = "unknown/*"
+MAX_URL = 4096  # characters
+MAX_HEADERS = 64
+MAX_HEADER = 4096  # characters, name and value
+MAX_HEADERS_TOTAL = 16 * 1024  # characters
 
 
 def count(session: Session, endpoint: str, reason: str, now: datetime) -> None:
@@ -34,24 +48,117 @@ def _basic(endpoint: Endpoint) -> str:
     return "Basic " + base64.b64encode((endpoint.basic_auth or "").encode()).decode()
 
 
-def keep_headers(rt: Runtime, endpoint: str, headers: dict[str, str]) -> dict[str, str]:
-    """Headers fit to keep: credentials redacted, but a note that the basic auth was right, so a
-    re-verify can pass it without the password ever being stored."""
-    kept = redact(headers)
-    config = rt.settings.endpoints.get(endpoint)
+def basic_auth_ok(config: Endpoint | None, headers: dict[str, str]) -> bool:
+    """Whether the request carried the endpoint's exact HTTP Basic credentials."""
+    if config is None or not config.basic_auth:
+        return False
     auth = next((v for k, v in headers.items() if k.lower() == "authorization"), "")
-    if config is not None and config.basic_auth and hmac.compare_digest(auth.encode(), _basic(config).encode()):
-        kept[AUTH_MARK] = "verified"
-    return kept
+    return hmac.compare_digest(auth.encode(), _basic(config).encode())
 
 
-def restore_headers(endpoint: Endpoint, kept: dict[str, str]) -> dict[str, str]:
+def keep_headers(headers: dict[str, str]) -> tuple[dict[str, str], int]:
+    """Headers fit to keep, and how many were not: credentials redacted, any authorization mark
+    dropped, at most ``MAX_HEADERS`` of at most ``MAX_HEADER`` characters (``MAX_HEADERS_TOTAL``
+    in all), in the order sent. Genuine deliveries carry a few kilobytes; junk is what is left out."""
+    kept: dict[str, str] = {}
+    total = dropped = 0
+    for name, value in redact(headers).items():
+        if name.lower() == AUTH_MARK:
+            continue
+        size = len(name) + len(value)
+        if size > MAX_HEADER or total + size > MAX_HEADERS_TOTAL or len(kept) >= MAX_HEADERS:
+            dropped += 1
+            continue
+        kept[storable_text(name)] = storable_text(value)
+        total += size
+    return kept, dropped
+
+
+def restore_headers(endpoint: Endpoint, rejection: Rejection) -> dict[str, str]:
     """The headers for a re-verify: the Authorization header comes back only if it was right."""
-    headers = {k: v for k, v in kept.items() if k != AUTH_MARK}
-    if endpoint.basic_auth and kept.get(AUTH_MARK) == "verified":
+    headers = {k: v for k, v in rejection.headers.items() if k.lower() != AUTH_MARK}
+    if endpoint.basic_auth and rejection.basic_auth_ok:
         headers = {k: v for k, v in headers.items() if k.lower() != "authorization"}
         headers["Authorization"] = _basic(endpoint)
     return headers
+
+
+def signature_headers(rt: Runtime, rejection: Rejection) -> set[str]:
+    """Lower-cased names of the headers that carry a signature which, shown, could be replayed
+    (schemes that sign no timestamp), under the endpoint's configuration and the kind it had."""
+    names: set[str] = set()
+    config = rt.settings.endpoints.get(rejection.endpoint)
+    if config is not None:
+        names.update(providers.get(config.provider).signature_headers(config))
+    if rejection.kind:
+        try:
+            names.update(providers.get(rejection.kind).signature_header_names)
+        except ConfigError:
+            pass  # a kind this version no longer knows
+    return {n.lower() for n in names}
+
+
+def shown_headers(rt: Runtime, rejection: Rejection) -> dict[str, str]:
+    """The headers to display: no mark, and only the length of a replayable signature (the value
+    stays stored, for re-verify)."""
+    hidden = signature_headers(rt, rejection)
+    return {
+        k: (f"[signature: {len(v)} chars]" if k.lower() in hidden else v)
+        for k, v in rejection.headers.items() if k.lower() != AUTH_MARK
+    }
+
+
+def budget(settings: Settings) -> tuple[int, int]:
+    """Rows and bytes each configured endpoint may keep: the totals shared evenly, so junk sent to
+    one endpoint never evicts another's rejections."""
+    shares = max(1, len(settings.endpoints))
+    return max(1, settings.quarantine_rows // shares), max(1, settings.quarantine_bytes // shares)
+
+
+def _row(config: Endpoint, error: VerificationError, headers: dict[str, str], body: bytes, url: str,
+         max_bytes: int) -> dict[str, Any]:
+    kept, dropped = keep_headers(headers)
+    notes = [error.detail] if error.detail else []
+    if dropped:
+        notes.append(f"{dropped} headers not kept")
+    if len(url) > MAX_URL:
+        notes.append(f"URL cut at {MAX_URL} of {len(url)} characters")
+        url = url[:MAX_URL]
+    if len(body) + len(url) + len(json.dumps(kept)) > max_bytes:
+        notes.append(f"body of {len(body)} bytes not kept (over the quarantine budget)")
+        body = b""
+    return {"endpoint": config.name[:100], "kind": config.provider, "reason": error.reason,
+            "detail": "; ".join(notes)[:500], "http_status": error.status, "url": storable_text(url),
+            "headers": kept, "body": body, "basic_auth_ok": basic_auth_ok(config, headers)}
+
+
+def prune(session: Session, endpoint: str, max_rows: int, max_bytes: int) -> None:
+    """Keep the endpoint's newest rows that fit both its row and byte budgets (one window query)."""
+    size = func.length(Rejection.body) + func.length(Rejection.url) + func.length(cast(Rejection.headers, Text))
+    newest_first = Rejection.id.desc()
+    ranked = select(
+        Rejection.id,
+        func.sum(size).over(order_by=newest_first).label("running"),
+        func.row_number().over(order_by=newest_first).label("n"),
+    ).where(Rejection.endpoint == endpoint).subquery()
+    cut = session.scalar(select(func.max(ranked.c.id)).where(or_(ranked.c.running > max_bytes, ranked.c.n > max_rows)))
+    if cut is not None:
+        session.execute(delete(Rejection).where(Rejection.endpoint == endpoint, Rejection.id <= cut))
+
+
+def count_page(session: Session, after: str, limit: int) -> tuple[Sequence[RejectionCount], str | None]:
+    """Counts of at most ``limit`` endpoints named after ``after``, and the cursor of the next page."""
+    names = session.scalars(
+        select(RejectionCount.endpoint).where(RejectionCount.endpoint > after)
+        .group_by(RejectionCount.endpoint).order_by(RejectionCount.endpoint).limit(limit + 1)
+    ).all()
+    if not names:
+        return [], None
+    counts = session.scalars(
+        select(RejectionCount).where(RejectionCount.endpoint.in_(names[:limit]))
+        .order_by(RejectionCount.endpoint, RejectionCount.reason)
+    ).all()
+    return counts, (names[limit - 1] if len(names) > limit else None)
 
 
 def record(
@@ -61,19 +168,17 @@ def record(
     now = datetime.now(UTC)
     settings = rt.settings
     config = settings.endpoints.get(endpoint)
-    kind = config.provider if config else None
-    headers = keep_headers(rt, endpoint, headers)
     try:
         with rt.sessions.begin() as session:
-            count(session, endpoint, error.reason, now)
-            if settings.quarantine_rows <= 0:
+            # Unknown endpoints are only counted, all under one key: any client can invent names.
+            count(session, endpoint if config else UNKNOWN, error.reason, now)
+            if config is None or settings.quarantine_rows <= 0 or settings.quarantine_bytes <= 0:
                 return
+            max_rows, max_bytes = budget(settings)
             new_id = session.execute(insert(Rejection).values(
-                endpoint=endpoint[:100], kind=kind, reason=error.reason, detail=error.detail[:500],
-                http_status=error.status, received_at=now, url=url, headers=headers, body=body,
+                received_at=now, **_row(config, error, headers, body, url, max_bytes),
             ).returning(Rejection.id)).scalar_one()
-            # ids only grow, so this keeps at most the newest N rows with one indexed range delete.
-            session.execute(delete(Rejection).where(Rejection.id <= new_id - settings.quarantine_rows))
+            prune(session, config.name[:100], max_rows, max_bytes)
             if new_id % PRUNE_BY_AGE_EVERY == 0:
                 cutoff = now - timedelta(days=settings.quarantine_days)
                 session.execute(delete(Rejection).where(Rejection.received_at < cutoff))
@@ -91,7 +196,7 @@ def reverify(rt: Runtime, rejection_id: int) -> tuple[Rejection | None, Verified
     if rejection is None:
         return None, VerificationError("not_found", status=404)
     endpoint = rt.settings.endpoints.get(rejection.endpoint)
-    headers = restore_headers(endpoint, rejection.headers) if endpoint else dict(rejection.headers)
+    headers = restore_headers(endpoint, rejection) if endpoint else dict(rejection.headers)
     arrival = rejection.received_at if rejection.received_at.tzinfo else rejection.received_at.replace(tzinfo=UTC)
     result: Verified | VerificationError
     try:

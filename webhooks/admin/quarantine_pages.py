@@ -9,10 +9,12 @@ from sqlalchemy import select
 
 from webhooks import quarantine
 from webhooks.admin.pages import _rt, bp
+from webhooks.admin.queries import FilterError
 from webhooks.errors import VerificationError
-from webhooks.models import Rejection, RejectionCount
+from webhooks.models import Rejection
 
 PAGE_SIZE = 100
+COUNTS_PAGE = 100  # endpoints per page of counts: old databases may hold thousands
 
 
 @bp.get("/rejections")
@@ -22,12 +24,16 @@ def rejections() -> str:
     for name, value in shown.items():
         query = query.where(getattr(Rejection, name) == value)
     before = request.args.get("before", "")
-    if before.isdigit():
+    if before:
+        if not (before.isascii() and before.isdigit() and len(before) <= 18):
+            raise FilterError("bad_before")
         query = query.where(Rejection.id < int(before))
+    counts_after = request.args.get("counts_after", "")
     with _rt().sessions() as session:
         rows = session.scalars(query).all()
-        counts = session.scalars(select(RejectionCount).order_by(RejectionCount.endpoint, RejectionCount.reason)).all()
+        counts, counts_next = quarantine.count_page(session, counts_after, COUNTS_PAGE)
         return render_template("rejections.html", title="Rejected requests", rows=rows, counts=counts,
+                               counts_next=counts_next, counts_after=counts_after, unknown=quarantine.UNKNOWN,
                                shown=shown, page_size=PAGE_SIZE)
 
 
@@ -37,8 +43,8 @@ def rejection(rejection_id: int) -> str:
         row = session.get(Rejection, rejection_id)
         if row is None:
             abort(404)
-        headers = {k: v for k, v in row.headers.items() if k != quarantine.AUTH_MARK}
-        return render_template("rejection.html", title=f"Rejected request #{row.id}", row=row, headers=headers,
+        return render_template("rejection.html", title=f"Rejected request #{row.id}", row=row,
+                               headers=quarantine.shown_headers(_rt(), row),
                                body=row.body.decode("utf-8", errors="replace"), result=request.args.get("result"))
 
 

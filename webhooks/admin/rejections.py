@@ -9,9 +9,11 @@ from sqlalchemy import select
 
 from webhooks import quarantine
 from webhooks.admin.api import _error, _rt, bp
-from webhooks.admin.queries import iso
+from webhooks.admin.queries import FilterError, iso
 from webhooks.errors import UnavailableError, VerificationError
-from webhooks.models import Rejection, RejectionCount
+from webhooks.models import Rejection
+
+COUNTS_PAGE = 100  # endpoints per page of counts
 
 
 def summary(row: Rejection) -> dict[str, Any]:
@@ -28,22 +30,36 @@ def summary(row: Rejection) -> dict[str, Any]:
     }
 
 
+def _bounded(name: str, default: int, top: int) -> int | None:
+    try:
+        return min(max(int(request.args.get(name, default)), 1), top)
+    except ValueError:
+        return None
+
+
 @bp.get("/rejections")
 def list_rejections() -> Any:
+    """Newest rejections (``before``: older than that id) and one page of counts, by endpoint
+    name (``counts_after``: the previous page's ``counts_next``)."""
     query = select(Rejection).order_by(Rejection.id.desc())
     for name in ("endpoint", "reason"):
         if request.args.get(name):
             query = query.where(getattr(Rejection, name) == request.args[name])
-    try:
-        limit = min(max(int(request.args.get("limit", 50)), 1), 1000)
-    except ValueError:
+    limit, counts_limit = _bounded("limit", 50, 1000), _bounded("counts_limit", COUNTS_PAGE, 1000)
+    if limit is None or counts_limit is None:
         return _error("bad_limit", 400)
+    before = request.args.get("before")
+    if before is not None:
+        if not (before.isascii() and before.isdigit() and len(before) <= 18):
+            raise FilterError("bad_before")
+        query = query.where(Rejection.id < int(before))
     with _rt().sessions() as session:
         rows = session.scalars(query.limit(limit)).all()
+        page, counts_next = quarantine.count_page(session, request.args.get("counts_after", ""), counts_limit)
         counts: dict[str, dict[str, int]] = {}
-        for c in session.scalars(select(RejectionCount)):
+        for c in page:
             counts.setdefault(c.endpoint, {})[c.reason] = c.count
-        return jsonify(rejections=[summary(r) for r in rows], counts=counts)
+        return jsonify(rejections=[summary(r) for r in rows], counts=counts, counts_next=counts_next)
 
 
 @bp.get("/rejections/<int:rejection_id>")
@@ -52,9 +68,8 @@ def show_rejection(rejection_id: int) -> Any:
         row = session.get(Rejection, rejection_id)
         if row is None:
             return _error("not_found", 404)
-        headers = {k: v for k, v in row.headers.items() if k != quarantine.AUTH_MARK}
         body = row.body.decode("utf-8", errors="replace")
-        return jsonify(summary(row) | {"url": row.url, "headers": headers, "body": body})
+        return jsonify(summary(row) | {"url": row.url, "headers": quarantine.shown_headers(_rt(), row), "body": body})
 
 
 @bp.post("/rejections/<int:rejection_id>/reverify")
