@@ -35,7 +35,10 @@ REGISTRY: dict[tuple[str, str], list[Handler]] = defaultdict(list)
 @dataclass(frozen=True)
 class HandlerEvent:
     """What a handler learns of the event. ``session`` is the processing transaction: writes
-    through it commit with the event's ``processed`` mark, or roll back with a failure."""
+    through it commit with the event's ``processed`` mark, or roll back with a failure. ``data``
+    is the event as sent; ``object_type``/``object_id`` and the state are the stored ones (see
+    ``jobs.process`` for values no database can store). On SQLite the first write takes the
+    database's write lock until the mark: write last, after any slow call."""
 
     provider: str
     kind: str
