@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import base64
+import json
+import threading
 import zlib
 from datetime import UTC, datetime, timedelta
+from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
 
 import pytest
@@ -13,8 +16,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import padding, rsa
 from cryptography.x509.oid import NameOID
 
-from webhooks.errors import ConfigError, VerificationError
-from webhooks.providers.base import Endpoint, Request
+from webhooks.errors import ConfigError, UnavailableError, VerificationError
+from webhooks.providers.base import Endpoint, Request, replay_key
 from webhooks.providers.paypal import PayPal
 from webhooks.providers.paypal_certs import CertLoader
 
@@ -61,7 +64,7 @@ def signed(body: bytes, *, webhook_id: str = "9XL90610J3647323C", **extra: str) 
 
 def test_independent_signature_verifies_with_fetched_certificate() -> None:
     body = (PAYLOADS / "payment.sale.completed__sandbox.json").read_bytes()
-    transmission_id, time = "d938e770-8046-11e6-8103-6b62a8a99ac4", "2016-09-21T22:00:46Z"
+    transmission_id, time = "d938e770-8046-11e6-8103-6b62a8a99ac4", "2023-11-14T22:13:20Z"  # = NOW
     message = f"{transmission_id}|{time}|9XL90610J3647323C|{zlib.crc32(body) & 0xFFFFFFFF}".encode()
     signature = base64.b64encode(KEY.sign(message, padding.PKCS1v15(), hashes.SHA256())).decode()
     headers = {"paypal-transmission-id": transmission_id, "paypal-transmission-time": time,
@@ -69,9 +72,10 @@ def test_independent_signature_verifies_with_fetched_certificate() -> None:
     LOADED.clear()
     result = PROVIDER.verify(Request(headers, body), endpoint(), now=NOW)
     assert LOADED == [CERT_URL]
-    assert [(e.event_id, e.event_type, e.secret_index) for e in result.events] == [
-        ("WH-9UG43882HX7271132-6E0871324L7949614", "PAYMENT.SALE.COMPLETED", 0)
+    assert [(e.event_id, e.event_type, e.secret_index, e.signed_at) for e in result.events] == [
+        ("WH-9UG43882HX7271132-6E0871324L7949614", "PAYMENT.SALE.COMPLETED", 0, NOW)
     ]
+    assert result.replay_key == replay_key("paypal", transmission_id)
 
 
 @pytest.mark.parametrize(
@@ -151,10 +155,10 @@ def test_sign_needs_a_signing_key() -> None:
 MOMENT = datetime.fromtimestamp(NOW, UTC)
 
 
-def test_loader_accepts_paypal_subject_and_caches(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_loader_accepts_paypal_subject_and_caches() -> None:
     fetched: list[str] = []
-    cert_loader = CertLoader(check_chain=False)
-    monkeypatch.setattr(cert_loader, "_fetch", lambda url: fetched.append(url) or certificate(start=0, days=36500))
+    cert_loader = CertLoader(check_chain=False,
+                             fetch=lambda url: fetched.append(url) or certificate(start=0, days=36500))
     assert cert_loader(CERT_URL) == cert_loader(CERT_URL)
     assert fetched == [CERT_URL]
 
@@ -211,3 +215,178 @@ def test_validate_parses_a_pinned_certificate() -> None:
     PROVIDER.validate(endpoint())
     with pytest.raises(ConfigError, match="'pp'"):
         PROVIDER.validate(endpoint(certificate="-----BEGIN CERTIFICATE-----\nnope\n-----END CERTIFICATE-----\n"))
+
+
+# -- replay: the transmission time window, and the CRC-32 that lets a body be swapped -------------
+
+
+@pytest.mark.parametrize(("skew", "reason"), [
+    (-301, "timestamp_out_of_tolerance"), (301, "timestamp_out_of_tolerance"), (-299, None), (299, None),
+    (-10 * 365 * 86400, "timestamp_out_of_tolerance"),
+])
+def test_transmission_time_window(skew: int, reason: str | None) -> None:
+    """Signed ``skew`` seconds away from the receiver's clock (both ways), with tolerance 300."""
+    _, headers = PROVIDER.sign(endpoint(cert_url=CERT_URL), BODY, now=NOW + skew)
+    request = Request({k.lower(): v for k, v in headers.items()}, BODY)
+    LOADED.clear()
+    if reason is None:
+        assert PROVIDER.verify(request, endpoint(), now=NOW).events[0].signed_at == NOW + skew
+        return
+    with pytest.raises(VerificationError) as exc:
+        PROVIDER.verify(request, endpoint(), now=NOW)
+    assert exc.value.reason == reason
+    assert LOADED == []  # refused before any certificate fetch
+
+
+@pytest.mark.parametrize("value", ["yesterday", "", "1700000000", "2023-13-40T00:00:00Z", "2023-11-14 22:13:20 UTC"])
+def test_unparsable_transmission_time(value: str) -> None:
+    req = signed(BODY, **{"PAYPAL-TRANSMISSION-TIME": value or " "})
+    with pytest.raises(VerificationError) as exc:
+        PROVIDER.verify(req, endpoint(), now=NOW)
+    assert exc.value.reason in ("malformed_signature", "missing_signature")
+
+
+def crc_twin(template: bytes, target: int) -> bytes:
+    """``template`` with its run of 64 ``a`` rewritten (each ``a`` or ``c``) so its CRC-32 is ``target``.
+
+    CRC-32 is affine over GF(2): flipping bit 1 of a byte XORs a fixed delta into the CRC, so a
+    subset of flips reaching ``target`` is a linear system — what a forger solves in microseconds.
+    """
+    start = template.index(b"a" * 64)
+    base = zlib.crc32(template)
+    basis: list[tuple[int, int]] = []  # (delta with a leading bit, mask of the flips that make it)
+    for k in range(64):
+        flipped = bytearray(template)
+        flipped[start + k] ^= 0x02
+        delta, mask = zlib.crc32(flipped) ^ base, 1 << k
+        for vector, made in basis:
+            if delta ^ vector < delta:
+                delta, mask = delta ^ vector, mask ^ made
+        if delta:
+            basis.append((delta, mask))
+            basis.sort(reverse=True)
+    want, mask = base ^ target, 0
+    for vector, made in basis:
+        if want ^ vector < want:
+            want, mask = want ^ vector, mask ^ made
+    assert want == 0, "rank too low"
+    forged = bytearray(template)
+    for k in range(64):
+        if mask >> k & 1:
+            forged[start + k] ^= 0x02
+    assert zlib.crc32(forged) == target
+    return bytes(forged)
+
+
+def test_crc_forged_body_is_the_same_replay_key() -> None:
+    """The attack: one genuine delivery's headers verify another body of the same CRC-32 (any id,
+    type, amount). Its replay key is the transmission id, so the receiver stores one event."""
+    genuine = signed(BODY)
+    first = PROVIDER.verify(genuine, endpoint(), now=NOW)
+    template = json.dumps({"id": "WH-FORGED", "event_type": "PAYMENT.CAPTURE.REFUNDED", "pad": "a" * 64}).encode()
+    forged = crc_twin(template, zlib.crc32(BODY))
+    second = PROVIDER.verify(Request(genuine.headers, forged), endpoint(), now=NOW)  # the attack is real
+    assert second.events[0].event_id == "WH-FORGED" != first.events[0].event_id
+    assert second.replay_key == first.replay_key == replay_key("paypal", genuine.header("PAYPAL-TRANSMISSION-ID"))
+
+
+# -- certificate fetches: failures remembered, fetch rate bounded ----------------------------------
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_failed_fetch_is_remembered_per_url() -> None:
+    clock, fetched = Clock(), []
+
+    def fetch(url: str) -> bytes:
+        fetched.append(url)
+        raise UnavailableError("PayPal certificate host unreachable")
+
+    cert_loader = CertLoader(check_chain=False, fetch=fetch, clock=clock, failure_ttl=60, max_fetches=100)
+    for _ in range(50):
+        with pytest.raises(UnavailableError):
+            cert_loader(CERT_URL)
+    assert fetched == [CERT_URL]
+    clock.now += 61
+    with pytest.raises(UnavailableError):
+        cert_loader(CERT_URL)
+    assert fetched == [CERT_URL, CERT_URL]
+
+
+def test_refused_certificate_is_remembered_as_a_mismatch() -> None:
+    clock, fetched = Clock(), []
+    cert_loader = CertLoader(check_chain=False, clock=clock,
+                             fetch=lambda url: fetched.append(url) or certificate("evil.example.com"))
+    for _ in range(3):
+        with pytest.raises(VerificationError) as exc:
+            cert_loader(CERT_URL)
+        assert exc.value.reason == "signature_mismatch"
+    assert len(fetched) == 1
+
+
+def test_fetch_rate_is_bounded_across_urls() -> None:
+    """Unsigned requests naming ever new PayPal-looking URLs cause a few fetches a minute, not one each."""
+    clock, fetched = Clock(), []
+
+    def fetch(url: str) -> bytes:
+        fetched.append(url)
+        raise _fail_404()
+
+    cert_loader = CertLoader(check_chain=False, fetch=fetch, clock=clock, max_fetches=5, per_seconds=60)
+    outcomes = []
+    for n in range(200):
+        with pytest.raises((VerificationError, UnavailableError)) as exc:
+            cert_loader(f"{CERT_URL}-{n}")
+        outcomes.append(type(exc.value))
+    assert len(fetched) == 5 and outcomes.count(UnavailableError) == 195
+    clock.now += 61
+    with pytest.raises(VerificationError):
+        cert_loader(f"{CERT_URL}-new")
+    assert len(fetched) == 6
+
+
+def _fail_404() -> VerificationError:
+    return VerificationError("signature_mismatch", "PayPal certificate host answered 404")
+
+
+def test_good_certificates_stay_cached_under_the_fetch_bound() -> None:
+    clock, fetched = Clock(), []
+    good = certificate(start=0, days=36500)
+    cert_loader = CertLoader(check_chain=False, clock=clock, max_fetches=1,
+                             fetch=lambda url: fetched.append(url) or good)
+    assert all(cert_loader(CERT_URL) == good for _ in range(20))
+    assert fetched == [CERT_URL]
+
+
+def test_loader_fetches_over_http_and_remembers_the_failure() -> None:
+    """The real fetch path against a local server (never the network): a 404 is fetched once."""
+    hits: list[str] = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            hits.append(self.path)
+            self.send_error(404)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = HTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        local = f"http://127.0.0.1:{server.server_address[1]}/v1/notifications/certs/CERT-x"
+        cert_loader = CertLoader(check_chain=False)
+        cert_loader.fetch = lambda url: cert_loader._fetch(local)  # the PayPal URL, served locally
+        for _ in range(5):
+            with pytest.raises(VerificationError, match="404"):
+                cert_loader(CERT_URL)
+        assert hits == ["/v1/notifications/certs/CERT-x"]
+    finally:
+        server.shutdown()
+        thread.join()

@@ -11,7 +11,8 @@ Docs: https://docs.adyen.com/development-resources/webhooks/verify-hmac-signatur
 Event id: ``pspReference:eventCode:success`` (Adyen has no id field); platform webhooks:
 ``type:sha256(body)[:32]``. Object: the payment (``originalReference`` for modifications),
 versioned by an eventCode stage first and ``eventDate`` second, so a late AUTHORISATION never
-undoes a CAPTURE, REFUND or CANCELLATION.
+undoes a CAPTURE, REFUND or CANCELLATION. What the id is made of is signed (the item's fields, or
+the body): no replay key is needed. A key that decodes to nothing is refused at start-up.
 """
 
 from __future__ import annotations
@@ -80,9 +81,10 @@ class Adyen(Provider):
     def validate(self, endpoint: Endpoint) -> None:
         super().validate(endpoint)
         try:
-            _keys(endpoint)
+            if not all(_keys(endpoint)):
+                raise ValueError("empty key")
         except ValueError as exc:
-            raise ConfigError(f"endpoint {endpoint.name!r}: an Adyen HMAC key is not hex") from exc
+            raise ConfigError(f"endpoint {endpoint.name!r}: an Adyen HMAC key is empty or not hex") from exc
         if endpoint.basic_auth is not None and ":" not in endpoint.basic_auth:
             raise ConfigError(f"endpoint {endpoint.name!r}: basic_auth must be 'user:password'")
 

@@ -106,6 +106,9 @@ class Provider:
         """Raise ``ConfigError`` when the endpoint's secrets or options cannot work."""
         if not endpoint.secrets:
             raise ConfigError(f"endpoint {endpoint.name!r}: no secret configured (fail closed)")
+        if not all(endpoint.secrets):
+            # An empty key makes a MAC anyone can compute: refuse it, as standardwebhooks does.
+            raise ConfigError(f"endpoint {endpoint.name!r}: an empty secret is no secret (fail closed)")
 
     def verify(self, request: Request, endpoint: Endpoint, *, now: float) -> Verified:
         raise NotImplementedError
@@ -206,13 +209,19 @@ def replay_key(*parts: bytes | str) -> str:
 def first_match(
     secrets: Iterable[str], expected: Callable[[str], bytes], candidates: Iterable[bytes]
 ) -> int:
-    """Index of the first secret whose expected signature equals any candidate (constant time)."""
+    """Index of the first secret whose expected signature equals any candidate (constant time).
+
+    An empty digest or a candidate of another length never matches, whatever the caller passed:
+    ``compare_digest(b"", b"")`` is true, and no real MAC is empty.
+    """
     wanted = list(candidates)
     if not wanted:
         raise VerificationError("missing_signature", "no signature of a supported scheme")
     for index, secret in enumerate(secrets):
         digest = expected(secret)
+        if not digest:
+            continue
         # Compare against every candidate, so timing says nothing about which one matched.
-        if sum(hmac.compare_digest(digest, candidate) for candidate in wanted):
+        if sum(len(c) == len(digest) and hmac.compare_digest(digest, c) for c in wanted):
             return index
     raise VerificationError("signature_mismatch", "no configured secret matches")

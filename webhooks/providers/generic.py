@@ -7,6 +7,8 @@ as UTF-8, encoded ``hex`` (default) or ``base64``, in the header ``header`` afte
 ``prefix`` (e.g. ``"sha256="``). With a timestamp: unix seconds, ``tolerance_seconds`` both ways.
 Event id: the ``id_header`` header, or the dotted JSON path ``id_path`` (``"data.id"``), else
 ``sha256:<hex of the body>``. Type: ``type_header`` or ``type_path``, else ``"event"``.
+Headers named by ``id_header``/``type_header`` are not signed, and a timestamp may be absent: the
+replay key is always a hash of the verified signature, so one signature yields one event.
 Docs: the provider's own; e.g. https://webhooks.fyi/security/hmac
 """
 
@@ -28,6 +30,7 @@ from webhooks.providers.base import (
     first_match,
     hmac_digest,
     parse_json,
+    replay_key,
     require,
 )
 
@@ -109,7 +112,8 @@ class GenericHmac(Provider):
         if event_id is None:
             event_id = "sha256:" + hashlib.sha256(request.body).hexdigest()
         event_type = self._field(request, body, o.get("type_header"), o.get("type_path")) or "event"
-        return Verified([VerifiedEvent(event_id, event_type, secret_index=index, signed_at=ts)], f"hmac-{algorithm}")
+        return Verified([VerifiedEvent(event_id, event_type, secret_index=index, signed_at=ts)], f"hmac-{algorithm}",
+                        replay_key=replay_key(f"hmac-{algorithm}", signature))
 
     @staticmethod
     def _field(request: Request, body: Any, header: str | None, path: str | None) -> str | None:

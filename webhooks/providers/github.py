@@ -1,7 +1,8 @@
 """GitHub: ``X-Hub-Signature-256: sha256=<hex>``.
 
 Signed bytes: the raw body; HMAC-SHA256 keyed with the webhook secret as UTF-8; hex. The legacy
-SHA-1 ``X-Hub-Signature`` is not accepted. No timestamp is signed (no replay window).
+SHA-1 ``X-Hub-Signature`` is not accepted. No timestamp is signed (no replay window), nor the
+delivery id: the replay key is a hash of the verified signature, so one signature yields one event.
 Event id: ``X-GitHub-Delivery`` (the same on a redelivery); type: ``X-GitHub-Event`` plus the
 body's ``action`` when present (``issues.opened``; ``ping`` stays ``ping``). Those two headers are
 not signed: when either is missing after a valid signature the delivery is ``malformed_payload``
@@ -30,6 +31,7 @@ from webhooks.providers.base import (
     iso_ms,
     parse_json,
     prefixed_hex,
+    replay_key,
     require,
 )
 
@@ -67,7 +69,8 @@ class GitHub(Provider):
         body = parse_body(request.body)
         action = body.get("action") if isinstance(body, dict) else None
         event_type = f"{event}.{action}" if isinstance(action, str) and action else event
-        return Verified([VerifiedEvent(delivery, event_type, secret_index=index)], "github-sha256")
+        return Verified([VerifiedEvent(delivery, event_type, secret_index=index)], "github-sha256",
+                        replay_key=replay_key("github-sha256", signature))
 
     def event_data(self, payload: bytes, index: int | None) -> Any:
         return parse_body(payload)

@@ -7,7 +7,10 @@ URL, several webhooks; ``secret_index`` = the one matched). ``secrets`` are unus
 ``url_mismatch``), valid at ``now``; base64. The PEM comes pinned (``options["certificate"]``, or
 ``options["cert_file"]`` via ``pinned_reader``) or from ``cert_loader(url)``: both injected, so this
 module does no I/O; the real ones live in ``paypal_certs`` (PayPal hosts only, chain check, cache).
-No replay window. Event id: the body's ``id`` (``WH-…``); type: ``event_type``. Object:
+Replay window: ``PAYPAL-TRANSMISSION-TIME`` (ISO 8601, signed) within ``tolerance_seconds`` of ``now``
+both ways, checked before any certificate is fetched; unparsable is ``malformed_signature``. The body
+is covered only by its CRC-32 (forgeable): the replay key is the transmission id, so one signature
+yields one event. Event id: the body's ``id`` (``WH-…``); type: ``event_type``. Object:
 ``resource_type``/``resource.id``, versioned by ``resource.update_time`` (or ``create_time``).
 ``sign`` (tests only) needs ``options["signing_key"]``: a PEM private key matching the pinned certificate.
 Docs: https://developer.paypal.com/api/rest/webhooks/rest/#link-eventheadervalidation
@@ -40,6 +43,7 @@ from webhooks.providers.base import (
     b64decode,
     iso_ms,
     parse_json,
+    replay_key,
     require,
 )
 
@@ -61,6 +65,18 @@ def is_paypal_cert_url(url: str) -> bool:
 
 def signed_string(transmission_id: str, time: str, webhook_id: str, body: bytes) -> bytes:
     return f"{transmission_id}|{time}|{webhook_id}|{zlib.crc32(body) & 0xFFFFFFFF}".encode()
+
+
+def transmission_time(value: str, now: float, tolerance: int) -> int:
+    """``PAYPAL-TRANSMISSION-TIME`` as unix seconds, refused outside ``now ± tolerance``."""
+    try:
+        moment = datetime.fromisoformat(value.replace("Z", "+00:00").replace("z", "+00:00"))
+        ts = int((moment if moment.tzinfo else moment.replace(tzinfo=UTC)).timestamp())
+    except (ValueError, OverflowError) as exc:
+        raise VerificationError("malformed_signature", "PAYPAL-TRANSMISSION-TIME is not ISO 8601") from exc
+    if abs(now - ts) > tolerance:
+        raise VerificationError("timestamp_out_of_tolerance", f"skew {int(now - ts)} s")
+    return ts
 
 
 def _webhook_ids(endpoint: Endpoint) -> list[str]:
@@ -117,6 +133,7 @@ class PayPal(Provider):
             raise VerificationError("malformed_signature", "PAYPAL-AUTH-ALGO is not SHA256withRSA")
         if not is_paypal_cert_url(cert_url):
             raise VerificationError("url_mismatch", "PAYPAL-CERT-URL is not a PayPal certificate URL")
+        signed_at = transmission_time(time, now, endpoint.tolerance_seconds)
         cert = self._certificate(endpoint, cert_url)
         moment = datetime.fromtimestamp(now, UTC)
         if not cert.not_valid_before_utc <= moment <= cert.not_valid_after_utc:
@@ -131,7 +148,9 @@ class PayPal(Provider):
         event = parse_json(request.body)
         if not isinstance(event, dict) or not event.get("id") or not isinstance(event.get("event_type"), str):
             raise PayloadError("no event id or event_type")
-        return Verified([VerifiedEvent(str(event["id"]), event["event_type"], secret_index=index)], "paypal-rsa-sha256")
+        event_id, event_type = str(event["id"]), event["event_type"]
+        return Verified([VerifiedEvent(event_id, event_type, secret_index=index, signed_at=signed_at)],
+                        "paypal-rsa-sha256", replay_key=replay_key("paypal", transmission_id))
 
     def extract(self, event_type: str, data: Any) -> ObjectRef | None:
         resource = data.get("resource")

@@ -6,7 +6,10 @@ parses, that the leaf is valid now, names ``messageverificationcerts[.sandbox].p
 rule PayPal's own SDKs apply) and chains to a trusted root (the ``certifi`` bundle, or
 ``ca_file``). Good certificates are cached in memory by URL until they expire.
 Failures: PayPal unreachable or 5xx → ``UnavailableError`` (PayPal retries); anything else →
-``VerificationError("signature_mismatch")``.
+``VerificationError("signature_mismatch")``. A failure is remembered per URL for ``failure_ttl``
+seconds (answered again without a fetch), and fetches are bounded to ``max_fetches`` per
+``per_seconds`` overall (beyond: ``UnavailableError``), so requests naming PayPal-looking URLs
+cannot make this process fetch on every request. ``fetch`` and ``clock`` are injectable for tests.
 ``read_pinned(path)`` reads a pinned certificate file once, for offline set-ups.
 """
 
@@ -17,6 +20,8 @@ import time
 import urllib.error
 import urllib.request
 import warnings
+from collections import deque
+from collections.abc import Callable
 from datetime import UTC, datetime
 from functools import lru_cache
 from pathlib import Path
@@ -46,9 +51,17 @@ def _fail(detail: str) -> VerificationError:
 class CertLoader:
     """A callable ``url -> PEM`` for ``PayPal(cert_loader=...)``; thread-safe, caching."""
 
-    def __init__(self, *, ca_file: str | None = None, timeout: float = 5.0, check_chain: bool = True) -> None:
+    def __init__(
+        self, *, ca_file: str | None = None, timeout: float = 5.0, check_chain: bool = True,
+        fetch: Callable[[str], bytes] | None = None, clock: Callable[[], float] = time.monotonic,
+        failure_ttl: float = 60.0, max_fetches: int = 5, per_seconds: float = 60.0,
+    ) -> None:
         self.ca_file, self.timeout, self.check_chain = ca_file, timeout, check_chain
+        self.fetch, self.clock = fetch or self._fetch, clock
+        self.failure_ttl, self.max_fetches, self.per_seconds = failure_ttl, max_fetches, per_seconds
         self._cache: dict[str, tuple[bytes, float]] = {}
+        self._failures: dict[str, tuple[str | None, str, float]] = {}  # url -> (reason, detail, until)
+        self._fetches: deque[float] = deque()  # clock() of recent fetches
         self._lock = threading.Lock()
         self._opener = urllib.request.build_opener(_NoRedirect)
 
@@ -60,11 +73,37 @@ class CertLoader:
             return cached[0]
         if not is_paypal_cert_url(url):
             raise VerificationError("url_mismatch", "not a PayPal certificate URL")
-        pem = self._fetch(url)
-        expires = self.check(pem, datetime.fromtimestamp(now, UTC))
+        self._admit(url)
+        try:
+            pem = self.fetch(url)
+            expires = self.check(pem, datetime.fromtimestamp(now, UTC))
+        except (UnavailableError, VerificationError) as exc:
+            reason, detail = (exc.reason, exc.detail) if isinstance(exc, VerificationError) else (None, str(exc))
+            with self._lock:
+                self._failures[url] = (reason, detail, self.clock() + self.failure_ttl)
+            raise
         with self._lock:
             self._cache[url] = (pem, expires)
         return pem
+
+    def _admit(self, url: str) -> None:
+        """Raise a remembered failure of ``url``, or when the fetch budget is spent; else count a fetch."""
+        with self._lock:
+            moment = self.clock()
+            for key in [k for k, (_, _, until) in self._failures.items() if until <= moment]:
+                del self._failures[key]
+            failed = self._failures.get(url)
+            if failed is None:
+                while self._fetches and self._fetches[0] <= moment - self.per_seconds:
+                    self._fetches.popleft()
+                if len(self._fetches) >= self.max_fetches:
+                    raise UnavailableError("PayPal certificate fetches are rate-limited; retry later")
+                self._fetches.append(moment)
+                return
+        reason, detail, _ = failed
+        if reason is None:
+            raise UnavailableError(f"{detail} (remembered failure)")
+        raise VerificationError(reason, f"{detail} (remembered failure)")
 
     def _fetch(self, url: str) -> bytes:
         try:

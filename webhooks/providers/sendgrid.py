@@ -4,7 +4,8 @@ Signed bytes: ``timestamp + body`` (the raw body, trailing ``\\r\\n`` included);
 SHA-256; the signature is base64 of a DER ``Ecdsa-Sig-Value``. Key: the verification key from
 Mail Settings, base64 DER SubjectPublicKeyInfo, one per entry of ``secrets`` (several = rotation).
 SendGrid documents no replay window: the timestamp is checked against ``tolerance_seconds`` only
-when ``options["check_timestamp"]`` is true.
+when ``options["check_timestamp"]`` is true. The body (with each ``sg_event_id``) is signed: no
+replay key.
 The body is a JSON array: one event per element, ``index`` = its position, id = ``sg_event_id``,
 type = ``event`` (``processed``, ``delivered``, ``open``…). Object: the message
 (``sg_message_id``), versioned by the event's ``timestamp`` in ms.

@@ -1,7 +1,8 @@
 """Shopify: ``X-Shopify-Hmac-Sha256`` (Shopify "Events" deliveries: ``Shopify-Hmac-Sha256``).
 
 Signed bytes: the raw body; HMAC-SHA256 keyed with the app's client secret as UTF-8; base64.
-No timestamp is signed. After a secret rotation Shopify keeps signing with the old secret for up
+No timestamp is signed, nor the webhook id or topic: the replay key is a hash of the verified
+signature, so one signature yields one event. After a secret rotation Shopify keeps signing with the old secret for up
 to an hour: configure both.
 Event id: ``X-Shopify-Webhook-Id`` (or ``Shopify-Webhook-Id``); type: ``X-Shopify-Topic`` (or
 ``Shopify-Topic``), e.g. ``orders/paid``. Those headers are not signed: missing after a valid
@@ -30,6 +31,7 @@ from webhooks.providers.base import (
     first_match,
     hmac_digest,
     iso_ms,
+    replay_key,
     require,
 )
 
@@ -57,7 +59,8 @@ class Shopify(Provider):
         webhook_id, topic = _header(request, "Webhook-Id"), _header(request, "Topic")
         if not webhook_id or not topic:
             raise PayloadError("no Shopify webhook id or topic header")
-        return Verified([VerifiedEvent(webhook_id.strip(), topic.strip(), secret_index=index)], "shopify-hmac")
+        return Verified([VerifiedEvent(webhook_id.strip(), topic.strip(), secret_index=index)], "shopify-hmac",
+                        replay_key=replay_key("shopify-hmac", signature))
 
     def extract(self, event_type: str, data: Any) -> ObjectRef | None:
         if not isinstance(data, dict) or data.get("id") is None:

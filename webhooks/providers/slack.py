@@ -1,7 +1,8 @@
 """Slack: ``X-Slack-Signature: v0=<hex>`` and ``X-Slack-Request-Timestamp``.
 
 Signed string: ``f"v0:{timestamp}:{body}"``; HMAC-SHA256 keyed with the app's signing secret as
-UTF-8; hex. Replay window: ``tolerance_seconds`` (300 s) both ways.
+UTF-8; hex. Replay window: ``tolerance_seconds`` (300 s) both ways. The timestamp and the body
+(which carries the id) are signed: no replay key.
 Events API (JSON): event id = the body's ``event_id`` (the same on Slack's retries), type = the
 inner ``event.type`` (else the body's ``type``). ``url_verification`` is answered with its
 challenge and stores nothing.

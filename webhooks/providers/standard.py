@@ -5,8 +5,11 @@ Signed string: ``f"{id}.{timestamp}.{body}"``. The signature header is a space-s
 ``v1,<base64 HMAC-SHA256>`` (key: base64-decode the secret after stripping ``whsec_``) and
 ``v1a,<base64 Ed25519>`` (public key ``whpk_<base64 of the raw 32 bytes>``, pinned in the
 endpoint's secrets, never taken from the request). Secrets may mix ``whsec_`` and ``whpk_``.
-Entries without a comma, of an unknown version or not base64 are skipped; if nothing usable is
-left the request fails. Replay window: ``tolerance_seconds`` both ways.
+Entries without a comma, of an unknown version, not base64 or of the wrong length (``v1``: 32
+bytes, ``v1a``: 64) are skipped; if nothing usable is left the request fails. An HMAC is made only
+with a ``whsec_`` secret and a ``v1a`` checked only with a ``whpk_`` key (``secret_index`` keeps the
+position in ``secrets``); a secret that decodes to an empty key is refused at start-up.
+Replay window: ``tolerance_seconds`` both ways. The id is signed: no replay key.
 Event id: ``webhook-id`` (the same on every retry); type: the body's ``type`` (or ``event_type``).
 Docs: https://github.com/standard-webhooks/standard-webhooks/blob/main/spec/standard-webhooks.md
 """
@@ -36,6 +39,7 @@ from webhooks.providers.base import (
 
 PUBLIC_PREFIX = "whpk_"
 SECRET_PREFIX = "whsec_"
+LENGTHS = {"v1": 32, "v1a": 64}  # HMAC-SHA256, Ed25519
 
 
 def _b64(value: str) -> bytes:
@@ -58,13 +62,14 @@ def _parse(header: str) -> tuple[list[bytes], list[bytes], int]:
     entries = header.split()
     for entry in entries:
         version, sep, value = entry.partition(",")
-        if not sep or version not in ("v1", "v1a"):
+        if not sep or version not in LENGTHS:
             continue
         try:
             decoded = _b64(value)
         except (binascii.Error, ValueError):
             continue
-        (v1 if version == "v1" else v1a).append(decoded)
+        if len(decoded) == LENGTHS[version]:
+            (v1 if version == "v1" else v1a).append(decoded)
     return v1, v1a, len(entries)
 
 
@@ -75,10 +80,14 @@ class Standard(Provider):
         super().validate(endpoint)
         for secret in endpoint.secrets:
             try:
-                _public_key(secret) if secret.startswith(PUBLIC_PREFIX) else _hmac_key(secret)
+                if secret.startswith(PUBLIC_PREFIX):
+                    _public_key(secret)
+                elif not _hmac_key(secret):
+                    raise ValueError("empty key")
             except (binascii.Error, ValueError) as exc:
                 raise ConfigError(
-                    f"endpoint {endpoint.name!r}: a secret is neither whsec_<base64> nor whpk_<base64 32 bytes>"
+                    f"endpoint {endpoint.name!r}: a secret is neither whsec_<base64 of a non-empty key> "
+                    "nor whpk_<base64 32 bytes>"
                 ) from exc
 
     def verify(self, request: Request, endpoint: Endpoint, *, now: float) -> Verified:
@@ -105,12 +114,14 @@ class Standard(Provider):
     def _match(
         self, secrets: tuple[str, ...], signed: bytes, v1: list[bytes], v1a: list[bytes]
     ) -> tuple[int, str]:
-        if v1 and any(not s.startswith(PUBLIC_PREFIX) for s in secrets):
+        # Split by type, keeping each secret's position: an HMAC is never made with a public key.
+        macs = [(i, s) for i, s in enumerate(secrets) if not s.startswith(PUBLIC_PREFIX)]
+        if v1 and macs:
             try:
-                return first_match(secrets, lambda s: self._mac(s, signed), v1), "v1"
+                found = first_match([s for _, s in macs], lambda s: hmac_digest(_hmac_key(s), signed), v1)
+                return macs[found][0], "v1"
             except VerificationError:
-                if not v1a:
-                    raise
+                pass
         for index, secret in enumerate(secrets):
             if not secret.startswith(PUBLIC_PREFIX):
                 continue
@@ -122,11 +133,6 @@ class Standard(Provider):
                 except InvalidSignature:
                     pass
         raise VerificationError("signature_mismatch", "no configured secret or public key matches")
-
-    @staticmethod
-    def _mac(secret: str, signed: bytes) -> bytes:
-        # A public key cannot make an HMAC; b"" never equals a real signature.
-        return b"" if secret.startswith(PUBLIC_PREFIX) else hmac_digest(_hmac_key(secret), signed)
 
     def sign(
         self, endpoint: Endpoint, body: bytes, *, now: float, secret_index: int = 0, url: str = ""

@@ -2,6 +2,9 @@
 
 Signed string: ``f"{t}.{body}"``; HMAC-SHA256 keyed with the whole ``whsec_…`` secret as UTF-8;
 hex. Only ``v1`` counts (``v0`` is a test-mode decoy); several ``v1`` appear during a secret roll.
+As stripe-python does, items without ``=`` and ``v1`` values that are not 32 bytes of hex are
+ignored when another ``v1`` matches; with no usable ``v1`` left the request fails. The timestamp
+and the id (in the body) are signed: no replay key.
 Event id: the body's ``id``. Classic events carry a ``data.object`` snapshot; thin (v2) events
 carry ``related_object`` and an ISO ``created``.
 Docs: https://docs.stripe.com/webhooks#verify-manually
@@ -60,22 +63,25 @@ class Stripe(Provider):
 
     def verify(self, request: Request, endpoint: Endpoint, *, now: float) -> Verified:
         header = require(request, "Stripe-Signature")
-        timestamp, signatures = None, []
+        timestamp, signatures, unusable = None, [], 0
         for item in header.split(","):
             key, sep, value = item.strip().partition("=")
-            if not sep:
-                raise VerificationError("malformed_signature", "Stripe-Signature item without '='")
-            if key == "t":
+            if sep and key == "t":
                 timestamp = value
-            elif key == "v1":
+            elif sep and key == "v1":
                 try:
-                    signatures.append(bytes.fromhex(value))
-                except ValueError as exc:
-                    raise VerificationError("malformed_signature", "v1 is not hex") from exc
+                    signature = bytes.fromhex(value)
+                except ValueError:
+                    signature = b""
+                if len(signature) == 32:
+                    signatures.append(signature)
+                else:
+                    unusable += 1
         if timestamp is None:
             raise VerificationError("malformed_signature", "Stripe-Signature has no t=")
         if not signatures:
-            raise VerificationError("missing_signature", "Stripe-Signature has no v1 signature")
+            reason = "malformed_signature" if unusable else "missing_signature"
+            raise VerificationError(reason, "Stripe-Signature has no usable v1 signature")
         signed = timestamp.encode() + b"." + request.body
         index = first_match(
             endpoint.secrets, lambda s: hmac_digest(s.encode(), signed), signatures

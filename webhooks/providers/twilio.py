@@ -8,11 +8,15 @@ Twilio adds ``X-Twilio-Webhooks-Signature-Settings: key=<sharedKeyId>,algorithm=
 and signs the same string with that key and algorithm. We take only ``algorithm`` from that
 (unsigned) header and try every configured secret, so ``secrets`` may hold Auth Tokens and
 SharedKey secrets together; an unknown algorithm is ``malformed_signature``.
-URL: ``options["public_url"]`` (scheme, host, path; behind a proxy) with the query string of
-``request.url``, else ``request.url``; accepted with and without the default port. If only
+URL: ``options["public_url"]`` (required: scheme, host, path, the URL Twilio was given) with the
+raw query string of ``request.url`` (the request URI as sent, escapes intact: never decoded or
+re-encoded); the client's ``Host`` is never trusted. As twilio-python and twilio-node, the URL is
+tried with and without its port (any port; none → the scheme's default added). If only
 ``request.url`` verifies, the configured ``public_url`` is wrong: ``url_mismatch``.
 Event id: ``I-Twilio-Idempotency-Token``, else ``sha256:<hex of url + "\\n" + body>``. Type:
 ``message.<MessageStatus|SmsStatus>``, ``call.<CallStatus>``, else ``request``.
+Neither the token nor the parameter boundaries are signed (``a=b1&c=d`` and ``a=b1cd`` sign alike):
+the replay key is a hash of the verified signature, so one signature yields one event.
 Docs: https://www.twilio.com/docs/usage/webhooks/webhooks-security
 """
 
@@ -34,6 +38,7 @@ from webhooks.providers.base import (
     b64decode,
     hmac_digest,
     parse_json,
+    replay_key,
     require,
 )
 
@@ -72,10 +77,10 @@ def port_variants(url: str) -> list[str]:
     except ValueError as exc:  # the Host header is the client's: "host:abc", "[::1"
         raise VerificationError("url_mismatch", "request URL does not parse") from exc
     default = DEFAULT_PORTS.get(parts.scheme)
-    if port is None and default:
-        return [url, urlunsplit(parts._replace(netloc=f"{parts.netloc}:{default}"))]
-    if port == default:
+    if port is not None:  # any port, as twilio-python's remove_port
         return [url, urlunsplit(parts._replace(netloc=parts.netloc.rsplit(":", 1)[0]))]
+    if default:
+        return [url, urlunsplit(parts._replace(netloc=f"{parts.netloc}:{default}"))]
     return [url]
 
 
@@ -86,8 +91,8 @@ def json_url(url: str, body: bytes) -> str:
 
 def _signed_url(request: Request, endpoint: Endpoint) -> str:
     public = endpoint.options.get("public_url")
-    if not public:
-        return request.url
+    if not public:  # validate() refuses this; never fall back to the client's Host
+        raise VerificationError("url_mismatch", f"endpoint {endpoint.name!r} has no options.public_url")
     p = urlsplit(str(public))
     try:
         query = urlsplit(request.url).query
@@ -111,10 +116,18 @@ class Twilio(Provider):
     def validate(self, endpoint: Endpoint) -> None:
         super().validate(endpoint)
         public = endpoint.options.get("public_url")
-        if public is not None:
+        if not public:
+            raise ConfigError(
+                f"endpoint {endpoint.name!r}: public_url (the URL Twilio calls) is required: the request's "
+                "Host header is the client's"
+            )
+        try:
             p = urlsplit(str(public))
-            if p.scheme not in DEFAULT_PORTS or not p.netloc or p.fragment:
-                raise ConfigError(f"endpoint {endpoint.name!r}: public_url must be an absolute http(s) URL")
+            p.port  # noqa: B018 -- raises on a port that is not a number
+        except ValueError as exc:
+            raise ConfigError(f"endpoint {endpoint.name!r}: public_url does not parse") from exc
+        if p.scheme not in DEFAULT_PORTS or not p.hostname or p.fragment:
+            raise ConfigError(f"endpoint {endpoint.name!r}: public_url must be an absolute http(s) URL")
 
     def verify(self, request: Request, endpoint: Endpoint, *, now: float) -> Verified:
         signature = b64decode(require(request, "X-Twilio-Signature"))
@@ -136,7 +149,8 @@ class Twilio(Provider):
             event_id = "sha256:" + hashlib.sha256(url.encode() + b"\n" + request.body).hexdigest()
         event_type = next((f"{kind}.{params[name][0]}" for name, kind in STATUS if params.get(name)), "request")
         scheme = "twilio-sharedkey" if request.header(SETTINGS) else "twilio-authtoken"
-        return Verified([VerifiedEvent(event_id.strip(), event_type, secret_index=index)], f"{scheme}-{alg}")
+        return Verified([VerifiedEvent(event_id.strip(), event_type, secret_index=index)], f"{scheme}-{alg}",
+                        replay_key=replay_key("twilio", signature))
 
     def event_data(self, payload: bytes, index: int | None) -> Any:
         if payload.lstrip()[:1] in (b"{", b"["):
