@@ -29,6 +29,7 @@ SHORTHANDS = {
     "SHOPIFY_WEBHOOK_SECRET": ("shopify", "shopify", "secrets"),
     "SLACK_SIGNING_SECRET": ("slack", "slack", "secrets"),
     "TWILIO_AUTH_TOKEN": ("twilio", "twilio", "secrets"),
+    "TWILIO_PUBLIC_URL": ("twilio", "twilio", "public_url"),
     "SENDGRID_WEBHOOK_PUBLIC_KEY": ("sendgrid", "sendgrid", "secrets"),
     "STANDARD_WEBHOOK_SECRET": ("standard", "standard", "secrets"),
 }

@@ -9,6 +9,7 @@ from urllib.parse import parse_qs, unquote, urlencode
 import pytest
 from twilio.request_validator import RequestValidator
 
+from webhooks.config import load
 from webhooks.errors import ConfigError, VerificationError
 from webhooks.providers.base import Endpoint, Request
 from webhooks.providers.twilio import Twilio, json_url
@@ -235,3 +236,10 @@ def test_replay_key_names_the_signature_not_its_unsigned_parts() -> None:
     assert {o.events[0].event_id for o in (first, *others)} != {first.events[0].event_id}  # the attack is real
     assert PROVIDER.verify(signed(b"MessageSid=SM2&MessageStatus=delivered"), endpoint(), now=NOW).replay_key \
         != first.replay_key
+
+
+def test_shorthand_variables_and_start_up_refusal() -> None:
+    settings = load({"TWILIO_AUTH_TOKEN": TOKEN, "TWILIO_PUBLIC_URL": PUBLIC})
+    assert settings.endpoints["twilio"].options["public_url"] == PUBLIC
+    with pytest.raises(ConfigError, match=r"'twilio'.*public_url"):
+        load({"TWILIO_AUTH_TOKEN": TOKEN})
