@@ -7,6 +7,7 @@ import importlib
 import logging
 import os
 import secrets
+import signal
 import sys
 from typing import TYPE_CHECKING, Any
 
@@ -178,11 +179,17 @@ def serve(host: str, port: int) -> None:
 @click.option("--burst", is_flag=True, help="Drain the queue, then exit.")
 def worker(burst: bool) -> None:
     """Run an RQ worker on REDIS_URL (with the retry scheduler and the sweeper)."""
+    from webhooks.service import prepare_metrics_dir
+
+    prepare_metrics_dir()  # before the jobs import prometheus_client: the web's /metrics adds these up
+
     from jobs.worker import run
+    from webhooks import schema
 
     settings = _settings()
     if not settings.redis_url:
         raise click.ClickException("REDIS_URL is not set (`webhooks serve` runs its own worker)")
+    schema.wait_for_head(settings.database_url, logging.getLogger("webhooks.worker"))
     run(settings, burst=burst)
 
 
@@ -198,3 +205,12 @@ def db_upgrade(revision: str) -> None:
     settings = _settings()
     upgrade(settings.database_url, revision)
     click.echo(f"database at {revision}")
+    manager = os.environ.get("HONCHO_PROCESS_NAME") or os.environ.get("PS") or ""
+    if manager.startswith("release"):
+        # honcho and foreman run every Procfile line side by side and stop them all when one
+        # exits; a release phase (Heroku) sets neither variable and goes on to the deploy.
+        click.echo("release done; staying up because this process manager stops every process when one exits")
+        sys.stdout.flush()
+        stop = {signal.SIGTERM, signal.SIGINT}
+        signal.pthread_sigmask(signal.SIG_BLOCK, stop)
+        signal.sigwait(stop)

@@ -1,11 +1,15 @@
 """gunicorn settings for the ``web`` process (``gunicorn -c python:webhooks.gunicorn_conf``).
 
 Environment: ``PORT``, ``WEB_CONCURRENCY`` (processes), ``WEB_THREADS`` (threads per process).
+Before it binds, the master sets up logging and the metrics directory, and waits for the database
+schema to reach the head revision (the release step may still be running beside it).
 """
 
 from __future__ import annotations
 
+import logging
 import os
+from typing import Any
 
 bind = f"0.0.0.0:{os.environ.get('PORT', '8000')}"
 workers = int(os.environ.get("WEB_CONCURRENCY", "2"))
@@ -22,3 +26,23 @@ limit_request_field_size = 16384
 # One control socket path is shared by every gunicorn of a user; this service needs none.
 control_socket_disable = True
 accesslog = "-"
+
+
+def on_starting(server: Any) -> None:
+    from webhooks import config, schema
+    from webhooks.errors import ConfigError
+    from webhooks.service import configure_logging, prepare_metrics_dir
+
+    prepare_metrics_dir()  # before any worker imports prometheus_client
+    try:
+        configure_logging(*config.log_options())
+        settings = config.load()
+    except ConfigError as exc:  # one line, not a traceback from inside gunicorn
+        raise SystemExit(f"Error: configuration: {exc}") from None
+    schema.wait_for_head(settings.database_url, logging.getLogger("webhooks.web"))
+
+
+def child_exit(server: Any, worker: Any) -> None:
+    from webhooks.metrics import process_exited
+
+    process_exited(worker.pid)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+import time
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -54,3 +56,31 @@ def problem(engine: Engine) -> str | None:
         return None
     found = "never migrated" if at is None else f"at {at}"
     return f"database schema {found}, head is {want}: run `webhooks db upgrade`"
+
+
+def wait_for_head(url: str, log: logging.Logger, *, interval: float = 2.0, every: float = 30.0) -> None:
+    """Block until the database answers at the head revision, saying why it waits (when it starts
+    waiting, then every ``every`` seconds): web and worker started beside the release step (or
+    before the database) wait for it instead of crashing on missing tables."""
+    from webhooks.db import make_engine
+
+    engine = make_engine(url)
+    told, last = 0.0, None
+    try:
+        while (problem := _problem_quietly(engine)) is not None:
+            now = time.monotonic()
+            if problem != last or now - told >= every:
+                log.warning("waiting for the database: %s", problem)
+                told, last = now, problem
+            time.sleep(interval)
+    finally:
+        engine.dispose()
+    if last is not None:
+        log.warning("database ready at %s", head())
+
+
+def _problem_quietly(engine: Engine) -> str | None:
+    try:
+        return problem(engine)
+    except Exception as exc:  # a database that half-answers while starting: keep waiting
+        return f"database not answering ({exc.__class__.__name__})"
