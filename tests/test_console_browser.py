@@ -165,3 +165,46 @@ def test_operator_finds_inspects_and_replays_in_the_browser(server: tuple[str, F
     page.goto(f"{base}/admin/dead")
     assert "No events match." in page.inner_text("table.events")
     context.close()
+
+
+ODD_IDS = [".", "..", "a/./b", "a/../b", "/lead", "x/../../stripe/evt_legit", "100%", "what?x=1", "frag#ment",
+           "a//b", "%2e%2e", "back\\slash"]
+
+
+def test_odd_event_ids_open_their_own_event_when_clicked(server: tuple[str, Flask], browser: Any) -> None:
+    """Chromium resolves ``.``/``..`` path segments (even ``%2E``) and merges nothing back: every
+    link must still open the event it names — never another, genuine one."""
+    base, _app = server
+    deliver_stripe(base, "evt_legit", "payment_intent.succeeded", {"id": "pi_legit", "object": "payment_intent"})
+    for event_id in ODD_IDS:
+        deliver_stripe(base, event_id, "payment_intent.created", {"id": "pi_odd", "object": "payment_intent"})
+    context = browser.new_context(http_credentials={"username": "admin", "password": ADMIN_PASSWORD})
+    page = context.new_page()
+    for event_id in ["evt_legit", *ODD_IDS]:
+        assert page.goto(f"{base}/admin/").status == 200
+        link = page.locator("table.events").get_by_role("link", name=event_id, exact=True)
+        assert link.count() == 1, event_id
+        link.click()
+        page.wait_for_load_state()
+        assert event_facts(page).get("Event id") == event_id, (event_id, page.url)
+        kind = "payment_intent.succeeded" if event_id == "evt_legit" else "payment_intent.created"
+        assert event_facts(page).get("Type") == kind
+    # Replays from the pages of ids that paths cannot carry replay those events, not their namesakes.
+    for event_id in ["x/../../stripe/evt_legit", ".."]:
+        page.goto(f"{base}/admin/")
+        page.locator("table.events").get_by_role("link", name=event_id, exact=True).click()
+        page.fill("form.replay input[name=reason]", f"odd id {event_id}")
+        page.click("form.replay button[type=submit]")
+        assert "Replay queued" in page.inner_text("main")
+        assert event_facts(page).get("Event id") == event_id
+    page.goto(f"{base}/admin/audit")
+    audit = page.locator("table")
+    assert [audit.get_by_role("link", name=name, exact=True).count() for name in
+            ("x/../../stripe/evt_legit", "..", "evt_legit", ".")] == [1, 1, 0, 0]
+    context.close()
+
+
+def event_facts(page: Any) -> dict[str, str]:
+    """The detail page's first facts list (Status, Endpoint, Type, Event id, …) as a dict."""
+    facts = page.locator("dl").first
+    return dict(zip(facts.locator("dt").all_inner_texts(), facts.locator("dd").all_inner_texts(), strict=True))
