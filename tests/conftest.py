@@ -20,6 +20,7 @@ import redis
 import sqlalchemy as sa
 from flask import Flask
 from flask.testing import FlaskClient
+from hypothesis import HealthCheck, settings
 from rq import SimpleWorker
 
 from tests import sample_handlers
@@ -34,6 +35,11 @@ REDIS_URL = os.environ.get("TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
 STRIPE_SECRET = "whsec_test_secret"
 ADYEN_KEY = "44782DEF547AAA06C910C43932B1EB0C71FC68D9D0C057550C48EC2ACF6BA056"
 ADMIN_PASSWORD = "admin-test-password"
+
+# No property test times its examples (Hypothesis' default deadline is 200 ms): on a loaded machine
+# a slow example is not a failure. A test's own ``settings`` still overrides the other fields.
+settings.register_profile("suite", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("suite")
 
 
 def unavailable(what: str, exc: Exception) -> None:

@@ -103,7 +103,7 @@ def gunicorn(env: dict[str, str], tmp: Path, workers: int = 2, threads: int = 8)
     port = free_port()
     cmd = [str(BIN / "gunicorn"), "webhooks:create_app()", "-c", "python:webhooks.gunicorn_conf",
            "--bind", f"127.0.0.1:{port}", "--access-logfile", "/dev/null", "--workers", str(workers),
-           "--threads", str(threads)]
+           "--threads", str(threads), "--no-control-socket"]
     proc = Proc(cmd, env, tmp / f"gunicorn-{port}.log")
     base = f"http://127.0.0.1:{port}"
     wait_http(base + "/")
@@ -120,7 +120,7 @@ def wait_http(url: str) -> None:
         except requests.RequestException:  # refused, or accepted while the app still imports
             return False
 
-    wait_until(up, timeout=60)
+    wait_until(up, timeout=90)  # gunicorn imports the app first: seconds on a loaded machine
 
 
 def worker(env: dict[str, str], tmp: Path, name: str) -> Proc:

@@ -31,7 +31,18 @@ def post(base: str, event_id: str, type_: str = "test.slow") -> None:
     import requests
 
     body = stripe_event(event_id, type_)
-    assert requests.post(f"{base}/webhooks/stripe", data=body, headers=stripe_headers(body), timeout=10).ok
+    assert requests.post(f"{base}/webhooks/stripe", data=body, headers=stripe_headers(body), timeout=60).ok
+
+
+def accepted(port: int, client_port: int) -> bool:
+    """Whether the server has ``accept()``ed the connection from ``client_port``: until then the
+    kernel holds it in the listen queue without a socket inode (Linux ``/proc/net/tcp``)."""
+    local, remote = f"0100007F:{port:04X}", f"0100007F:{client_port:04X}"
+    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+        fields = line.split()
+        if fields[1] == local and fields[2] == remote:
+            return fields[9] != "0"
+    return False
 
 
 def status(url: str, event_id: str) -> str:
@@ -48,11 +59,11 @@ def test_sigkilled_worker_mid_job_is_recovered_once(database: str, redis_server:
         post(base, "evt_killed")
         victim = worker(env, tmp_path, "victim")
         procs.append(victim)
-        wait_until(lambda: status(database, "evt_killed") == "processing", timeout=30)
+        wait_until(lambda: status(database, "evt_killed") == "processing")
         victim.signal(signal.SIGKILL)
         killed = time.monotonic()
         procs.append(worker(env, tmp_path, "successor"))
-        wait_until(lambda: status(database, "evt_killed") == "processed", timeout=60, interval=0.1)
+        wait_until(lambda: status(database, "evt_killed") == "processed", timeout=120, interval=0.1)
         recovery = time.monotonic() - killed
     record_property("recovery_after_sigkill_s", round(recovery, 1))
     print(f"recovery after SIGKILL: {recovery:.1f} s (sweep age 3 s, interval 1 s, handler 3 s)")
@@ -67,9 +78,9 @@ def test_sigterm_lets_the_worker_finish_its_job(database: str, redis_server: Red
         procs.append(web)
         post(base, "evt_term")
         busy = worker(env, tmp_path, "busy")
-        wait_until(lambda: status(database, "evt_term") == "processing", timeout=30)
+        wait_until(lambda: status(database, "evt_term") == "processing")
         busy.signal(signal.SIGTERM)
-        assert busy.stop(timeout=30) == 0, busy.tail()
+        assert busy.stop(timeout=60) == 0, busy.tail()
     assert status(database, "evt_term") == "processed"
     assert one(database, "SELECT n FROM fault_effects") == (1,)
 
@@ -83,17 +94,19 @@ def test_sigterm_lets_gunicorn_finish_an_in_flight_request(database: str, redis_
         web, base = gunicorn(env, tmp_path, workers=1, threads=2)
         procs.append(web)
         port = int(base.rsplit(":", 1)[1])
-        with socket.create_connection(("127.0.0.1", port), timeout=20) as conn:
+        with socket.create_connection(("127.0.0.1", port), timeout=60) as conn:
             conn.sendall(f"POST /webhooks/stripe HTTP/1.1\r\nHost: x\r\nContent-Length: {len(body)}\r\n"
                          f"Connection: close\r\n{head}\r\n".encode() + body[:20])
-            time.sleep(0.5)  # the request is in a worker thread, reading the body
+            # gthread hands an accepted connection straight to a thread: the request is in flight.
+            wait_until(lambda: accepted(port, conn.getsockname()[1]), interval=0.01)
             web.signal(signal.SIGTERM)
-            time.sleep(1.0)
+            # The master is stopping (it signals the worker next), and the body is not all sent yet.
+            wait_until(lambda: "Handling signal: term" in web.tail(), interval=0.01)
             conn.sendall(body[20:])
             reply = b""
             while chunk := conn.recv(4096):
                 reply += chunk
         assert reply.startswith(b"HTTP/1.1 200"), reply[:200]
-        assert web.popen.wait(timeout=30) == 0
+        assert web.popen.wait(timeout=60) == 0
     assert status(database, "evt_inflight") == "received" or status(database, "evt_inflight") == "queued"
     _ = STRIPE_SECRET
