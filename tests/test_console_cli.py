@@ -60,3 +60,16 @@ def test_bulk_replay_dry_run_then_confirmed_and_audited(cli_env: Flask) -> None:
 
 def test_single_replay(cli_env: Flask) -> None:
     assert "queued stripe/evt_ok" in run("replay", "stripe", "evt_ok", "--reason", "check")
+
+
+@pytest.mark.parametrize(("args", "reason"), [
+    (["list", "--since", "0001-01-01T00:00:00+14:00"], "bad_time"),
+    (["list", "--until", "9999-12-31T23:59:59-14:00"], "bad_time"),
+    (["list", "--cursor", "²"], "bad_cursor"),
+    (["replay", "--status", "failed", "--since", "9999-12-31T23:59:59-14:00", "--dry-run"], "bad_time"),
+    (["replay", "stripe", "evt_bad", "--reason", "\udcff"], "bad_reason"),  # a non-UTF-8 argv byte
+    (["show", "stripe", "evt_\udcff"], "no event"),
+])
+def test_hostile_options_are_a_usage_error_not_a_traceback(cli_env: Flask, args: list[str], reason: str) -> None:
+    result = CliRunner().invoke(main, ["events", *args], catch_exceptions=False)
+    assert result.exit_code in (1, 2) and reason in result.output, result.output

@@ -89,7 +89,7 @@ def show(provider: str, event_id: str) -> None:
     """Everything about one event, as JSON (the API's detail)."""
     rt = _runtime()
     with rt.sessions() as session:
-        event = session.get(Event, (provider, event_id))
+        event = session.get(Event, (provider, event_id)) if queries.keys_fit((provider, event_id)) else None
         if event is None:
             raise click.ClickException(f"no event {provider}/{event_id}")
         obj, _ = queries.object_history(session, event)
