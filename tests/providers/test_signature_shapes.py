@@ -338,3 +338,21 @@ def test_hash_is_of_the_signature_not_the_body() -> None:
     two = provider_of("github").verify(Request({k.lower(): v for k, v in headers.items()}, body),
                                        other_endpoint, now=NOW).replay_key
     assert one != two and one != hashlib.sha256(body).hexdigest()
+
+
+def test_adyen_item_signatures_of_every_shape_never_verify() -> None:
+    """The per-item ``hmacSignature`` (the header variant is covered above with the other kinds)."""
+    import json
+
+    endpoint = ENDPOINTS["adyen"]
+    item = {"pspReference": "7914073381342284", "merchantAccountCode": "TestMerchant", "merchantReference": "r1",
+            "amount": {"value": 1130, "currency": "EUR"}, "eventCode": "AUTHORISATION", "success": "true"}
+    raw = json.dumps({"notificationItems": [{"NotificationRequestItem": item}]}).encode()
+    body, _ = PROVIDERS["adyen"].sign(endpoint, raw, now=NOW)
+    PROVIDERS["adyen"].verify(Request({}, body), endpoint, now=NOW)
+    data = json.loads(body)
+    extra = data["notificationItems"][0]["NotificationRequestItem"]["additionalData"]
+    real = base64.b64decode(extra["hmacSignature"])
+    for bad in mangled(real):
+        extra["hmacSignature"] = b64(bad)
+        assert refused("adyen", Request({}, json.dumps(data).encode())), f"{len(bad)} bytes verified"
