@@ -58,12 +58,14 @@ def test_credentials_are_redacted(sqlite_url: str) -> None:
 
 
 def test_quarantine_stays_bounded_under_a_flood(sqlite_url: str) -> None:
-    # 100 rows shared by the two configured endpoints: 50 each. Four times that proves the bound.
+    # 100 rows shared by the two configured endpoints: 50 each (pruned to 45 when over). Four times
+    # that proves the bound.
     app = make_app(base_config(sqlite_url, WEBHOOKS_QUARANTINE_ROWS="100"))
     client = app.test_client()
     for i in range(200):
         assert client.post("/webhooks/stripe", data=b'{"n": %d}' % i).status_code == 400
-    assert rows(app, "SELECT count(*) FROM rejections") == [(50,)]
+    ((kept,),) = rows(app, "SELECT count(*) FROM rejections")
+    assert 45 <= kept <= 50
     newest = rows(app, "SELECT body FROM rejections ORDER BY id DESC LIMIT 1")[0][0]
     assert bytes(newest) == b'{"n": 199}'
     assert rejections(app)["counts"]["stripe"]["missing_signature"] == 200

@@ -152,7 +152,7 @@ def test_the_byte_budget_holds_under_large_bodies(config: dict[str, Any]) -> Non
         assert client.post("/webhooks/stripe", data=body, headers=stripe_headers(body, "whsec_x")).status_code == 400
     ((total, kept),) = rows(app, f"SELECT sum({SIZE}), count(*) FROM rejections")
     ((each,),) = rows(app, f"SELECT max({SIZE}) FROM rejections")
-    assert total <= budget < total + each and kept == budget // each  # as many of the newest as fit
+    assert total <= budget and kept >= (budget - budget // 10) // each  # pruned to 9/10 when over
     assert bytes(rows(app, "SELECT body FROM rejections ORDER BY id DESC")[0][0]).startswith(b'{"n": 11,')
     # One request bigger than the whole share keeps its row, without the body.
     small = make_app(dict(config, WEBHOOKS_QUARANTINE_BYTES=str(200_000)))
@@ -169,7 +169,8 @@ def test_junk_to_one_endpoint_never_evicts_another_s_rejections(config: dict[str
     client.post("/webhooks/adyen", data=genuine_failure)
     for i in range(200):
         client.post("/webhooks/stripe", data=b'{"junk": %d}' % i)
-    assert rows(app, "SELECT count(*) FROM rejections WHERE endpoint = 'stripe'") == [(50,)]
+    ((junk,),) = rows(app, "SELECT count(*) FROM rejections WHERE endpoint = 'stripe'")
+    assert 45 <= junk <= 50  # its own share of 50 rows
     assert [bytes(b) for (b,) in rows(app, "SELECT body FROM rejections WHERE endpoint = 'adyen'")] == [
         genuine_failure]
 
