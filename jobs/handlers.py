@@ -21,12 +21,16 @@ from __future__ import annotations
 import hashlib
 import importlib
 import inspect
+import os
+import sys
 from collections import defaultdict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy.orm import Session
+
+from webhooks.errors import ConfigError
 
 Handler = Callable[..., Any]
 REGISTRY: dict[tuple[str, str], list[Handler]] = defaultdict(list)
@@ -66,8 +70,21 @@ def on(provider: str, *event_types: str) -> Callable[[Handler], Handler]:
 
 
 def load(modules: Iterable[str]) -> None:
+    """Import the handler modules; ``ConfigError`` names the one that cannot be imported and why.
+
+    The working directory is on the import path, as ``flask --app`` and gunicorn put it: a
+    ``WEBHOOKS_HANDLERS=myapp.handlers`` next to where the service starts is found.
+    """
+    cwd = os.getcwd()
+    if cwd not in sys.path:
+        sys.path.insert(0, cwd)
     for module in modules:
-        importlib.import_module(module)
+        try:
+            importlib.import_module(module)
+        except Exception as exc:  # any error while importing: the module is unusable as configured
+            raise ConfigError(
+                f"WEBHOOKS_HANDLERS: cannot import {module!r} ({exc.__class__.__name__}: {exc})"
+            ) from exc
 
 
 def _enabled(handler: Handler, modules: Iterable[str]) -> bool:

@@ -32,6 +32,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
+import time
 import traceback
 from datetime import UTC, datetime
 from typing import Any
@@ -42,12 +44,13 @@ from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session
 
 from jobs import attempts, fetch, handlers
-from webhooks import providers, runtime
+from webhooks import metrics, providers, runtime
 from webhooks.config import Settings
 from webhooks.db import is_busy, storable_json, storable_key, storable_text, upsert
 from webhooks.models import Event, Object
 from webhooks.providers.base import ObjectRef
 
+log = logging.getLogger(__name__)
 CLAIMABLE = ("received", "queued", "processing", "failed")
 TRACEBACK_LIMIT = 8000
 BIGINT = 2**63 - 1
@@ -248,21 +251,37 @@ def _fail(rt: runtime.Runtime, provider: str, event_id: str, attempt: int, last_
 def process_event(provider: str, event_id: str) -> str:
     """Process one event; returns the final status (or ``skipped`` when there was nothing to do)."""
     rt = runtime.current()
-    handlers.load(rt.settings.handler_modules)
     job = get_current_job()
     last_try = job is None or not job.retries_left
-    started_at = datetime.now(UTC)
+    started_at, clock = datetime.now(UTC), time.monotonic()
     run = _process_unlocked if rt.engine.dialect.name == "sqlite" else _process_locked
+    label = metrics.endpoint_label(rt, provider)
     with rt.processing():
         with rt.sessions.begin() as session:
             attempt = _claim(session, provider, event_id)
         if attempt is None:
             return "skipped"
         try:
+            # After the claim: a handler module that cannot be imported is a recorded, counted
+            # attempt (and in the end a failed event), never a job that retries unseen forever.
+            handlers.load(rt.settings.handler_modules)
             status = run(rt, provider, event_id, attempt)
         except Exception as exc:
             _fail(rt, provider, event_id, attempt, last_try, started_at, exc)
+            _measure(label, "failed" if last_try else "error", clock, event_id, attempt, exc)
             raise
     if status != "skipped":
         attempts.record(rt, provider, event_id, attempt, started_at, status)
+        _measure(label, status, clock, event_id, attempt)
     return status
+
+
+def _measure(endpoint: str, outcome: str, clock: float, event_id: str, attempt: int,
+             exc: Exception | None = None) -> None:
+    """Count the attempt and log its one line (never the payload or the error's message)."""
+    duration = time.monotonic() - clock
+    metrics.ATTEMPTS.labels(endpoint, outcome).inc()
+    metrics.DURATION.labels(endpoint).observe(duration)
+    fields = {"endpoint": endpoint, "event_id": event_id, "attempt": attempt, "outcome": outcome,
+              "duration_ms": round(duration * 1000, 1), "error": exc.__class__.__name__ if exc else None}
+    log.log(logging.WARNING if exc else logging.INFO, "attempt %s", outcome, extra={"fields": fields})

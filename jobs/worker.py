@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import signal
 import threading
 import time
 
@@ -39,18 +40,41 @@ def run(settings: Settings, *, burst: bool = False) -> bool:
         threading.Thread(target=ticker.run, name="webhooks-ticker", daemon=True).start()
     # Jobs run in this process: forking per job costs ~13 ms. A killed worker's job is found by
     # the sweeper (its row is `processing` and no transaction holds it) and run again.
+    stop = _Stop()
     while True:
-        worker = Worker([rt.queue.queue], connection=rt.queue.connection)
+        worker = None
         try:
+            # RQ's constructor talks to Redis (CLIENT SETNAME): inside the retry, or an outage at
+            # this moment would end the process.
+            worker = Worker([rt.queue.queue], connection=rt.queue.connection)
             result = bool(worker.work(burst=burst))
         except (redis.RedisError, OSError) as exc:
-            log.warning("worker: Redis unavailable (%s)", exc.__class__.__name__)
+            log.warning("worker: Redis unavailable (%s); retrying in 2 s", exc.__class__.__name__)
             result = False
         # An idle worker stops without setting _stop_requested; the signal leaves this date.
-        if burst or worker._stop_requested or worker._shutdown_requested_date is not None:
+        if burst or stop.requested or (worker is not None and (
+                worker._stop_requested or worker._shutdown_requested_date is not None)):
             return result
         try:
-            log.warning("worker: RQ's loop ended on an error; starting again in 2 s")
+            if worker is not None:
+                log.warning("worker: RQ's loop ended on an error; starting again in 2 s")
+            stop.install()  # until RQ installs its own again: SIGTERM while waiting ends the run
             time.sleep(2)
         except StopRequested:  # SIGTERM while waiting: RQ's handler is still installed
             return result
+
+
+class _Stop:
+    """SIGTERM/SIGINT while no RQ worker is installed (Redis down): stop instead of dying."""
+
+    def __init__(self) -> None:
+        self.requested = False
+
+    def install(self) -> None:
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                signal.signal(sig, self._handle)
+
+    def _handle(self, signum: int, frame: object) -> None:
+        self.requested = True
+        raise StopRequested

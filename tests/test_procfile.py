@@ -4,10 +4,37 @@ received and processed."""
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
+import subprocess
+from collections.abc import Iterator
+
 import requests
 
 from tests.conftest import ADMIN_PASSWORD, ROOT, STRIPE_SECRET, free_port, stripe_event, stripe_headers, wait_until
-from tests.test_processes import BIN, clean_env, event_status, running, wait_http
+from tests.test_processes import BIN, clean_env, event_status, wait_http
+
+
+@contextlib.contextmanager
+def process_group(cmd: list[str], env: dict[str, str]) -> Iterator[subprocess.Popen[str]]:
+    """honcho and every process it starts, in a session of their own: stopped together, whatever
+    state they are in (a leftover worker would take jobs from later tests)."""
+    proc = subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)
+    try:
+        yield proc
+    finally:
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, sig)
+            try:
+                proc.wait(timeout=30)
+                break
+            except subprocess.TimeoutExpired:
+                continue
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)  # children that outlived honcho itself
 
 
 def test_honcho_start_runs_release_web_and_worker(pg_url: str, redis_url: str, tmp_path: object) -> None:
@@ -18,7 +45,7 @@ def test_honcho_start_runs_release_web_and_worker(pg_url: str, redis_url: str, t
         WEB_CONCURRENCY="1", PROMETHEUS_MULTIPROC_DIR=str(tmp_path), PATH=f"{BIN}:{clean_env()['PATH']}",
     )
     cmd = [str(BIN / "honcho"), "start", "-f", str(ROOT / "Procfile"), "-d", str(ROOT), "-p", str(port - 100)]
-    with running(cmd, env) as honcho:
+    with process_group(cmd, env) as honcho:
         base = f"http://127.0.0.1:{port}"
         wait_http(f"{base}/healthz")
         wait_until(lambda: requests.get(f"{base}/readyz", timeout=10).status_code == 200, timeout=60)
@@ -29,5 +56,5 @@ def test_honcho_start_runs_release_web_and_worker(pg_url: str, redis_url: str, t
             wait_until(lambda: event_status(base, "stripe", "evt_procfile") == "processed", timeout=60)
             assert honcho.poll() is None, "honcho stopped: one of the Procfile's processes exited"
         except AssertionError:
-            honcho.terminate()
-            raise AssertionError(honcho.communicate(timeout=30)[0][-6000:]) from None
+            os.killpg(honcho.pid, signal.SIGTERM)
+            raise AssertionError(honcho.communicate(timeout=60)[0][-6000:]) from None

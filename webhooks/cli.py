@@ -151,9 +151,11 @@ def serve(host: str, port: int) -> None:
     """Run everything in one process: SQLite, an in-process queue and worker, the admin console."""
     from werkzeug.serving import make_server
 
+    from jobs import handlers
     from webhooks import create_app
 
     settings = _settings()
+    handlers.load(settings.handler_modules)  # refuse to start on a module it cannot import
     generated = not settings.admin_password
     if generated:
         settings = dataclasses.replace(settings, admin_password=secrets.token_urlsafe(12))

@@ -8,7 +8,7 @@ events ``failed``, the oldest event still pending, queue depth — are read from
 Redis at scrape time, so they are right whichever instance is scraped.
 
 Every label value is bounded: endpoint names come from the configuration (unknown names are
-counted as ``*unknown*``), reasons and outcomes are the product's own words.
+counted as ``unknown/*``), reasons and outcomes are the product's own words.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from webhooks.runtime import Runtime
 
 log = logging.getLogger(__name__)
-UNKNOWN = "*unknown*"  # the one label for every endpoint name that is not configured
+UNKNOWN = "unknown/*"  # every endpoint name that is not configured (as in rejection_counts)
 MULTIPROC = "PROMETHEUS_MULTIPROC_DIR"
 PENDING = ("received", "queued", "processing")
 

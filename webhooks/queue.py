@@ -160,8 +160,9 @@ class Ticker:
                 if self.task is not None and elapsed >= next_task:
                     next_task = elapsed + self.interval
                     self.task()
-            except Exception:  # a tick must never kill the thread; the next one retries
-                log.exception("ticker: tick failed")
+            except Exception as exc:  # a tick must never kill the thread; the next one retries
+                log.warning("ticker: tick failed (%s: %s)", exc.__class__.__name__, str(exc)[:200])
+                log.debug("ticker: tick failed", exc_info=True)
             self.stopped.wait(1)
             elapsed += 1
 

@@ -18,6 +18,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from webhooks import config
 from webhooks.config import Settings
 from webhooks.db import deferred, make_engine, make_sessionmaker, sqlite_lock
+from webhooks.metrics import RECOVERIES
 from webhooks.models import Event
 from webhooks.queue import JobQueue
 
@@ -80,6 +81,7 @@ class Runtime:
         for provider, event_id in self._abandoned(cutoff, limit):
             self.queue.requeue(provider, event_id, force=True)
             swept += 1
+            RECOVERIES.inc()
         # Walk every stale row (keyset pages), checking their jobs a page per Redis round trip:
         # under a backlog most `queued` rows have live jobs, and a stranded row must not hide
         # behind them.
@@ -105,6 +107,7 @@ class Runtime:
                 if is_live or not self.queue.requeue(provider, event_id):
                     continue
                 swept += 1
+                RECOVERIES.inc()
                 with self.sessions.begin() as session:
                     session.execute(
                         update(Event)
