@@ -9,6 +9,7 @@ a message naming it.
 
 from __future__ import annotations
 
+import difflib
 import os
 import tomllib
 from collections.abc import Mapping
@@ -85,6 +86,11 @@ def _endpoint(name: str, raw: Mapping[str, Any], environ: Mapping[str, str]) -> 
     if not isinstance(raw, Mapping):
         raise ConfigError(f"{where}: must be a table")
     kind = raw.get("provider", name)
+    try:
+        provider = providers.get(str(kind))
+    except ConfigError as exc:
+        raise ConfigError(f"{where}: {exc}") from None
+    _refuse_unknown(where, raw, {*ENDPOINT_FIELDS, "secret", *provider.option_names})
     secrets = raw.get("secrets", raw.get("secret", []))
     if isinstance(secrets, str):
         secrets = [secrets]
@@ -106,12 +112,16 @@ def _endpoint(name: str, raw: Mapping[str, Any], environ: Mapping[str, str]) -> 
         k: _resolve(v, where, environ) for k, v in raw.items() if k not in (*ENDPOINT_FIELDS, "secret")
     }
     endpoint = Endpoint(name, str(kind), resolved, tolerance, basic_auth or None, options, rate_limit)
-    try:
-        provider = providers.get(endpoint.provider)
-    except ConfigError as exc:
-        raise ConfigError(f"{where}: {exc}") from None
     provider.validate(endpoint)  # its messages name the endpoint
     return endpoint
+
+
+def _refuse_unknown(where: str, raw: Mapping[str, Any], known: set[str]) -> None:
+    """A key nobody reads is a typo that would silently fall back to a default: stop start-up."""
+    for key in sorted(set(raw) - known):
+        close = difflib.get_close_matches(key, sorted(known), n=1, cutoff=0.6)
+        hint = f"did you mean {close[0]!r}?" if close else f"known: {', '.join(sorted(known))}"
+        raise ConfigError(f"{where}: unknown key {key!r} ({hint})")
 
 
 def _raw_endpoints(environ: Mapping[str, str]) -> dict[str, dict[str, Any]]:
@@ -123,6 +133,7 @@ def _raw_endpoints(environ: Mapping[str, str]) -> dict[str, dict[str, Any]]:
             data = tomllib.loads(file.read_text())
         except (OSError, tomllib.TOMLDecodeError) as exc:
             raise ConfigError(f"config file {file}: {exc}") from exc
+        _refuse_unknown(f"config file {file}", data, {"endpoints"})
         raw.update({k: dict(v) for k, v in data.get("endpoints", {}).items()})
     inline = environ.get("ENDPOINTS")
     if isinstance(inline, Mapping):

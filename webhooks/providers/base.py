@@ -101,6 +101,9 @@ class Provider:
 
     kind: ClassVar[str]
     signature_header_names: ClassVar[tuple[str, ...]] = ()
+    # The endpoint table's keys this kind understands beyond the common ones (``provider``,
+    # ``secrets``, ``tolerance_seconds``, ``basic_auth``, ``rate_limit``): anything else is a typo.
+    option_names: ClassVar[frozenset[str]] = frozenset()
 
     def validate(self, endpoint: Endpoint) -> None:
         """Raise ``ConfigError`` when the endpoint's secrets or options cannot work."""

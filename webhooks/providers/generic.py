@@ -65,6 +65,7 @@ def _decode(value: str, encoding: str) -> bytes:
 
 class GenericHmac(Provider):
     kind = "hmac"
+    option_names = frozenset(KNOWN)
 
     def validate(self, endpoint: Endpoint) -> None:
         super().validate(endpoint)

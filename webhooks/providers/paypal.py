@@ -94,6 +94,10 @@ def _verifies(key: rsa.RSAPublicKey, signature: bytes, message: bytes) -> bool:
 
 class PayPal(Provider):
     kind = "paypal"
+    option_names = frozenset({
+        "webhook_id", "certificate", "cert_file", "cert_url", "signing_key",
+        "client_id", "client_secret", "api_base", "reconcile_every",
+    })
     signature_header_names = ("PAYPAL-TRANSMISSION-SIG",)
 
     def __init__(self, cert_loader: Loader | None = None, pinned_reader: Loader | None = None) -> None:

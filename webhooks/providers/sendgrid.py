@@ -53,6 +53,7 @@ def public_key(secret: str) -> ec.EllipticCurvePublicKey:
 
 class SendGrid(Provider):
     kind = "sendgrid"
+    option_names = frozenset({"check_timestamp", "signing_key"})
 
     def validate(self, endpoint: Endpoint) -> None:
         super().validate(endpoint)

@@ -50,6 +50,7 @@ def singular(resource: str) -> str:
 
 class Shopify(Provider):
     kind = "shopify"
+    option_names = frozenset({"topic"})
     signature_header_names = ("X-Shopify-Hmac-Sha256", "Shopify-Hmac-Sha256")
 
     def verify(self, request: Request, endpoint: Endpoint, *, now: float) -> Verified:

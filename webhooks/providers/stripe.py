@@ -60,6 +60,7 @@ def _created_ms(created: Any) -> int:
 
 class Stripe(Provider):
     kind = "stripe"
+    option_names = frozenset({"api_key", "api_base", "refetch", "reconcile_every"})
 
     def verify(self, request: Request, endpoint: Endpoint, *, now: float) -> Verified:
         header = require(request, "Stripe-Signature")

@@ -111,6 +111,7 @@ def _match(secrets: tuple[str, ...], url: str, params: dict[str, list[str]], alg
 
 class Twilio(Provider):
     kind = "twilio"
+    option_names = frozenset({"public_url", "shared_key_id"})
     signature_header_names = ("X-Twilio-Signature",)
 
     def validate(self, endpoint: Endpoint) -> None:
