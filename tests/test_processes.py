@@ -8,6 +8,7 @@ import re
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -41,7 +42,12 @@ pytestmark = pytest.mark.slow
 def clean_env(**extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("WEBHOOKS_", "DATABASE_URL", "REDIS_URL", "STRIPE_", "ADYEN_"))}
-    env.update(PYTHONPATH=str(ROOT), PYTHONUNBUFFERED="1", **extra)
+    # Metrics files of this run's processes only: the default directory is one per user, shared
+    # with another copy of the suite running at the same time.
+    metrics = Path(tempfile.gettempdir()) / f"webhooks-test-metrics-{os.getpid()}"
+    metrics.mkdir(exist_ok=True)  # `webhooks serve` does not create it
+    env.update(PYTHONPATH=str(ROOT), PYTHONUNBUFFERED="1", PROMETHEUS_MULTIPROC_DIR=str(metrics))
+    env.update(extra)
     return env
 
 
