@@ -12,15 +12,16 @@ from typing import Any
 from flask import Blueprint, current_app, jsonify, request
 from werkzeug.wrappers import Response
 
-from webhooks.admin import csrf, queries
+from webhooks.admin import csrf, errors, queries
 from webhooks.admin.auth import check_auth
 from webhooks.admin.queries import FilterError, iso
-from webhooks.admin.replay import ReplayError, replay_matching, replay_one
+from webhooks.admin.replay import PENDING, ReplayError, replay_matching, replay_one
 from webhooks.models import Attempt, Event, Object, Replay
 from webhooks.runtime import Runtime
 
 bp = Blueprint("admin_api", __name__, url_prefix="/admin/api")
 bp.before_request(check_auth)
+errors.init(bp, errors.api_answer)
 WHO = "admin"  # the only HTTP user
 
 
@@ -186,7 +187,15 @@ def _replay_event_by_query(provider: str) -> Any:
 def replay_event(provider: str, event_id: str) -> Any:
     reason = _body().get("reason")
     outcome = replay_one(_rt(), provider, event_id, who=WHO, reason=str(reason) if reason else None)
-    return jsonify(provider=provider, event_id=event_id, status="queued", replay_id=outcome.replay_id), 202
+    return jsonify(provider=provider, event_id=event_id, status="queued" if outcome.queued else "received",
+                   replay_id=outcome.replay_id, **_queued(outcome.queued)), 202
+
+
+def _queued(queued: bool) -> dict[str, Any]:
+    """``queued``, and when Redis refused, what happens next."""
+    if queued:
+        return {"queued": True}
+    return {"queued": False, "detail": PENDING}
 
 
 @bp.post("/events/replay")
@@ -200,7 +209,8 @@ def replay_bulk() -> Any:
                               dry_run=bool(body.get("dry_run")))
     answer: dict[str, Any] = {"count": outcome.count, "dry_run": outcome.dry_run, "filter": filters.as_dict()}
     if not outcome.dry_run:
-        answer |= {"event_ids": [list(pair) for pair in outcome.event_ids], "replay_id": outcome.replay_id}
+        answer |= {"event_ids": [list(pair) for pair in outcome.event_ids], "replay_id": outcome.replay_id,
+                   **_queued(outcome.queued)}
     return jsonify(answer), 200 if outcome.dry_run else 202
 
 

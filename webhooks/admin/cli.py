@@ -21,6 +21,8 @@ from webhooks.errors import ConfigError
 from webhooks.models import Event
 from webhooks.runtime import Runtime
 
+NOT_QUEUED = "Redis is unavailable: the sweeper queues this replay when Redis is back"
+
 
 def _runtime() -> Runtime:
     try:
@@ -113,8 +115,9 @@ def replay(provider: str | None, event_id: str | None, reason: str | None, dry_r
     rt = _runtime()
     try:
         if provider and event_id:
-            replay_one(rt, provider, event_id, who=_who(), reason=reason)
-            click.echo(f"queued {provider}/{event_id}")
+            single = replay_one(rt, provider, event_id, who=_who(), reason=reason)
+            click.echo(f"queued {provider}/{event_id}" if single.queued
+                       else f"recorded {provider}/{event_id} (audit #{single.replay_id}); {NOT_QUEUED}")
             return
         if provider:
             raise click.UsageError("give PROVIDER and EVENT_ID, or filter options only")
@@ -128,6 +131,7 @@ def replay(provider: str | None, event_id: str | None, reason: str | None, dry_r
         if not yes:
             click.confirm(f"replay {count} event(s)?", abort=True)
         outcome = replay_matching(rt, filters, who=_who(), reason=reason, dry_run=False)
-        click.echo(f"queued {outcome.count} event(s) (audit #{outcome.replay_id})")
+        click.echo(f"queued {outcome.count} event(s) (audit #{outcome.replay_id})" if outcome.queued
+                   else f"recorded {outcome.count} event(s) (audit #{outcome.replay_id}); {NOT_QUEUED}")
     except ReplayError as exc:
         raise click.ClickException(exc.reason) from exc

@@ -16,7 +16,7 @@ from urllib.parse import quote, urlencode
 from flask import Blueprint, abort, current_app, redirect, render_template, request, url_for
 from werkzeug.wrappers import Response
 
-from webhooks.admin import csrf, queries
+from webhooks.admin import csrf, errors, queries
 from webhooks.admin.auth import check_auth
 from webhooks.admin.queries import FilterError, Filters
 from webhooks.admin.replay import BULK_LIMIT, ReplayError, matching_count, replay_matching, replay_one
@@ -26,6 +26,7 @@ from webhooks.runtime import Runtime
 bp = Blueprint("admin_pages", __name__, url_prefix="/admin", template_folder="templates",
                static_folder="static", static_url_path="/static")
 bp.before_request(check_auth)
+errors.init(bp, errors.page_answer)
 WHO = "admin"
 PAGE_SIZE = 50
 # No inline script or style, nothing from elsewhere; forms post only here; never framed.
@@ -189,7 +190,7 @@ def event(provider: str, event_id: str) -> Any:
             attempts=queries.attempts(session, provider, event_id), payload=_payload(found),
             sha256=hashlib.sha256(found.payload).hexdigest(), skew=queries.skew_seconds(found),
             secrets_configured=len(endpoint.secrets) if endpoint else None,
-            replayed=request.args.get("replayed") == "1",
+            replayed=request.args.get("replayed"),
         )
 
 
@@ -221,12 +222,12 @@ def replay_event(provider: str, event_id: str) -> Any:
         return render_template("message.html", title="Reason required",
                                message="Say why you replay this event; it goes to the audit log."), 400
     try:
-        replay_one(_rt(), provider, event_id, who=WHO, reason=reason)
+        outcome = replay_one(_rt(), provider, event_id, who=WHO, reason=reason)
     except ReplayError as exc:
         message = {"in_progress": "It is being processed right now; try again in a moment.",
                    "bad_reason": REASONS["bad_reason"]}.get(exc.reason, exc.reason)
         return render_template("message.html", title="Not replayed", message=message), exc.status
-    return redirect(event_url(provider, event_id, replayed="1"), 303)
+    return redirect(event_url(provider, event_id, replayed="1" if outcome.queued else "pending"), 303)
 
 
 @bp.get("/replay")
@@ -249,7 +250,7 @@ def replay_bulk() -> Any:
         return render_template("replay.html", title="Replay events", filters=filters, shown=filters.as_dict(),
                                count=matching_count(_rt(), filters), limit=BULK_LIMIT,
                                error=errors.get(exc.reason, exc.reason)), exc.status
-    return redirect(url_for(".audit", done=outcome.replay_id), 303)
+    return redirect(url_for(".audit", done=outcome.replay_id, pending=None if outcome.queued else "1"), 303)
 
 
 @bp.get("/audit")
@@ -258,4 +259,4 @@ def audit() -> str:
     with _rt().sessions() as session:
         entries = queries.replays(session, before=before)
         return render_template("audit.html", title="Replay audit", entries=entries,
-                               done=request.args.get("done"))
+                               done=request.args.get("done"), pending=request.args.get("pending") == "1")

@@ -1,22 +1,33 @@
 """Replay: put events back on the queue, one or many, and write who did it and why to the audit log.
 
-Shared by the pages, the JSON API and the CLI. A replay marks the row ``queued`` and enqueues a
-fresh job (``JobQueue.requeue``); the worker's claim decides the rest, so replaying twice is
-harmless. An event being processed right now is left alone (a single replay says so: 409).
+Shared by the pages, the JSON API and the CLI. A replay marks the rows ``queued`` and writes its
+audit record in one transaction, then enqueues a fresh job per row (``JobQueue.requeue``); the
+worker's claim decides the rest, so replaying twice is harmless. An event being processed right
+now is left alone (a single replay says so: 409). When Redis refuses, the replay stands: the rows
+not enqueued go back to ``received`` and the sweeper queues them once Redis is back
+(``Outcome.queued`` is then False).
 """
 
 from __future__ import annotations
 
+import collections
+import logging
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
+import redis
 from sqlalchemy import func, select, tuple_, update
+from sqlalchemy.orm import Session
 
 from webhooks.admin.queries import Filters, conditions, storable
+from webhooks.metrics import ENQUEUE_FAILURES
 from webhooks.models import Event, Replay
 from webhooks.runtime import Runtime
 
+log = logging.getLogger(__name__)
 NO_REASON = "(no reason given)"
+CHUNK = 500  # ids per UPDATE … IN (…)
+PENDING = "replay recorded; Redis is unavailable, so the sweeper will queue it when Redis is back"
 BULK_LIMIT = 10_000  # one request replays at most this many; narrow the filter for more
 
 
@@ -34,6 +45,7 @@ class Outcome:
     dry_run: bool
     event_ids: list[tuple[str, str]] = field(default_factory=list)
     replay_id: int | None = None
+    queued: bool = True  # False: Redis refused; recorded, and the sweeper queues the rows later
 
 
 def _check_reason(reason: str | None) -> None:
@@ -41,31 +53,57 @@ def _check_reason(reason: str | None) -> None:
         raise ReplayError("bad_reason", 400)  # NUL or a lone surrogate: PostgreSQL cannot store it
 
 
-def _audit(rt: Runtime, who: str, reason: str, filters: dict[str, str], ids: list[tuple[str, str]]) -> int:
-    with rt.sessions.begin() as session:
-        entry = Replay(at=datetime.now(UTC), who=who, reason=reason, filter=filters, count=len(ids),
-                       event_ids=[list(pair) for pair in ids])
-        session.add(entry)
-        session.flush()
-        return entry.id
+def _audit(session: Session, who: str, reason: str, filters: dict[str, str], ids: list[tuple[str, str]]) -> int:
+    entry = Replay(at=datetime.now(UTC), who=who, reason=reason, filter=filters, count=len(ids),
+                   event_ids=[list(pair) for pair in ids])
+    session.add(entry)
+    session.flush()
+    return entry.id
 
 
-def _mark_and_enqueue(rt: Runtime, ids: list[tuple[str, str]]) -> list[tuple[str, str]]:
-    """queued + a fresh job for each id not ``processing``; returns the ids actually replayed."""
-    done: list[tuple[str, str]] = []
-    for start in range(0, len(ids), 500):
-        chunk = ids[start:start + 500]
-        with rt.sessions.begin() as session:
-            marked = session.execute(
-                update(Event)
-                .where(tuple_(Event.provider, Event.event_id).in_(chunk), Event.status != "processing")
-                .values(status="queued", status_at=datetime.now(UTC))
-                .returning(Event.provider, Event.event_id)
-            ).all()
-        for provider, event_id in marked:
+def _mark(session: Session, ids: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """``queued`` for each id not ``processing``, in the caller's transaction; returns those marked."""
+    marked: list[tuple[str, str]] = []
+    for start in range(0, len(ids), CHUNK):
+        marked += [(p, e) for p, e in session.execute(
+            update(Event)
+            .where(tuple_(Event.provider, Event.event_id).in_(ids[start:start + CHUNK]), Event.status != "processing")
+            .values(status="queued", status_at=datetime.now(UTC))
+            .returning(Event.provider, Event.event_id)
+        )]
+    order = {pair: n for n, pair in enumerate(ids)}
+    return sorted(marked, key=order.__getitem__)
+
+
+def _enqueue(rt: Runtime, ids: list[tuple[str, str]]) -> bool:
+    """A fresh job for each committed id; False when Redis refused (the rest go back to ``received``)."""
+    for position, (provider, event_id) in enumerate(ids):
+        try:
             rt.queue.requeue(provider, event_id)
-            done.append((provider, event_id))
-    return done
+        except redis.RedisError as exc:
+            log.warning("replay recorded, enqueue failed (%s): the sweeper queues %d event(s) later",
+                        exc.__class__.__name__, len(ids) - position)
+            _leave_for_sweeper(rt, ids[position:])
+            return False
+    return True
+
+
+def _leave_for_sweeper(rt: Runtime, ids: list[tuple[str, str]]) -> None:
+    """``queued`` → ``received``, as the receiver does when Redis refuses. Best effort: a row left
+    ``queued`` without a job is found by the sweeper too."""
+    for provider, count in collections.Counter(provider for provider, _ in ids).items():
+        ENQUEUE_FAILURES.labels(provider).inc(count)
+    try:
+        with rt.sessions.begin() as session:
+            for start in range(0, len(ids), CHUNK):
+                session.execute(
+                    update(Event)
+                    .where(tuple_(Event.provider, Event.event_id).in_(ids[start:start + CHUNK]),
+                           Event.status == "queued")
+                    .values(status="received", status_at=datetime.now(UTC))
+                )
+    except Exception:  # the replay stands either way; the sweeper also takes `queued` rows
+        log.warning("could not mark replayed events received; the sweeper finds them queued", exc_info=True)
 
 
 def replay_one(rt: Runtime, provider: str, event_id: str, *, who: str, reason: str | None) -> Outcome:
@@ -80,10 +118,10 @@ def replay_one(rt: Runtime, provider: str, event_id: str, *, who: str, reason: s
         if event.status == "processing":
             raise ReplayError("in_progress", 409)
         event.status, event.status_at = "queued", datetime.now(UTC)
-    rt.queue.requeue(provider, event_id)
-    ids = [(provider, event_id)]
-    replay_id = _audit(rt, who, (reason or "").strip() or NO_REASON, {"provider": provider, "event_id": event_id}, ids)
-    return Outcome(1, False, ids, replay_id)
+        ids = [(provider, event_id)]
+        replay_id = _audit(session, who, (reason or "").strip() or NO_REASON,
+                           {"provider": provider, "event_id": event_id}, ids)
+    return Outcome(1, False, ids, replay_id, queued=_enqueue(rt, ids))
 
 
 def matching_count(rt: Runtime, filters: Filters) -> int:
@@ -116,6 +154,7 @@ def replay_matching(rt: Runtime, filters: Filters, *, who: str, reason: str | No
         )]
     if len(ids) > BULK_LIMIT:
         raise ReplayError("too_many", 400)
-    done = _mark_and_enqueue(rt, ids)
-    replay_id = _audit(rt, who, str(reason).strip(), filters.as_dict(), done)
-    return Outcome(len(done), False, done, replay_id)
+    with rt.sessions.begin() as session:  # all or nothing: the rows and their audit record
+        done = _mark(session, ids)
+        replay_id = _audit(session, who, str(reason).strip(), filters.as_dict(), done)
+    return Outcome(len(done), False, done, replay_id, queued=_enqueue(rt, done))
