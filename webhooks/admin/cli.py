@@ -18,7 +18,7 @@ from webhooks.admin.api import attempt_json, detail, object_json, summary
 from webhooks.admin.queries import FilterError
 from webhooks.admin.replay import ReplayError, replay_matching, replay_one
 from webhooks.errors import ConfigError
-from webhooks.models import Event
+from webhooks.models import STATUSES, Event
 from webhooks.runtime import Runtime
 
 NOT_QUEUED = "Redis is unavailable: the sweeper queues this replay when Redis is back"
@@ -38,20 +38,48 @@ def _who() -> str:
         return "cli:unknown"
 
 
+# What each reason code of ``queries`` means on the command line: (option, valid values).
+UNUSABLE = "holds a character that cannot be stored (NUL or an unpaired surrogate)"
+OPTION_ERRORS = {
+    "bad_time": ("--since/--until", "takes an ISO 8601 time in the years 1 to 9999, UTC unless it has an "
+                                    "offset, e.g. 2024-01-31T00:00:00Z"),
+    "bad_cursor": ("--cursor", "takes the next_cursor printed by the previous page"),
+    "bad_limit": ("--limit", "takes a number"),
+    "bad_reason": ("--reason", UNUSABLE),
+}
+
+
+def option_error(exc: FilterError) -> click.BadParameter:
+    """A usage error naming the option and what it takes; the reason code stays at the end."""
+    if exc.reason in OPTION_ERRORS:
+        hint, text = OPTION_ERRORS[exc.reason]
+    else:  # bad_endpoint, bad_type, bad_q, …: a value no database can compare
+        hint, text = "--" + exc.reason.removeprefix("bad_").replace("provider", "endpoint"), UNUSABLE
+    return click.BadParameter(f"{text} ({exc.reason})", param_hint=f"'{hint}'")
+
+
 def _filters(**options: Any) -> queries.Filters:
+    for name in ("since", "until"):  # the one bad_time names which option holds it
+        if options.get(name) and queries.storable(options[name]):
+            try:
+                queries.parse_time(options[name])
+            except FilterError as exc:
+                hint, text = f"--{name}", OPTION_ERRORS["bad_time"][1]
+                raise click.BadParameter(f"{text} ({exc.reason})", param_hint=f"'{hint}'") from exc
     try:
         return queries.parse_filters(options)
     except FilterError as exc:
-        raise click.BadParameter(exc.reason) from exc
+        raise option_error(exc) from exc
 
 
 def filter_options(func: Any) -> Any:
-    for name, text in reversed([
-        ("--endpoint", "endpoint (provider) name"), ("--status", "status word"), ("--type", "event type"),
-        ("--since", "ISO time, inclusive"), ("--until", "ISO time, exclusive"),
-        ("--q", "event id, object id or provider reference (pspReference, merchantReference)"),
+    for name, kind, text in reversed([
+        ("--endpoint", None, "endpoint (provider) name"), ("--status", click.Choice(STATUSES), "status"),
+        ("--type", None, "event type"), ("--since", None, "ISO time, inclusive"),
+        ("--until", None, "ISO time, exclusive"),
+        ("--q", None, "event id, object id or provider reference (pspReference, merchantReference)"),
     ]):
-        func = click.option(name, default=None, help=text)(func)
+        func = click.option(name, type=kind, default=None, help=text)(func)
     return func
 
 
@@ -73,15 +101,28 @@ def list_events(limit: int, cursor: str | None, as_json: bool, **options: Any) -
             found, next_cursor = queries.page(session, _filters(**options), limit=queries.parse_limit(limit),
                                               cursor=cursor, providers=rt.settings.endpoints)
         except FilterError as exc:
-            raise click.BadParameter(exc.reason) from exc
+            raise option_error(exc) from exc
     if as_json:
         click.echo(json.dumps({"events": [summary(e) for e in found], "next_cursor": next_cursor}, indent=2))
         return
-    for event in found:
-        click.echo(f"{queries.iso(event.received_at)}  {event.status:<10} {event.provider:<10} "
-                   f"{event.event_type:<32} {event.event_id}")
+    if not found:
+        click.echo("no events match")
+        return
+    for line in table(HEADER, [(queries.iso(e.received_at) or "", e.status, e.provider, str(e.attempts),
+                                e.event_type, e.event_id) for e in found]):
+        click.echo(line)
     if next_cursor:
         click.echo(f"more: --cursor {next_cursor}")
+
+
+HEADER = ("RECEIVED", "STATUS", "ENDPOINT", "TRIES", "TYPE", "EVENT ID")
+
+
+def table(header: tuple[str, ...], body: list[tuple[str, ...]]) -> list[str]:
+    """Columns padded to their widest cell, two spaces apart; the last one unpadded."""
+    widths = [max(len(row[n]) for row in (header, *body)) for n in range(len(header) - 1)]
+    return ["  ".join([*(cell.ljust(width) for cell, width in zip(row, widths, strict=False)), row[-1]])
+            for row in (header, *body)]
 
 
 @events.command("show")
@@ -134,4 +175,11 @@ def replay(provider: str | None, event_id: str | None, reason: str | None, dry_r
         click.echo(f"queued {outcome.count} event(s) (audit #{outcome.replay_id})" if outcome.queued
                    else f"recorded {outcome.count} event(s) (audit #{outcome.replay_id}); {NOT_QUEUED}")
     except ReplayError as exc:
-        raise click.ClickException(exc.reason) from exc
+        if exc.reason == "bad_reason":
+            raise option_error(FilterError("bad_reason")) from exc
+        words = {"not_found": f"no event {provider}/{event_id}",
+                 "in_progress": f"{provider}/{event_id} is being processed right now; try again in a moment",
+                 "filter_required": "give at least one filter option (--endpoint, --status, --type, --since, "
+                                    "--until, --q)",
+                 "too_many": "too many events match: narrow the filter (--since/--until) and replay in steps"}
+        raise click.ClickException(f"{words.get(exc.reason, 'not replayed')} ({exc.reason})") from exc
