@@ -22,6 +22,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.conftest import PAYLOADS, admin_headers, base_config, make_app, rows
+from tests.support.crc32 import PAD, crc_twin
 from tests.test_catalogue import PUBLIC_TWILIO, SENT, endpoints
 from webhooks import providers
 
@@ -132,46 +133,14 @@ def test_twilio_parameter_boundaries_cannot_move(both: Flask) -> None:
     assert replays_counted(both, "twilio") == 1
 
 
-def forge_crc32(prefix: bytes, suffix: bytes, target: int) -> bytes:
-    """16 printable bytes (``@``…``O``) that give ``prefix + pad + suffix`` the CRC-32 ``target``.
-
-    CRC-32 is affine over GF(2): flipping one bit of the input XORs a fixed pattern into the
-    result, so the low-nibble bits of the padding (64, more than enough to span all 32 bits of
-    the CRC) can be solved for like a linear system. (8 such bytes usually suffice.)
-    """
-    base = bytearray(b"@" * 16)
-    start = zlib.crc32(prefix + bytes(base) + suffix)
-    basis: list[tuple[int, int]] = []  # (pattern, bits flipped) in echelon form by top bit
-    for position in range(16):
-        for bit in range(4):
-            pad = bytearray(base)
-            pad[position] ^= 1 << bit
-            pattern, flips = zlib.crc32(prefix + bytes(pad) + suffix) ^ start, 1 << (position * 4 + bit)
-            for b_pattern, b_flips in basis:
-                if pattern ^ b_pattern < pattern:
-                    pattern, flips = pattern ^ b_pattern, flips ^ b_flips
-            if pattern:
-                basis.append((pattern, flips))
-                basis.sort(reverse=True)
-    want, flips = target ^ start, 0
-    for b_pattern, b_flips in basis:
-        if want ^ b_pattern < want:
-            want, flips = want ^ b_pattern, flips ^ b_flips
-    assert want == 0, "padding bits do not span CRC-32"
-    for index in range(64):
-        if flips >> index & 1:
-            base[index // 4] ^= 1 << (index % 4)
-    return bytes(base)
-
-
 def test_paypal_crc32_forgery_with_genuine_headers_is_no_new_event(both: Flask) -> None:
     body, headers, path = genuine(both, "paypal")
     assert post(both, path, body, headers) == 200
     event = json.loads(body)
     event.update(id="WH-FORGED-1", event_type="PAYMENT.CAPTURE.REFUNDED")
     event["resource"]["amount"] = {"currency_code": "USD", "value": "999999.00"}
-    prefix = json.dumps(event)[:-1].encode() + b', "pad": "'
-    forged = prefix + forge_crc32(prefix, b'"}', zlib.crc32(body)) + b'"}'
+    event["pad"] = PAD.decode()
+    forged = crc_twin(json.dumps(event).encode(), zlib.crc32(body))
     assert zlib.crc32(forged) == zlib.crc32(body) and json.loads(forged)["id"] == "WH-FORGED-1"
     assert post(both, path, forged, headers) == 200  # verifies (CRC-32), but its signature is spent
     assert count(both, "paypal") == 1

@@ -16,6 +16,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import padding, rsa
 from cryptography.x509.oid import NameOID
 
+from tests.support.crc32 import crc_twin
 from webhooks.errors import ConfigError, UnavailableError, VerificationError
 from webhooks.providers.base import Endpoint, Request, replay_key
 from webhooks.providers.paypal import PayPal
@@ -244,38 +245,6 @@ def test_unparsable_transmission_time(value: str) -> None:
     with pytest.raises(VerificationError) as exc:
         PROVIDER.verify(req, endpoint(), now=NOW)
     assert exc.value.reason in ("malformed_signature", "missing_signature")
-
-
-def crc_twin(template: bytes, target: int) -> bytes:
-    """``template`` with its run of 64 ``a`` rewritten (each ``a`` or ``c``) so its CRC-32 is ``target``.
-
-    CRC-32 is affine over GF(2): flipping bit 1 of a byte XORs a fixed delta into the CRC, so a
-    subset of flips reaching ``target`` is a linear system — what a forger solves in microseconds.
-    """
-    start = template.index(b"a" * 64)
-    base = zlib.crc32(template)
-    basis: list[tuple[int, int]] = []  # (delta with a leading bit, mask of the flips that make it)
-    for k in range(64):
-        flipped = bytearray(template)
-        flipped[start + k] ^= 0x02
-        delta, mask = zlib.crc32(flipped) ^ base, 1 << k
-        for vector, made in basis:
-            if delta ^ vector < delta:
-                delta, mask = delta ^ vector, mask ^ made
-        if delta:
-            basis.append((delta, mask))
-            basis.sort(reverse=True)
-    want, mask = base ^ target, 0
-    for vector, made in basis:
-        if want ^ vector < want:
-            want, mask = want ^ vector, mask ^ made
-    assert want == 0, "rank too low"
-    forged = bytearray(template)
-    for k in range(64):
-        if mask >> k & 1:
-            forged[start + k] ^= 0x02
-    assert zlib.crc32(forged) == target
-    return bytes(forged)
 
 
 def test_crc_forged_body_is_the_same_replay_key() -> None:
