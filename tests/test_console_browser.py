@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 import requests
+import sqlalchemy as sa
 from flask import Flask
 
 from tests import sample_handlers
@@ -142,7 +143,8 @@ def test_operator_finds_inspects_and_replays_in_the_browser(server: tuple[str, F
 
     def processed() -> bool:
         page.reload()
-        return "processed after 2 attempt(s)" in page.inner_text("main")
+        text = page.inner_text("main")  # the failed attempt came before the replay, so it is not counted
+        return "processed after 1 attempt(s) since the last replay" in text and "2 attempt(s) in all" in text
 
     wait_until(processed, interval=0.3)
     page.screenshot(path=str(OUTPUT / "console-replayed.png"), full_page=True)
@@ -208,3 +210,47 @@ def event_facts(page: Any) -> dict[str, str]:
     """The detail page's first facts list (Status, Endpoint, Type, Event id, …) as a dict."""
     facts = page.locator("dl").first
     return dict(zip(facts.locator("dt").all_inner_texts(), facts.locator("dd").all_inner_texts(), strict=True))
+
+
+LONG_ID = "evt_" + "9Zq" * 83  # 253 characters, no break opportunity
+LONG_ERROR = "RuntimeError: " + "upstream-said-no/" * 80
+
+
+def test_pages_fit_1440px_and_request_nothing_missing(server: tuple[str, Flask], browser: Any) -> None:
+    """The screenshots' defects: a long id and error overflowed the events table, and every page
+    asked for a favicon that was not there."""
+    base, app = server
+    sample_handlers.FAIL_TYPES.add("charge.refunded")
+    deliver_stripe(base, LONG_ID, "charge.refunded", {"id": "ch_" + "x" * 120, "object": "charge"})
+    deliver_stripe(base, "evt_short", "payment_intent.succeeded", {"id": "pi_short", "object": "payment_intent"})
+    wait_until(lambda: status_of(base, "stripe", LONG_ID) == "failed")
+    with app.extensions["webhooks"].engine.begin() as conn:  # an error as long as real ones get
+        conn.execute(sa.text("UPDATE events SET last_error = :e WHERE event_id = :i"), {"e": LONG_ERROR, "i": LONG_ID})
+    sample_handlers.FAIL_TYPES.clear()
+    OUTPUT.mkdir(exist_ok=True)
+    context = browser.new_context(http_credentials={"username": "admin", "password": ADMIN_PASSWORD},
+                                  viewport={"width": 1440, "height": 900})
+    page = context.new_page()
+    failures: list[str] = []
+    requested: list[str] = []
+    page.on("response", lambda r: failures.append(f"{r.status} {r.url}") if r.status >= 400 else None)
+    page.on("request", lambda r: requested.append(r.url))
+    pages = {"events": "/admin/", "dead": "/admin/dead", "detail": f"/admin/events/stripe/{LONG_ID}",
+             "audit": "/admin/audit", "bulk": "/admin/replay?status=failed", "rejections": "/admin/rejections"}
+    for name, path in pages.items():
+        assert page.goto(base + path).status == 200, path
+        page.wait_for_load_state("load")
+        width, inner = page.evaluate("[document.scrollingElement.scrollWidth, window.innerWidth]")
+        page.screenshot(path=str(OUTPUT / f"console-1440-{name}.png"), full_page=True)
+        assert width <= inner, (path, width, inner)
+        assert page.locator("link[rel=icon]").count() == 1
+    assert failures == []
+    assert not [url for url in requested if url.endswith("/favicon.ico")]
+
+    page.goto(f"{base}/admin/")
+    row = page.locator("table.events tbody tr", has_text="charge.refunded")
+    assert row.get_by_role("link").get_attribute("title") == LONG_ID  # the whole value, on hover
+    assert row.locator("td.error").get_attribute("title") == LONG_ERROR
+    box = row.locator("td.error").bounding_box()
+    assert box is not None and box["x"] + box["width"] <= 1440
+    context.close()

@@ -10,17 +10,18 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import quote, urlencode
 
 from flask import Blueprint, abort, current_app, redirect, render_template, request, url_for
 from werkzeug.wrappers import Response
 
-from webhooks.admin import csrf, errors, queries
+from webhooks.admin import csrf, errors, queries, versions
 from webhooks.admin.auth import check_auth
 from webhooks.admin.queries import FilterError, Filters
 from webhooks.admin.replay import BULK_LIMIT, ReplayError, matching_count, replay_matching, replay_one
-from webhooks.models import STATUSES, Event
+from webhooks.models import STATUSES, Attempt, Event, Replay
 from webhooks.runtime import Runtime
 
 bp = Blueprint("admin_pages", __name__, url_prefix="/admin", template_folder="templates",
@@ -93,7 +94,7 @@ def _pretty(value: Any) -> str:
 @bp.context_processor
 def _context() -> dict[str, Any]:
     return {"csrf_token": csrf.token, "csrf_field": csrf.FIELD, "statuses": STATUSES, "link": _link,
-            "event_url": event_url}
+            "event_url": event_url, "version_text": versions.describe, "unix_time": versions.unix_time}
 
 
 def _rt() -> Runtime:
@@ -185,13 +186,27 @@ def event(provider: str, event_id: str) -> Any:
                             headers={"Content-Disposition": f'attachment; filename="{filename}"'})
         obj, moved = queries.object_history(session, found)
         endpoint = rt.settings.endpoints.get(provider)
+        attempts = queries.attempts(session, provider, event_id)
+        replays = queries.replays_of(session, found)
         return render_template(
             "event.html", title=f"{provider} {event_id}", event=found, obj=obj, moved=moved,
-            attempts=queries.attempts(session, provider, event_id), payload=_payload(found),
+            attempts=attempts, replays=replays, since_replay=_since(attempts, replays), payload=_payload(found),
             sha256=hashlib.sha256(found.payload).hexdigest(), skew=queries.skew_seconds(found),
             secrets_configured=len(endpoint.secrets) if endpoint else None,
             replayed=request.args.get("replayed"),
         )
+
+
+def _aware(value: datetime) -> datetime:
+    return value if value.tzinfo else value.replace(tzinfo=UTC)  # SQLite hands back naive UTC
+
+
+def _since(attempts: list[Attempt], replays: list[Replay]) -> int:
+    """How many attempts started after the latest replay (all of them when there was none)."""
+    if not replays:
+        return len(attempts)
+    last = _aware(replays[0].at)
+    return sum(1 for a in attempts if _aware(a.started_at) >= last)
 
 
 def _payload(event: Event) -> dict[str, Any]:

@@ -16,7 +16,8 @@ from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import Select, and_, func, literal, or_, select, tuple_, union_all
+from sqlalchemy import Select, and_, exists, func, literal, or_, select, tuple_, type_coerce, union_all
+from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import Session
 from sqlalchemy.sql.elements import ColumnElement
 
@@ -264,6 +265,25 @@ def attempts(session: Session, provider: str, event_id: str) -> list[Attempt]:
     return list(session.scalars(
         select(Attempt).where(Attempt.provider == provider, Attempt.event_id == event_id).order_by(Attempt.number)
     ))
+
+
+def replays_of(session: Session, event: Event, limit: int = 100) -> list[Replay]:
+    """The replays that included ``event``, newest first: one query on the ``at`` index from the
+    event's receipt, matching inside each record's ``event_ids`` with the database's JSON."""
+    query = select(Replay).where(Replay.at >= event.received_at).order_by(Replay.at.desc(), Replay.id.desc())
+    pair = [event.provider, event.event_id]
+    dialect = session.get_bind().dialect.name
+    if dialect == "postgresql":
+        query = query.where(type_coerce(Replay.event_ids, JSONB).contains([pair]))
+    elif dialect == "sqlite":
+        item = func.json_each(Replay.event_ids).table_valued("value").alias("item")
+        query = query.where(exists(select(1).select_from(item).where(
+            func.json_extract(item.c.value, "$[0]") == event.provider,
+            func.json_extract(item.c.value, "$[1]") == event.event_id,
+        )))
+    else:  # any other database: read the candidates and match here
+        return [r for r in session.scalars(query) if pair in r.event_ids][:limit]
+    return list(session.scalars(query.limit(limit)))
 
 
 def replays(session: Session, limit: int = 100, before: int | None = None) -> list[Replay]:
