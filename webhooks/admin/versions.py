@@ -3,7 +3,8 @@
 A version only orders the states of one object; each provider kind packs it differently:
 
 - stripe: ``created`` in ms × 10 + a lifecycle rank (0 created, 1 update, 2 terminal);
-- adyen: ``stage × 10^14`` + ``eventDate`` in ms (stage 1 authorisation … 4 dispute);
+- adyen: the number of notifications folded into the payment's state; rows stored before the
+  fold carry ``stage × 10^14`` + ``eventDate`` in ms (stage 1 authorisation … 4 dispute);
 - github, paypal: the object's own update (or creation) time in ms.
 
 Other kinds, and numbers no formula produced, read as a plain "version N".
@@ -41,6 +42,8 @@ def describe(kind: str, version: int | None) -> str | None:
         at = _time(ms)
         return f"created {at}, rank {STRIPE_RANKS[rank]}" if at and rank in STRIPE_RANKS else plain
     if kind == "adyen":
+        if 0 < version < ADYEN_STAGE:
+            return f"fold of {version} notification(s)"
         stage, ms = divmod(version, ADYEN_STAGE)
         if stage not in ADYEN_STAGES:
             return plain
