@@ -9,7 +9,7 @@ import pytest
 from flask import Flask
 
 from tests import sample_handlers
-from tests.conftest import adyen_body, adyen_item, admin_headers, drain, stripe_event, stripe_headers
+from tests.conftest import admin_headers, adyen_body, adyen_item, drain, stripe_event, stripe_headers
 from webhooks import providers
 from webhooks.admin import versions
 
