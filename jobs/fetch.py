@@ -1,48 +1,139 @@
-"""Re-fetching an object's current state from the provider's API (worker side: I/O allowed).
+"""Re-fetching an event's object, or the event itself, from the provider's API (worker side: I/O).
 
-Used for Stripe thin (v2) events, which carry no snapshot: with ``api_key`` set on the endpoint
-(``api_key = "env:STRIPE_API_KEY"``; ``api_base`` defaults to https://api.stripe.com) the worker
-GETs ``related_object.url`` and stores what the API answers as the object's state.
+Called after the claim and before any database lock is taken (``jobs.process``): a slow API
+never holds a row, an object or SQLite's write lock.
+
+- Stripe, ``api_key`` set: a thin (v2) event's ``related_object.url`` is fetched; with
+  ``refetch = true`` every event's object is fetched (type from ``data.object.object``) through
+  the official SDK (``webhooks.providers.stripe_api``). The fetched state gets its own version,
+  the fetch time in the unit of Stripe's event versions (0.1 ms), so a state fetched later always
+  wins and an older snapshot never overwrites it. A 404 stores the object as deleted.
+- PayPal, ``client_id`` and ``client_secret`` set: the event is fetched by id (OAuth client
+  credentials, ``api_base`` default https://api-m.paypal.com) and only PayPal's copy is acted on.
+  A copy that differs from the delivered body in what is acted on (``id``, ``event_type``,
+  ``resource_type``, ``resource``), or no copy at all, is ``MismatchError``: the event fails at
+  once with that reason and no handler runs (PayPal signs the body only through its CRC-32).
+
+``FetchError`` (network, 5xx, 429, expired token) is retried by RQ with backoff.
 """
 
 from __future__ import annotations
 
+import base64
+import dataclasses
 import json
+import threading
+import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from typing import Any
 
-from webhooks.providers.base import Endpoint, ObjectRef
+from webhooks.providers.base import Endpoint, ObjectRef, Provider
+from webhooks.providers.stripe_api import ApiError, retrieve, throttle
 
-STRIPE_API = "https://api.stripe.com"
+PAYPAL_API = "https://api-m.paypal.com"
+COMPARED = ("id", "event_type", "resource_type", "resource")
+_tokens: dict[tuple[str, str], tuple[str, float]] = {}  # (endpoint, client id) → (token, expiry)
+_versions = {"last": 0}
+_lock = threading.Lock()
 
 
 class FetchError(Exception):
     """The provider's API did not give the object's state; RQ retries the job."""
 
 
-def needs_fetch(endpoint: Endpoint | None, ref: ObjectRef) -> bool:
-    return (
-        endpoint is not None
-        and endpoint.provider == "stripe"
-        and bool(endpoint.options.get("api_key"))
-        and isinstance(ref.state, dict)
-        and ref.state.get("snapshot") is False
-    )
+class MismatchError(Exception):
+    """The provider's own copy of the event is not what was delivered: never act on it, never retry."""
 
 
-def stripe_object(endpoint: Endpoint, ref: ObjectRef, timeout: float = 10) -> Any:
-    url = ref.state["related_object"].get("url")
-    if not isinstance(url, str) or not url.startswith("/"):
-        raise FetchError("thin event without a related_object.url")
-    base = str(endpoint.options.get("api_base") or STRIPE_API).rstrip("/")
-    request = urllib.request.Request(base + url, headers={"Authorization": f"Bearer {endpoint.options['api_key']}"})
+def fresh_version() -> int:
+    """Now in 0.1 ms (the unit of Stripe's versions), strictly increasing within this process."""
+    with _lock:
+        _versions["last"] = max(_versions["last"] + 1, time.time_ns() // 100_000)
+        return _versions["last"]
+
+
+def current(provider: Provider, endpoint: Endpoint | None, event_type: str, data: Any,
+            ref: ObjectRef | None) -> tuple[Any, ObjectRef | None]:
+    """The event's data and object as the handlers must see them (see the module's doc)."""
+    if endpoint is None:
+        return data, ref
+    options = endpoint.options
+    if endpoint.provider == "stripe" and options.get("api_key") and ref is not None:
+        thin = isinstance(ref.state, dict) and ref.state.get("snapshot") is False
+        if thin or options.get("refetch") is True:
+            state = _stripe_state(endpoint, ref, thin)
+            return data, dataclasses.replace(ref, state=state, version=max(ref.version, fresh_version()))
+    if endpoint.provider == "paypal" and options.get("client_id") and options.get("client_secret"):
+        copy = paypal_event(endpoint, data)
+        return copy, provider.extract(event_type, copy)
+    return data, ref
+
+
+def _stripe_state(endpoint: Endpoint, ref: ObjectRef, thin: bool) -> Any:
+    path = None
+    if thin:
+        path = ref.state["related_object"].get("url")
+        if not isinstance(path, str) or not path.startswith("/"):
+            raise FetchError("thin event without a related_object.url")
+    try:
+        return retrieve(endpoint, ref.type, ref.id, path)
+    except ApiError as exc:
+        raise FetchError(str(exc)) from None
+
+
+def paypal_event(endpoint: Endpoint, delivered: Any) -> Any:
+    """PayPal's copy of the delivered event, checked against it."""
+    event_id = delivered.get("id") if isinstance(delivered, dict) else None
+    if not isinstance(event_id, str) or not event_id:
+        raise MismatchError("the delivered PayPal event has no id")
+    base = str(endpoint.options.get("api_base") or PAYPAL_API).rstrip("/")
+    url = f"{base}/v1/notifications/webhooks-events/{urllib.parse.quote(event_id, safe='')}"
+    status, copy = _paypal_get(endpoint, base, url)
+    if status == 404:
+        raise MismatchError(f"PayPal has no event {event_id!r}: the delivered body is not PayPal's")
+    differ = [k for k in COMPARED if not isinstance(copy, dict) or copy.get(k) != delivered.get(k)]
+    if differ:
+        raise MismatchError(f"PayPal's copy of {event_id!r} differs from the delivered body in {', '.join(differ)}")
+    return copy
+
+
+def _paypal_get(endpoint: Endpoint, base: str, url: str, timeout: float = 10) -> tuple[int, Any]:
+    throttle(endpoint)
+    token = _paypal_token(endpoint, base, timeout)
+    request = urllib.request.Request(url, headers={"Authorization": f"Bearer {token}"})
     try:
         with urllib.request.urlopen(request, timeout=timeout) as response:
-            return json.loads(response.read())
+            return response.status, json.loads(response.read())
     except urllib.error.HTTPError as exc:
-        if exc.code == 404:  # deleted since: that is its current state
-            return {"id": ref.id, "object": ref.type, "deleted": True}
-        raise FetchError(f"{base}{url} answered {exc.code}") from None
+        if exc.code == 404:
+            return 404, None
+        if exc.code == 401:  # revoked or expired early: the next attempt asks for a new token
+            _tokens.pop((endpoint.name, str(endpoint.options["client_id"])), None)
+        raise FetchError(f"PayPal {url} answered {exc.code}") from None
     except (urllib.error.URLError, TimeoutError, ValueError) as exc:
-        raise FetchError(f"{base}{url}: {exc.__class__.__name__}") from None
+        raise FetchError(f"PayPal {url}: {exc.__class__.__name__}") from None
+
+
+def _paypal_token(endpoint: Endpoint, base: str, timeout: float) -> str:
+    """An OAuth access token (client credentials), cached until a minute before it expires."""
+    key = (endpoint.name, str(endpoint.options["client_id"]))
+    cached = _tokens.get(key)
+    if cached is not None and cached[1] > time.monotonic():
+        return cached[0]
+    basic = base64.b64encode(f"{key[1]}:{endpoint.options['client_secret']}".encode()).decode()
+    request = urllib.request.Request(
+        f"{base}/v1/oauth2/token", data=b"grant_type=client_credentials", method="POST",
+        headers={"Authorization": f"Basic {basic}", "Content-Type": "application/x-www-form-urlencoded"},
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            answer = json.loads(response.read())
+        token, lifetime = str(answer["access_token"]), float(answer.get("expires_in", 300))
+    except urllib.error.HTTPError as exc:
+        raise FetchError(f"PayPal OAuth answered {exc.code}") from None
+    except (urllib.error.URLError, TimeoutError, ValueError, KeyError, TypeError) as exc:
+        raise FetchError(f"PayPal OAuth: {exc.__class__.__name__}") from None
+    _tokens[key] = (token, time.monotonic() + max(0.0, lifetime - 60))
+    return token

@@ -22,6 +22,11 @@ after another writer committed, gets SQLite's busy error: the attempt is rolled 
 again the old way, inside the write lock. The runtime's processing lock, held from the claim to
 the mark, serializes processing (per-object order) and tells the sweeper no job is live.
 
+Provider APIs (``jobs.fetch``: Stripe re-fetch, PayPal's copy) are called after the claim and
+before any lock: the locked path reads the row unlocked first, then locks it. A provider whose
+object state is a fold of its events (Adyen payments: ``fold``) merges under the object lock
+(SQLite: inside the write transaction that applies it), so the fold sees every earlier event.
+
 Hostile values (``storable``): an object type or id that does not fit its key column or holds
 NUL / lone surrogates is keyed ``sha256:<hex>`` of it; the stored state has NUL and lone
 surrogates replaced by U+FFFD (and NaN/Infinity by null). The event's raw payload stays exact, and
@@ -30,7 +35,6 @@ handlers get its data as sent; ``state``, ``object_type`` and ``object_id`` are 
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import logging
 import time
@@ -94,11 +98,29 @@ def _lock_object(session: Session, provider: str, ref: ObjectRef) -> None:
         session.execute(text("SELECT pg_advisory_xact_lock(hashtextextended(:k, 0))"), {"k": key})
 
 
-def apply_state(session: Session, provider: str, event_id: str, ref: ObjectRef) -> Object:
-    """Conditional upsert: the stored state moves only to a strictly newer version."""
+def _folded(session: Session, provider: str, kind: str, ref: ObjectRef) -> tuple[ObjectRef, str | None]:
+    """``ref`` merged into the stored state when the provider folds its events (else unchanged),
+    and the id of the event the fold names as its latest."""
+    fold = getattr(providers.get(kind), "fold", None)
+    if fold is None:
+        return ref, None
+    stored = session.get(Object, (provider, ref.type, ref.id), populate_existing=True)
+    merged: ObjectRef = storable(fold(None if stored is None else stored.state, ref))
+    latest = merged.state.get("latest") if isinstance(merged.state, dict) else None
+    return merged, latest if isinstance(latest, str) else None
+
+
+def apply_state(session: Session, provider: str, event_id: str, ref: ObjectRef,
+                kind: str | None = None) -> tuple[Object, ObjectRef]:
+    """Conditional upsert: the stored state moves only to a strictly newer version; returns the
+    stored object and the state offered. With ``kind`` a folding provider's state is merged
+    first (the caller holds the object's lock)."""
+    latest = None
+    if kind is not None:
+        ref, latest = _folded(session, provider, kind, ref)
     stmt = upsert(session, Object).values(
         provider=provider, object_type=ref.type, object_id=ref.id, version=ref.version,
-        state=ref.state, last_event_id=event_id, updated_at=datetime.now(UTC),
+        state=ref.state, last_event_id=storable_key(latest or event_id, 255), updated_at=datetime.now(UTC),
     )
     stmt = stmt.on_conflict_do_update(
         index_elements=["provider", "object_type", "object_id"],
@@ -111,29 +133,29 @@ def apply_state(session: Session, provider: str, event_id: str, ref: ObjectRef) 
             Object.provider == provider, Object.object_type == ref.type, Object.object_id == ref.id
         ).execution_options(populate_existing=True)
     ).one()
-    return current
+    return current, ref
 
 
-def _object(event: Event, settings: Settings) -> tuple[Any, ObjectRef | None]:
-    """The event's data as sent, and the object it moves (re-fetched when configured), storable."""
+Prepared = tuple[Any, ObjectRef | None]
+
+
+def _object(event: Event, settings: Settings) -> Prepared:
+    """The event's data and the object it moves, as handlers must see them (re-fetched from the
+    provider's API when configured: called holding no database lock), storable."""
     provider = providers.get(event.kind)
     data = provider.event_data(event.payload, event.item_index)
     ref = provider.extract(event.event_type, data)
-    endpoint = settings.endpoints.get(event.provider)
-    if ref is not None and fetch.needs_fetch(endpoint, ref):
-        assert endpoint is not None
-        # Before taking the object lock: no network wait while holding it.
-        ref = dataclasses.replace(ref, state=fetch.stripe_object(endpoint, ref))
+    data, ref = fetch.current(provider, settings.endpoints.get(event.provider), event.event_type, data, ref)
     return data, None if ref is None else storable(ref)
 
 
-def _run(session: Session, event: Event, settings: Settings) -> str:
-    data, ref = _object(event, settings)
+def _run(session: Session, event: Event, settings: Settings, prepared: Prepared) -> str:
+    data, ref = prepared
     state: Any = None
     latest = True
     if ref is not None:
         _lock_object(session, event.provider, ref)
-        current = apply_state(session, event.provider, event.event_id, ref)
+        current, ref = apply_state(session, event.provider, event.event_id, ref, event.kind)
         state, latest = current.state, current.version == ref.version
         event.object_type, event.object_id, event.object_version = ref.type, ref.id, ref.version
     found = handlers.handlers_for(event.provider, event.kind, event.event_type, settings.handler_modules)
@@ -151,13 +173,22 @@ def _mark(event: Event, status: str) -> None:
     event.processed_at, event.last_error, event.last_traceback = datetime.now(UTC), None, None
 
 
-def _process_locked(rt: runtime.Runtime, provider: str, event_id: str, attempt: int) -> str:
-    """One transaction, holding the row lock (SQLite: the write lock) throughout."""
+def _process_locked(rt: runtime.Runtime, provider: str, event_id: str, attempt: int,
+                    prepared: Prepared | None = None) -> str:
+    """One transaction, holding the row lock (SQLite: the write lock) throughout; the provider's
+    API (if any) is called before it, on an unlocked read of the row."""
+    if prepared is None:
+        with rt.deferred_sessions() as session, session.begin():
+            unlocked = session.get(Event, (provider, event_id))
+            if unlocked is None:
+                return "skipped"
+            session.expunge(unlocked)
+        prepared = _object(unlocked, rt.settings)
     with rt.sessions() as session, session.begin():
         event = _mine(session, provider, event_id, attempt)
         if event is None:
             return "skipped"  # a newer claim took over; it decides
-        status = _run(session, event, rt.settings)
+        status = _run(session, event, rt.settings, prepared)
         _mark(event, status)
     return status
 
@@ -169,7 +200,7 @@ def _finish(session: Session, provider: str, event_id: str, attempt: int, ref: O
     if event is None:
         return False
     if ref is not None:
-        apply_state(session, provider, event_id, ref)
+        _, ref = apply_state(session, provider, event_id, ref, event.kind)
         event.object_type, event.object_id, event.object_version = ref.type, ref.id, ref.version
     _mark(event, status)
     return True
@@ -192,16 +223,17 @@ def _process_unlocked(rt: runtime.Runtime, provider: str, event_id: str, attempt
         if event is None:
             return "skipped"
         session.expunge(event)  # read only: nothing of it is flushed with the handlers' writes
-        data, ref = _object(event, rt.settings)
+        prepared = data, ref = _object(event, rt.settings)
         state: Any = None
         latest = True
         if ref is not None:
             with session.begin():
+                view, _ = _folded(session, provider, event.kind, ref)  # a fold's preview
                 current = session.get(Object, (provider, ref.type, ref.id))
-            if current is not None and current.version >= ref.version:
-                state, latest = current.state, current.version == ref.version
+            if current is not None and current.version >= view.version:
+                state, latest = current.state, current.version == view.version
             else:
-                state = ref.state
+                state = view.state
         found = handlers.handlers_for(provider, event.kind, event.event_type, rt.settings.handler_modules)
         status = "processed" if ref is not None or found else "ignored"
         context = handlers.HandlerEvent(
@@ -224,7 +256,7 @@ def _process_unlocked(rt: runtime.Runtime, provider: str, event_id: str, attempt
         except OperationalError as exc:
             if not is_busy(exc):
                 raise
-            return _process_locked(rt, provider, event_id, attempt)
+            return _process_locked(rt, provider, event_id, attempt, prepared)
     if not wrote:
         with rt.sessions.begin() as session:
             if not _finish(session, provider, event_id, attempt, ref, status):
@@ -266,6 +298,11 @@ def process_event(provider: str, event_id: str) -> str:
             # attempt (and in the end a failed event), never a job that retries unseen forever.
             handlers.load(rt.settings.handler_modules)
             status = run(rt, provider, event_id, attempt)
+        except fetch.MismatchError as exc:
+            # Not the provider's event: no handler ran, and no retry can change that.
+            _fail(rt, provider, event_id, attempt, True, started_at, exc)
+            _measure(label, "failed", clock, event_id, attempt, exc)
+            return "failed"
         except Exception as exc:
             _fail(rt, provider, event_id, attempt, last_try, started_at, exc)
             _measure(label, "failed" if last_try else "error", clock, event_id, attempt, exc)

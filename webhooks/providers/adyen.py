@@ -9,10 +9,14 @@ Platform/management: header ``HmacSignature`` = base64 HMAC-SHA256 over the raw 
 Docs: https://docs.adyen.com/development-resources/webhooks/verify-hmac-signatures
 
 Event id: ``pspReference:eventCode:success`` (Adyen has no id field); platform webhooks:
-``type:sha256(body)[:32]``. Object: the payment (``originalReference`` for modifications),
-versioned by an eventCode stage first and ``eventDate`` second, so a late AUTHORISATION never
-undoes a CAPTURE, REFUND or CANCELLATION. What the id is made of is signed (the item's fields, or
-the body): no replay key is needed. A key that decodes to nothing is refused at start-up.
+``type:sha256(body)[:32]``. Object: the payment (``originalReference`` for modifications).
+Its state is a fold of its notifications (``fold``): the set applied, keyed by event id, and
+what follows from the set alone — status, authorised amount, captured / refunded / charged-back
+totals, merchant reference, ``eventCode`` of the furthest step (stage, then ``eventDate``) — so
+every arrival order gives the same state; its version is the number of notifications applied. A
+payment with a modification but no AUTHORISATION has ``gap: true``. What the id is made of is
+signed (the item's fields, or the body): no replay key is needed. A key that decodes to nothing is
+refused at start-up.
 """
 
 from __future__ import annotations
@@ -150,10 +154,12 @@ class Adyen(Provider):
         if "eventCode" not in data or event_type in NOT_PAYMENTS:
             return None
         payment = data.get("originalReference") or data.get("pspReference")
-        version = STAGE.get(event_type, 2) * 10**14 + (iso_ms(data.get("eventDate")) or 0)
-        extra = {k: v for k, v in (data.get("additionalData") or {}).items() if k != "hmacSignature"}
-        state = dict(data, eventCode=event_type, additionalData=extra)
-        return ObjectRef("payment", str(payment), version, state)
+        return ObjectRef("payment", str(payment), 1, fold(None, _notification(event_type, data)))
+
+    def fold(self, current: Any, incoming: ObjectRef) -> ObjectRef:
+        """The payment's state with ``incoming``'s notifications added to ``current``'s."""
+        state = fold(current, *incoming.state.get("notifications", {}).values())
+        return ObjectRef(incoming.type, incoming.id, len(state["notifications"]), state)
 
     def sign(
         self, endpoint: Endpoint, body: bytes, *, now: float, secret_index: int = 0, url: str = ""
@@ -171,3 +177,81 @@ class Adyen(Provider):
             return json.dumps(data).encode(), headers
         headers["HmacSignature"] = base64.b64encode(hmac_digest(key, body)).decode()
         return body, headers
+
+
+# -- the payment fold --------------------------------------------------------------------------
+
+CAPTURES = frozenset({"CAPTURE"})
+REFUNDS = frozenset({"REFUND", "REFUND_WITH_DATA"})
+CHARGEBACKS = frozenset({"CHARGEBACK", "SECOND_CHARGEBACK"})
+CANCELS = frozenset({"CANCELLATION", "TECHNICAL_CANCEL", "CANCEL_OR_REFUND"})
+NOTE_FIELDS = ("pspReference", "originalReference", "merchantReference", "eventDate", "reason")
+
+
+def _notification(event_type: str, data: dict[str, Any]) -> dict[str, Any]:
+    amount = data.get("amount") if isinstance(data.get("amount"), dict) else {}
+    value = amount.get("value") if isinstance(amount, dict) else None
+    note: dict[str, Any] = {k: _text(data.get(k)) for k in NOTE_FIELDS}
+    note.update(eventCode=event_type, success=_text(data.get("success")),
+                value=value if isinstance(value, int) and not isinstance(value, bool) else 0,
+                currency=_text(amount.get("currency") if isinstance(amount, dict) else None))
+    note["id"] = f"{note['pspReference']}:{event_type}:{note['success']}"
+    return note
+
+
+def _notes(state: Any) -> list[dict[str, Any]]:
+    """The notifications a stored state holds (a state from before the fold is one of them)."""
+    if not isinstance(state, dict):
+        return []
+    if isinstance(state.get("notifications"), dict):
+        return list(state["notifications"].values())
+    return [_notification(str(state["eventCode"]), state)] if state.get("eventCode") else []
+
+
+def _rank(note: dict[str, Any]) -> tuple[int, int, str]:
+    return STAGE.get(note["eventCode"], 2), iso_ms(note["eventDate"]) or 0, note["id"]
+
+
+def fold(current: Any, *added: dict[str, Any]) -> dict[str, Any]:
+    """A payment's state from the union of its notifications: a function of the set, not of the order.
+
+    One id seen with two bodies keeps the greater (by canonical JSON), so that is order-free too.
+    """
+    notes: dict[str, dict[str, Any]] = {}
+    for note in [*_notes(current), *added]:
+        held = notes.get(note["id"])
+        if held is None or json.dumps(note, sort_keys=True) > json.dumps(held, sort_keys=True):
+            notes[note["id"]] = note
+    ok = [n for n in notes.values() if n["success"] == "true"]
+
+    def total(codes: frozenset[str]) -> int:
+        return sum(n["value"] for n in ok if n["eventCode"] in codes)
+
+    auth = max((n for n in notes.values() if n["eventCode"] == "AUTHORISATION"), key=_rank, default=None)
+    authorised = auth["value"] if auth and auth["success"] == "true" else 0
+    captured, refunded = total(CAPTURES), total(REFUNDS)
+    charged_back = total(CHARGEBACKS) - total(frozenset({"CHARGEBACK_REVERSED"}))
+    codes = {n["eventCode"] for n in ok}
+    status = (
+        "charged_back" if charged_back > 0 else
+        "refunded" if refunded and refunded >= max(captured, authorised) else
+        "partially_refunded" if refunded else
+        "cancelled" if codes & CANCELS else
+        "captured" if captured and captured >= authorised else
+        "partially_captured" if captured else
+        "authorised" if authorised else
+        "refused" if auth else "unknown"
+    )
+    latest = max(notes.values(), key=_rank)
+    by_id = sorted(notes.values(), key=lambda n: n["id"])
+    payment = (auth or {}).get("pspReference") or latest["originalReference"] or latest["pspReference"]
+    reference = (auth or {}).get("merchantReference") or next((n["merchantReference"] for n in by_id), "")
+    return {
+        "pspReference": payment, "merchantReference": reference, "status": status,
+        "currency": (auth or latest)["currency"], "authorised": authorised, "captured": captured,
+        "refunded": refunded, "chargedBack": charged_back,
+        "eventCode": latest["eventCode"], "success": latest["success"], "latest": latest["id"],
+        "gap": auth is None and any(n["eventCode"] != "AUTHORISATION" for n in notes.values()),
+        "applied": [n["id"] for n in by_id],
+        "notifications": {n["id"]: n for n in by_id},
+    }

@@ -1,0 +1,111 @@
+"""Stripe's API through the official ``stripe`` SDK: an object's current state, and the event log.
+
+I/O lives here, not in ``stripe.py`` (which stays sans-I/O). An endpoint's ``api_key`` (write it
+``"env:STRIPE_API_KEY"``) authenticates; ``api_base`` (default https://api.stripe.com) points the
+SDK at another server (the tests' fake). Calls are rate-limited per endpoint and process
+(``API_RATE``, under Stripe's 25/s test-mode limit) by waiting, never by failing. Callers must
+not hold a database lock while they call.
+Docs: https://docs.stripe.com/api/events/list, https://docs.stripe.com/rate-limits
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+from urllib.parse import quote
+
+import stripe
+from stripe._object_classes import OBJECT_CLASSES
+
+from webhooks.providers.base import Endpoint
+from webhooks.ratelimit import TokenBucket
+
+STRIPE_API = "https://api.stripe.com"
+API_RATE = 20.0  # requests a second per endpoint and process
+PAGE = 100  # Stripe's largest page
+_buckets: dict[str, TokenBucket] = {}
+_lock = threading.Lock()
+
+
+class ApiError(Exception):
+    """The API gave no usable answer (network, 5xx, 429, auth): the caller retries later."""
+
+
+def client(endpoint: Endpoint) -> stripe.StripeClient:
+    key = endpoint.options.get("api_key")
+    if not key:
+        raise ApiError(f"endpoint {endpoint.name!r} has no api_key")
+    base = str(endpoint.options.get("api_base") or STRIPE_API).rstrip("/")
+    # No SDK retries: RQ retries the attempt with backoff and records each error on the row.
+    return stripe.StripeClient(str(key), base_addresses={"api": base}, max_network_retries=0)
+
+
+def throttle(endpoint: Endpoint) -> None:
+    """Wait for this endpoint's next API call slot."""
+    with _lock:
+        bucket = _buckets.setdefault(endpoint.name, TokenBucket(API_RATE))
+    while wait := bucket.take():
+        time.sleep(wait)
+
+
+def _get(endpoint: Endpoint, path: str, **params: Any) -> Any:
+    throttle(endpoint)
+    try:
+        response = client(endpoint).raw_request("get", path, **params)
+        return json.loads(response.body)
+    except stripe.StripeError as exc:
+        if exc.http_status == 404:
+            raise
+        raise ApiError(f"{path} answered {exc.http_status or exc.__class__.__name__}") from None
+    except ValueError:
+        raise ApiError(f"{path} answered no JSON") from None
+
+
+def resource_path(object_type: str, object_id: str) -> str | None:
+    """``/v1/payment_intents/pi_…`` for a ``payment_intent``; None for a type the SDK does not know."""
+    found = OBJECT_CLASSES.get(object_type)
+    if found is None:
+        return None
+    cls = getattr(importlib.import_module(found[0]), found[1])
+    try:
+        url: str = cls.class_url()
+    except (AttributeError, NotImplementedError):  # nested resources have no class URL of their own
+        return None
+    return f"{url}/{quote(object_id, safe='')}"
+
+
+def retrieve(endpoint: Endpoint, object_type: str, object_id: str, path: str | None = None) -> Any:
+    """The object as the API shows it now; a 404 is the object deleted (``deleted: true``)."""
+    path = path or resource_path(object_type, object_id)
+    if path is None:
+        raise ApiError(f"no API path for a {object_type!r}")
+    try:
+        return _get(endpoint, path)
+    except stripe.StripeError:  # 404 only: _get turned every other error into ApiError
+        return {"id": object_id, "object": object_type, "deleted": True}
+
+
+def events(endpoint: Endpoint, since: int, *, undelivered: bool = False) -> Iterator[dict[str, Any]]:
+    """Every event created at or after ``since`` (unix seconds), newest first, page by page.
+
+    ``undelivered``: only those Stripe has not delivered yet (``delivery_success=false``).
+    """
+    params: dict[str, Any] = {"limit": PAGE, "created": {"gte": since}}
+    if undelivered:
+        params["delivery_success"] = "false"
+    while True:
+        try:
+            page = _get(endpoint, "/v1/events", **params)
+        except stripe.StripeError:
+            raise ApiError("/v1/events answered 404") from None
+        data = page.get("data") if isinstance(page, dict) else None
+        if not isinstance(data, list):
+            raise ApiError("/v1/events answered no list")
+        yield from (event for event in data if isinstance(event, dict))
+        if not page.get("has_more") or not data:
+            return
+        params["starting_after"] = data[-1]["id"]
