@@ -181,7 +181,7 @@ HOSTILE_IDS = [".", "..", "a/./b", "a/../b", "/lead", "x/../../stripe/evt_legit"
 
 def links(page: str) -> dict[str, str]:
     """Event id → href of every event link in a page."""
-    found = re.findall(r'<a href="(/admin/events/[^"]+)">([^<]*)</a>', page)
+    found = re.findall(r'<a href="(/admin/events/[^"]+)"[^>]*>([^<]*)</a>', page)
     return {html.unescape(text): html.unescape(href) for href, text in found}
 
 
