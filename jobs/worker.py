@@ -12,6 +12,7 @@ from rq import SimpleWorker
 from rq.exceptions import StopRequested
 
 from jobs import handlers
+from webhooks import reconcile
 from webhooks.config import Settings
 from webhooks.queue import Ticker
 from webhooks.runtime import Runtime
@@ -31,7 +32,13 @@ def run(settings: Settings, *, burst: bool = False) -> bool:
     started again until a stop is requested."""
     rt = Runtime(settings).activate()
     handlers.load(settings.handler_modules)
-    ticker = Ticker(rt.queue, rt.sweep, settings.sweep_interval)
+    reconciles = reconcile.scheduled(rt)  # endpoints with reconcile_every
+
+    def tick() -> None:
+        reconciles()
+        rt.sweep()
+
+    ticker = Ticker(rt.queue, tick, settings.sweep_interval)
     if burst:
         rt.sweep()
         ticker.scheduler.acquire_locks()

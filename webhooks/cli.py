@@ -22,6 +22,7 @@ LAZY = {
     "send": ("webhooks.send", "send", "Sign PAYLOAD_FILE as ENDPOINT's provider would and POST it."),
     "events": ("webhooks.admin.cli", "events", "List, show and replay stored events."),
     "purge": ("webhooks.purge", "purge_command", "Delete old processed, ignored and failed events."),
+    "reconcile": ("webhooks.reconcile", "reconcile_command", "Store and process the Stripe events an endpoint missed."),
 }
 
 

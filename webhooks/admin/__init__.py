@@ -6,8 +6,8 @@ from flask import Flask
 
 
 def init_app(app: Flask) -> None:
-    # rejections and quarantine_pages add their routes to api.bp and pages.bp
-    from webhooks.admin import api, pages, quarantine_pages, rejections  # noqa: F401
+    # gaps, rejections and quarantine_pages add their routes to api.bp and pages.bp
+    from webhooks.admin import api, gaps, pages, quarantine_pages, rejections  # noqa: F401
 
     app.register_blueprint(api.bp)
     app.register_blueprint(pages.bp)

@@ -1,0 +1,164 @@
+"""Reconciliation: store and enqueue the Stripe events a stripe endpoint never received.
+
+``webhooks reconcile <endpoint> --since 3d`` pages through Stripe's ``/v1/events`` (only the
+undelivered ones with ``--undelivered``: ``delivery_success=false``) with the endpoint's
+``api_key``, and stores each event exactly as the receiver stores a delivery (``receive.store``:
+insert-or-ignore on ``(endpoint, event id)``, so an event delivered before, during or after the
+run is stored once), then enqueues the new ones. Such rows have the scheme ``stripe-reconcile``:
+they were authenticated by Stripe's API answering our key, not by a signature. No database
+connection is held while a page is fetched.
+
+``reconcile_every = "15m"`` on the endpoint runs it from the workers (``scheduled``) over the
+last two intervals; a Redis key taken with ``SET NX EX`` makes one worker do each run.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import click
+
+from webhooks.errors import ConfigError
+from webhooks.providers import stripe_api
+from webhooks.providers.base import Endpoint, Verified, VerifiedEvent
+from webhooks.purge import parse_age
+from webhooks.runtime import Runtime
+
+log = logging.getLogger(__name__)
+SCHEME = "stripe-reconcile"
+
+
+@dataclass
+class Summary:
+    seen: int = 0
+    stored: int = 0  # already stored before this run found them
+    added: int = 0
+
+    def __str__(self) -> str:
+        return f"seen {self.seen}, already stored {self.stored}, added {self.added}"
+
+
+def endpoint_of(rt: Runtime, name: str) -> Endpoint:
+    endpoint = rt.settings.endpoints.get(name)
+    if endpoint is None:
+        raise ConfigError(f"no endpoint {name!r}")
+    if endpoint.provider != "stripe" or not endpoint.options.get("api_key"):
+        raise ConfigError(f"endpoint {name!r}: reconciliation needs a stripe endpoint with an api_key")
+    return endpoint
+
+
+def _verified(event: dict[str, Any]) -> Verified | None:
+    event_id, event_type = event.get("id"), event.get("type")
+    if not isinstance(event_id, str) or not event_id or not isinstance(event_type, str):
+        return None
+    data = event.get("data")
+    obj = data.get("object") if isinstance(data, dict) else event.get("related_object")
+    object_id = obj.get("id") if isinstance(obj, dict) else None
+    return Verified([VerifiedEvent(event_id, event_type, signed_at=event.get("created") if isinstance(
+        event.get("created"), int) else None, object_id=object_id if isinstance(object_id, str) else None)], SCHEME)
+
+
+def reconcile(rt: Runtime, name: str, since: int, *, undelivered: bool = False,
+              progress: Callable[[dict[str, Any]], None] | None = None) -> Summary:
+    """Store and enqueue every event of ``name`` created since ``since`` (unix s) that is missing."""
+    from webhooks import receive  # the receiver's own store and enqueue: "as if delivered"
+
+    endpoint = endpoint_of(rt, name)
+    summary = Summary()
+    for event in stripe_api.events(endpoint, since, undelivered=undelivered):
+        verified = _verified(event)
+        if verified is None:
+            continue
+        summary.seen += 1
+        body = json.dumps(event, separators=(",", ":")).encode()
+        receive.check_storable(verified)
+        with rt.engine.connect() as conn:
+            new, _ = receive.store(conn, endpoint, verified, body, {})
+            if new:
+                receive.enqueue(rt, conn, endpoint.name, new)
+        summary.added += len(new)
+        summary.stored += 1 - len(new)
+        if progress is not None:
+            progress(event)
+    log.info("reconcile %s: %s", name, summary)
+    return summary
+
+
+def every(endpoint: Endpoint) -> float | None:
+    """The endpoint's ``reconcile_every`` in seconds (None: not scheduled)."""
+    value = endpoint.options.get("reconcile_every")
+    if value in (None, "", 0):
+        return None
+    seconds = parse_age(str(value)).total_seconds()
+    if seconds < 60:
+        raise ConfigError(f"endpoint {endpoint.name!r}: reconcile_every must be at least 60 s")
+    return seconds
+
+
+def scheduled(rt: Runtime) -> Callable[[], None]:
+    """A tick for the workers' ticker: starts each due reconciliation on its own thread."""
+    plans = {name: seconds for name, e in rt.settings.endpoints.items() if (seconds := every(e)) is not None}
+    for name in plans:
+        endpoint_of(rt, name)  # fail at start, not at the first run
+    running: set[str] = set()
+
+    def run(name: str, seconds: float) -> None:
+        try:
+            reconcile(rt, name, int(time.time() - 2 * seconds))
+        except Exception as exc:  # a failed run is retried at the next interval
+            log.warning("reconcile %s failed: %s: %s", name, exc.__class__.__name__, str(exc)[:200])
+        finally:
+            running.discard(name)
+
+    def tick() -> None:
+        for name, seconds in plans.items():
+            if name in running:
+                continue
+            # One worker per interval: the key lives as long as the interval.
+            if rt.queue.connection.set(f"webhooks:reconcile:{name}", "1", nx=True, ex=int(seconds)):
+                running.add(name)
+                threading.Thread(target=run, args=(name, seconds), name=f"reconcile-{name}", daemon=True).start()
+
+    return tick
+
+
+@click.command("reconcile")
+@click.argument("endpoint")
+@click.option("--since", default="3d", show_default=True, help="How far back (30m, 12h, 3d; Stripe keeps 30 days).")
+@click.option("--undelivered", is_flag=True, help="Only events Stripe has not delivered (delivery_success=false).")
+def reconcile_command(endpoint: str, since: str, undelivered: bool) -> None:
+    """Store and process the Stripe events ENDPOINT missed (from Stripe's event log)."""
+    from webhooks import config
+
+    try:
+        start = int(time.time() - parse_age(since).total_seconds())
+        rt = Runtime(config.load()).activate()
+        endpoint_of(rt, endpoint)
+    except ConfigError as exc:
+        raise click.UsageError(str(exc)) from exc
+    span = max(1, int(time.time()) - start)
+    # Events come newest first: the bar moves with the creation time reached.
+    with click.progressbar(length=span, label=f"reconciling {endpoint}", file=sys.stderr) as bar:  # hidden off a tty
+        reached = [0]
+
+        def advance(event: dict[str, Any]) -> None:
+            created = event.get("created")
+            if isinstance(created, int):
+                done = min(span, max(0, int(time.time()) - created))
+                bar.update(max(0, done - reached[0]))
+                reached[0] = max(reached[0], done)
+
+        try:
+            summary = reconcile(rt, endpoint, start, undelivered=undelivered, progress=advance)
+        except stripe_api.ApiError as exc:
+            raise click.ClickException(f"Stripe API: {exc}") from exc
+        finally:
+            rt.engine.dispose()
+    click.echo(str(summary))
