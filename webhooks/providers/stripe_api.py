@@ -47,7 +47,9 @@ def client(endpoint: Endpoint) -> stripe.StripeClient:
 def throttle(endpoint: Endpoint) -> None:
     """Wait for this endpoint's next API call slot."""
     with _lock:
-        bucket = _buckets.setdefault(endpoint.name, TokenBucket(API_RATE))
+        bucket = _buckets.get(endpoint.name)
+        if bucket is None or bucket.rate != API_RATE:
+            bucket = _buckets[endpoint.name] = TokenBucket(API_RATE)
     while wait := bucket.take():
         time.sleep(wait)
 

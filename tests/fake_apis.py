@@ -1,0 +1,45 @@
+"""Small HTTP servers on 127.0.0.1 that play providers' APIs in the tests (never the network)."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+# (method, path, query, headers, body) → (status, JSON answer)
+Route = Callable[[str, str, dict[str, list[str]], Any, bytes], tuple[int, Any]]
+
+
+@contextmanager
+def serve(route: Route) -> Iterator[str]:
+    """Serve ``route`` on a free port; yields the base URL."""
+
+    class Handler(BaseHTTPRequestHandler):
+        def _answer(self) -> None:
+            parts = urlsplit(self.path)
+            length = int(self.headers.get("Content-Length") or 0)
+            body = self.rfile.read(length) if length else b""
+            status, answer = route(self.command, parts.path, parse_qs(parts.query), self.headers, body)
+            raw = json.dumps(answer).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(raw)))
+            self.end_headers()
+            self.wfile.write(raw)
+
+        do_GET = do_POST = _answer
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_port}"
+    finally:
+        server.shutdown()
+        server.server_close()
