@@ -179,3 +179,31 @@ def test_idempotency_key_is_the_same_across_a_retry_a_replay_and_a_reconciled_co
     drain(other)
     keys = {k for _, k in delivered} | {c["key"] for c in state_handlers.CALLS}
     assert len(state_handlers.CALLS) == 1 and len(keys) == 1 and keys.pop().startswith("whk_")
+
+
+def test_scheduled_reconciliation_runs_once_per_interval_across_workers(
+        sqlite_url: str, fake: tuple[FakeEvents, str]) -> None:
+    import threading
+
+    from tests.conftest import wait_until
+
+    events, base = fake
+    events.events = charge_events(3, int(time.time()))
+    config = stripe_config(base_config(sqlite_url), base)
+    config["ENDPOINTS"]["stripe"]["reconcile_every"] = "10m"
+    app = make_app(config)
+
+    def idle() -> bool:
+        return not any(t.name == "reconcile-stripe" for t in threading.enumerate())
+
+    first, second = reconcile.scheduled(runtime(app)), reconcile.scheduled(runtime(app))  # two workers' ticks
+    first()
+    wait_until(lambda: rows(app, "SELECT count(*) FROM events") == [(3,)] and idle())
+    second()
+    first()
+    wait_until(idle)
+    assert len(events.pages) == 1  # the interval's run is taken
+    window = time.time() - int(events.pages[0]["created[gte]"][0])
+    assert 1200 <= window < 1200 + 300  # two intervals back
+    drain(app)
+    assert sorted(handled()) == sorted(e["id"] for e in events.events)
