@@ -59,3 +59,19 @@ def test_the_cli_says_it_in_one_line(tmp_path: Path) -> None:
     assert result.exit_code == 1
     assert result.output.strip().splitlines()[-1] == (
         "Error: configuration: endpoint 'stripe': unknown key 'tolerance_second' (did you mean 'tolerance_seconds'?)")
+
+
+@pytest.mark.parametrize(("table", "message"), [
+    ('refetch = "true"\napi_key = "sk_test"', "endpoint 'pay': refetch must be true or false"),
+    ("refetch = true", "endpoint 'pay': refetch and reconcile_every need api_key"),
+    ('reconcile_every = "15m"', "endpoint 'pay': refetch and reconcile_every need api_key"),
+    ('reconcile_every = "30s"\napi_key = "sk_test"', "endpoint 'pay': reconcile_every must be at least 60 s"),
+    ('reconcile_every = "often"\napi_key = "sk_test"',
+     "endpoint 'pay': reconcile_every: not a duration: 'often' (use e.g. 30d, 12h, 90m)"),
+])
+def test_stripe_api_options_are_checked_at_start_up(tmp_path: Path, table: str, message: str) -> None:
+    path = tmp_path / "webhooks.toml"
+    path.write_text(f'[endpoints.pay]\nprovider = "stripe"\nsecrets = ["whsec_a"]\n{table}\n')
+    with pytest.raises(ConfigError) as caught:
+        load({"WEBHOOKS_CONFIG": str(path)})
+    assert str(caught.value) == message

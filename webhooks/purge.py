@@ -9,7 +9,6 @@ processing) are never purged.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -21,6 +20,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from webhooks.errors import ConfigError, WebhooksError
 from webhooks.models import Event
+from webhooks.providers.base import duration_seconds
 
 DAY = timedelta(days=1)
 # How long each provider kind may retry one event (PROVIDERS.md), rounded up.
@@ -37,19 +37,16 @@ HORIZONS = {
 }
 UNKNOWN = 30 * DAY  # "hmac" and any kind without a documented horizon: assume the longest
 FINISHED = ("processed", "ignored")
-UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
-
-
 class PurgeRefusedError(WebhooksError):
     """The window would let a late provider retry in as a new event."""
 
 
 def parse_age(text: str) -> timedelta:
     """``30d``, ``12h``, ``90m``, ``3600s``, ``2w`` (or plain seconds)."""
-    found = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smhdw]?)\s*", text.lower())
-    if not found:
-        raise ConfigError(f"not a duration: {text!r} (use e.g. 30d, 12h, 90m)")
-    return timedelta(seconds=float(found.group(1)) * UNITS[found.group(2) or "s"])
+    try:
+        return timedelta(seconds=duration_seconds(text))
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
 
 
 def horizon(kinds: set[str]) -> tuple[timedelta, str | None]:

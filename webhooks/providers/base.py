@@ -12,6 +12,7 @@ import binascii
 import hashlib
 import hmac
 import json
+import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -191,6 +192,17 @@ def iso_ms(value: Any) -> int | None:
         return int(datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp() * 1000)
     except ValueError:
         return None
+
+
+DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+
+
+def duration_seconds(text: str) -> float:
+    """``30d``, ``12h``, ``90m``, ``3600s``, ``2w`` (or plain seconds); ``ValueError`` otherwise."""
+    found = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smhdw]?)\s*", str(text).lower())
+    if not found:
+        raise ValueError(f"not a duration: {text!r} (use e.g. 30d, 12h, 90m)")
+    return float(found.group(1)) * DURATION_UNITS[found.group(2) or "s"]
 
 
 def b64decode(value: str) -> bytes:

@@ -96,7 +96,7 @@ class PayPal(Provider):
     kind = "paypal"
     option_names = frozenset({
         "webhook_id", "certificate", "cert_file", "cert_url", "signing_key",
-        "client_id", "client_secret", "api_base", "reconcile_every",
+        "client_id", "client_secret", "api_base",
     })
     signature_header_names = ("PAYPAL-TRANSMISSION-SIG",)
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from webhooks.errors import PayloadError, VerificationError
+from webhooks.errors import ConfigError, PayloadError, VerificationError
 from webhooks.providers.base import (
     Endpoint,
     ObjectRef,
@@ -27,6 +27,7 @@ from webhooks.providers.base import (
     Verified,
     VerifiedEvent,
     check_timestamp,
+    duration_seconds,
     first_match,
     hmac_digest,
     iso_ms,
@@ -61,6 +62,21 @@ def _created_ms(created: Any) -> int:
 class Stripe(Provider):
     kind = "stripe"
     option_names = frozenset({"api_key", "api_base", "refetch", "reconcile_every"})
+
+    def validate(self, endpoint: Endpoint) -> None:
+        super().validate(endpoint)
+        options, name = endpoint.options, endpoint.name
+        if "refetch" in options and not isinstance(options["refetch"], bool):
+            raise ConfigError(f"endpoint {name!r}: refetch must be true or false")
+        if (options.get("refetch") or options.get("reconcile_every")) and not options.get("api_key"):
+            raise ConfigError(f"endpoint {name!r}: refetch and reconcile_every need api_key")
+        if options.get("reconcile_every"):
+            try:
+                seconds = duration_seconds(str(options["reconcile_every"]))
+            except ValueError as exc:
+                raise ConfigError(f"endpoint {name!r}: reconcile_every: {exc}") from None
+            if seconds < 60:
+                raise ConfigError(f"endpoint {name!r}: reconcile_every must be at least 60 s")
 
     def verify(self, request: Request, endpoint: Endpoint, *, now: float) -> Verified:
         header = require(request, "Stripe-Signature")
