@@ -11,10 +11,11 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 from flask import Flask
+from rq.job import JobStatus
 
-from jobs import HandlerEvent, on
-from jobs.process import process_event
 from tests.conftest import base_config, drain, make_app, rows, runtime, stripe_event, stripe_headers
+from webhooks import HandlerEvent, on
+from webhooks.jobs.process import process_event
 from webhooks.queue import job_id
 
 ACTIVE: dict[str, int] = {}
@@ -70,7 +71,7 @@ def strand(app: Flask, event_id: str, attempts: int = 1) -> None:
     job = rt.queue.queue.fetch_job(job_id("stripe", event_id))
     assert job is not None
     rt.queue.queue.remove(job)
-    job.set_status("started")
+    job.set_status(JobStatus.STARTED)
     with rt.engine.begin() as conn:
         conn.execute(sa.text("UPDATE events SET status = 'processing', attempts = :a WHERE event_id = :e"),
                      {"a": attempts, "e": event_id})
@@ -114,7 +115,7 @@ def test_a_superseded_claim_does_not_process(any_app: Flask) -> None:
     rt = runtime(any_app)
     rt.sweep(now=later())
     drain(any_app)
-    from jobs import process
+    from webhooks.jobs import process
 
     with rt.sessions() as session, session.begin():
         assert process._mine(session, "stripe", "evt_stall", 1) is None
