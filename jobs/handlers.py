@@ -1,6 +1,6 @@
 """The dispatch table: (provider, event type) → the user's handlers.
 
-    from jobs import on
+    from webhooks import on
 
     @on("stripe", "payment_intent.succeeded")
     def ship(event, state, idempotency_key):

@@ -47,10 +47,10 @@ from sqlalchemy import select, text, update
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session
 
-from jobs import attempts, fetch, handlers
 from webhooks import metrics, providers, runtime
 from webhooks.config import Settings
 from webhooks.db import is_busy, storable_json, storable_key, storable_text, upsert
+from webhooks.jobs import attempts, fetch, handlers
 from webhooks.models import Event, Object
 from webhooks.providers.base import ObjectRef
 

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 import signal
+import sys
 import threading
 import time
 
@@ -11,9 +13,9 @@ import redis
 from rq import SimpleWorker
 from rq.exceptions import StopRequested
 
-from jobs import handlers
 from webhooks import reconcile
 from webhooks.config import Settings
+from webhooks.jobs import handlers
 from webhooks.queue import Ticker
 from webhooks.runtime import Runtime
 
@@ -30,6 +32,7 @@ def run(settings: Settings, *, burst: bool = False) -> bool:
     """Work the queue until stopped (SIGTERM finishes the current job first) or, with ``burst``,
     until it is empty. Survives Redis outages: RQ's loop gives up on some Redis errors, so it is
     started again until a stop is requested."""
+    _alias_old_job_path()
     rt = Runtime(settings).activate()
     handlers.load(settings.handler_modules)
     reconciles = reconcile.scheduled(rt)  # endpoints with reconcile_every
@@ -69,6 +72,16 @@ def run(settings: Settings, *, burst: bool = False) -> bool:
             time.sleep(2)
         except StopRequested:  # SIGTERM while waiting: RQ's handler is still installed
             return result
+
+
+def _alias_old_job_path() -> None:
+    """Jobs queued before the jobs moved under ``webhooks`` name ``jobs.process.process_event``:
+    let this worker run them, unless an application package named ``jobs`` is importable."""
+    if "jobs" not in sys.modules and importlib.util.find_spec("jobs") is None:
+        from webhooks import jobs
+        from webhooks.jobs import process
+
+        sys.modules["jobs"], sys.modules["jobs.process"] = jobs, process
 
 
 class _Stop:

@@ -11,7 +11,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from jobs import HandlerEvent, on
+from webhooks import HandlerEvent, on
 
 metadata = sa.MetaData()
 calls = sa.Table(

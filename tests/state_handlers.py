@@ -6,7 +6,7 @@ import copy
 import threading
 from typing import Any
 
-from jobs import HandlerEvent, on
+from webhooks import HandlerEvent, on
 
 CALLS: list[dict[str, Any]] = []
 FAIL_ONCE: set[str] = set()  # event ids whose first call raises

@@ -15,9 +15,9 @@ import pytest
 import sqlalchemy as sa
 from flask import Flask
 
-from jobs import HandlerEvent, on
 from tests import sample_handlers
 from tests.conftest import admin_headers, base_config, make_app, rows, runtime, stripe_event, stripe_headers, wait_until
+from webhooks import HandlerEvent, on
 
 PROMPT = 10.0  # seconds: a delivery or a read that waits for the handler takes 30 s (busy timeout)
 STARTED = threading.Event()

@@ -20,9 +20,9 @@ from typing import Any
 import pytest
 from flask import Flask
 
-from jobs import HandlerEvent, on
 from tests import sample_handlers
 from tests.conftest import admin_headers, base_config, drain, make_app, rows, stripe_event, stripe_headers
+from webhooks import HandlerEvent, on
 
 SEEN: list[Any] = []  # what the handler below was given: (data, state)
 

@@ -129,7 +129,7 @@ def test_failing_handler_ends_failed_then_replay_runs_once_more_without_duplicat
 
 
 def test_processed_event_is_not_processed_again_by_a_stray_job(any_app: Flask) -> None:
-    from jobs.process import process_event
+    from webhooks.jobs.process import process_event
 
     deliver_stripe(any_app, stripe_event("evt_once"))
     drain(any_app)

@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from flask import Flask
 
-    from jobs.handlers import HandlerEvent, on
     from webhooks.config import Settings
+    from webhooks.jobs.handlers import HandlerEvent, on
 
 __all__ = ["HandlerEvent", "create_app", "on"]
 
@@ -45,7 +45,7 @@ def create_app(config: Mapping[str, Any] | Settings | None = None) -> Flask:
 def __getattr__(name: str) -> Any:
     # The handler API lives with the jobs (they run it); re-exported here, loaded on first use.
     if name in ("on", "HandlerEvent"):
-        import jobs.handlers
+        from webhooks.jobs import handlers
 
-        return getattr(jobs.handlers, name)
+        return getattr(handlers, name)
     raise AttributeError(f"module 'webhooks' has no attribute {name!r}")

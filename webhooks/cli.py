@@ -152,8 +152,8 @@ def serve(host: str, port: int) -> None:
     """Run everything in one process: SQLite, an in-process queue and worker, the admin console."""
     from werkzeug.serving import make_server
 
-    from jobs import handlers
     from webhooks import create_app
+    from webhooks.jobs import handlers
 
     settings = _settings()
     handlers.load(settings.handler_modules)  # refuse to start on a module it cannot import
@@ -186,8 +186,8 @@ def worker(burst: bool) -> None:
 
     prepare_metrics_dir()  # before the jobs import prometheus_client: the web's /metrics adds these up
 
-    from jobs.worker import run
     from webhooks import schema
+    from webhooks.jobs.worker import run
 
     settings = _settings()
     if not settings.redis_url:

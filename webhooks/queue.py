@@ -25,7 +25,7 @@ from webhooks.config import Settings
 
 log = logging.getLogger(__name__)
 
-JOB = "jobs.process.process_event"  # by dotted path: the web side never imports jobs
+JOB = "webhooks.jobs.process.process_event"  # by dotted path: the web side never imports jobs
 LIVE = (JobStatus.QUEUED, JobStatus.STARTED, JobStatus.SCHEDULED, JobStatus.DEFERRED)
 
 

@@ -15,7 +15,7 @@ from sqlalchemy.exc import SQLAlchemyError
 def alembic_config(url: str) -> Any:  # alembic.config.Config, imported lazily (alembic is slow to import)
     from alembic.config import Config
 
-    import migrations
+    from webhooks import migrations
 
     cfg = Config()
     cfg.set_main_option("script_location", str(Path(migrations.__file__).parent))

@@ -17,7 +17,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from jobs import HandlerEvent, on
+from webhooks import HandlerEvent, on
 
 metadata = sa.MetaData()
 entries = sa.Table(

@@ -8,8 +8,8 @@ from typing import Any
 
 from sqlalchemy.dialects.postgresql import insert
 
-from jobs import HandlerEvent, on
 from tests.faults.effects import effects
+from webhooks import HandlerEvent, on
 
 SLOW_SECONDS = 3.0
 
