@@ -122,7 +122,7 @@ def test_a_superseded_claim_rolls_back_the_handlers_writes(embedded: Flask) -> N
         conn.execute(sa.text("UPDATE events SET attempts = attempts + 1 WHERE event_id = 'evt_raced'"))
     RELEASE.set()
     wait_until(lambda: len(rows(embedded, "SELECT * FROM attempts")) == 0 and RUNS == ["evt_raced"]
-               and not runtime(embedded).queue.is_live("stripe", "evt_raced"))
+               and not runtime(embedded).queue.live([("stripe", "evt_raced")])[0])
     found = event(embedded, "evt_raced")
     assert (found["status"], found["attempts"]) == ("processing", 2)
     assert handler_rows(embedded, "evt_raced") == []

@@ -167,8 +167,6 @@ def test_two_events_of_one_object_never_overlap_on_postgres(pg_app: Flask) -> No
     assert rows(pg_app, "SELECT count(*) FROM events WHERE status = 'processed'") == [(16,)]
 
 
-@pytest.mark.xfail(strict=True, reason="sweeper trusts a job hash that says `queued` (issue #8 part 0 report): "
-                   "drop this mark with the fix in webhooks/queue.py")
 def test_a_job_taken_by_a_worker_killed_before_its_claim_is_requeued(any_app: Flask) -> None:
     """A worker takes a job by moving its id to the queue's intermediate list and marks it started
     only afterwards: one SIGKILLed in between leaves the row `queued` and the job `queued` in no

@@ -29,6 +29,12 @@ JOB = "webhooks.jobs.process.process_event"  # by dotted path: the web side neve
 LIVE = (JobStatus.QUEUED, JobStatus.STARTED, JobStatus.SCHEDULED, JobStatus.DEFERRED)
 
 
+def _live(status: bytes | None, position: int | None) -> bool:
+    if status is None or status.decode() not in {s.value for s in LIVE}:
+        return False
+    return status.decode() != JobStatus.QUEUED.value or position is not None
+
+
 def job_id(provider: str, event_id: str) -> str:
     """RQ ids allow only ``[A-Za-z0-9_-]``; a hash keeps any event id safe and collision-free."""
     return "wh-" + hashlib.sha256(f"{provider}\0{event_id}".encode()).hexdigest()[:40]
@@ -86,19 +92,20 @@ class JobQueue:
         except NoSuchJobError:
             return None
 
-    def is_live(self, provider: str, event_id: str) -> bool:
-        """Whether a job of this event is queued, running or waiting for a retry."""
-        job = self._job(provider, event_id)
-        return job is not None and job.get_status(refresh=False) in LIVE
-
     def live(self, events: list[tuple[str, str]]) -> list[bool]:
-        """For each (provider, event_id): whether its job is live — one Redis round trip for all."""
+        """For each (provider, event_id): whether its job is live — one Redis round trip for all.
+
+        A job whose hash says ``queued`` is live only while its id is in the queue: a worker moves
+        the id out (into RQ's intermediate list) before it marks the job ``started``, so a worker
+        killed in between leaves a job that says ``queued`` and that nobody will ever run.
+        """
         with self.connection.pipeline(transaction=False) as pipe:
             for provider, event_id in events:
-                pipe.hget(Job.key_for(job_id(provider, event_id)), "status")
-            statuses = pipe.execute()
-        live = {status.value for status in LIVE}
-        return [s is not None and s.decode() in live for s in statuses]
+                jid = job_id(provider, event_id)
+                pipe.hget(Job.key_for(jid), "status")
+                pipe.lpos(self.queue.key, jid)
+            replies = pipe.execute()
+        return [_live(status, position) for status, position in zip(replies[::2], replies[1::2], strict=True)]
 
     def requeue(self, provider: str, event_id: str, *, force: bool = False) -> bool:
         """Enqueue a fresh job unless a live one exists; a finished or failed job is dropped first.
@@ -109,7 +116,7 @@ class JobQueue:
         """
         job = self._job(provider, event_id)
         if job is not None:
-            if not force and job.get_status(refresh=False) in LIVE:
+            if not force and self.live([(provider, event_id)])[0]:
                 return False
             job.delete()
         self.enqueue(provider, event_id)
