@@ -16,9 +16,10 @@ from typing import Any
 
 import redis
 from rq import Queue, Retry, SimpleWorker
-from rq.exceptions import DuplicateJobError, NoSuchJobError
+from rq.exceptions import NoSuchJobError
 from rq.job import Job, JobStatus
 from rq.scheduler import RQScheduler
+from rq.scripts import _build_hset_args
 from rq.timeouts import TimerDeathPenalty
 
 from webhooks.config import Settings
@@ -27,6 +28,26 @@ log = logging.getLogger(__name__)
 
 JOB = "webhooks.jobs.process.process_event"  # by dotted path: the web side never imports jobs
 LIVE = (JobStatus.QUEUED, JobStatus.STARTED, JobStatus.SCHEDULED, JobStatus.DEFERRED)
+
+
+# KEYS: the queue, RQ's set of queues, then one job hash per job. ARGV per job: id, TTL (-1: none),
+# the number of hash fields and values that follow, then those. A job whose hash exists is left
+# alone (RQ's unique=True: queued, running or recently finished — the database decides the rest).
+ENQUEUE_MANY = """
+redis.call("SADD", KEYS[2], KEYS[1])
+local queued, a = 0, 1
+for k = 3, #KEYS do
+    local id, ttl, n = ARGV[a], tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2])
+    if redis.call("EXISTS", KEYS[k]) == 0 then
+        redis.call("HSET", KEYS[k], unpack(ARGV, a + 3, a + 2 + n))
+        if ttl > 0 then redis.call("EXPIRE", KEYS[k], ttl) end
+        redis.call("RPUSH", KEYS[1], id)
+        queued = queued + 1
+    end
+    a = a + 3 + n
+end
+return queued
+"""
 
 
 def _live(status: bytes | None, position: int | None) -> bool:
@@ -65,26 +86,38 @@ class JobQueue:
 
             self.connection = fakeredis.FakeRedis(server=fakeredis.FakeServer())
         self.queue = Queue(settings.queue_name, connection=self.connection)
+        self._enqueue_script = self.connection.register_script(ENQUEUE_MANY)
         self.embedded: EmbeddedWorker | None = None
         self._start_lock = threading.Lock()
 
     def enqueue(self, provider: str, event_id: str) -> None:
         """Queue the event's job unless a job with its id exists. Raises ``redis.RedisError``."""
+        self.enqueue_many([(provider, event_id)])
+
+    def enqueue_many(self, events: list[tuple[str, str]]) -> int:
+        """Queue each (provider, event_id)'s job unless a job with its id exists, in one round trip;
+        returns how many were queued. Raises ``redis.RedisError`` (then none was queued).
+
+        Writes what RQ's unique enqueue writes (the job hash built by RQ's own ``Job``, its TTL, the
+        queue's entry in ``rq:queues``, the id pushed on the queue), checked and written by one Lua
+        script for the whole batch: RQ's per-call enqueue costs two round trips and a script call.
+        """
+        if not events:
+            return 0
         retries = self.settings.max_attempts - 1
-        try:
-            self.queue.enqueue(
-                JOB,
-                provider,
-                event_id,
-                job_id=job_id(provider, event_id),
-                unique=True,
+        self.queue.get_redis_server_version()  # cached: once per queue (RQ stores it on the job)
+        keys, args = [self.queue.key, self.queue.redis_queues_keys], []
+        for provider, event_id in events:
+            job = self.queue.create_job(
+                JOB, args=(provider, event_id), job_id=job_id(provider, event_id),
                 retry=Retry(max=retries, interval=retry_intervals(self.settings)) if retries else None,
-                job_timeout=self.settings.job_timeout,
-                result_ttl=500,
-                failure_ttl=7 * 24 * 3600,
+                timeout=self.settings.job_timeout, result_ttl=500, failure_ttl=7 * 24 * 3600,
             )
-        except DuplicateJobError:
-            pass  # already queued, running or recently finished: the database decides the rest
+            self.queue._prepare_for_queue(job)  # what RQ sets before saving: origin, enqueued_at, status
+            fields = _build_hset_args(job)
+            keys.append(job.key)
+            args += [job.id, -1 if job.ttl is None else job.ttl, len(fields), *fields]
+        return int(self._enqueue_script(keys=keys, args=args))
 
     def _job(self, provider: str, event_id: str) -> Job | None:
         try:

@@ -15,7 +15,7 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
 
-from webhooks import metrics, providers, quarantine
+from webhooks import batch, metrics, providers, quarantine
 from webhooks.db import redact, upsert
 from webhooks.errors import PayloadError, UnavailableError, VerificationError
 from webhooks.models import Event
@@ -147,7 +147,36 @@ def store(
     the receiver's time.)
     """
     now = datetime.now(UTC)
-    rows = [
+    rows = event_rows(endpoint, verified, body, headers, now)
+    # No conflict target: a second id under a used replay key is ignored like a duplicate id.
+    stmt = upsert(conn, Event).on_conflict_do_nothing()
+    with conn.begin():
+        new = list(conn.execute(stmt.returning(Event.event_id), rows).scalars())
+        return new, bool(not new and replayed(conn, endpoint, verified, now))
+
+
+def replayed(conn: Connection, endpoint: Endpoint, verified: Verified, now: datetime) -> bool:
+    """Inside the storing transaction, for a delivery that stored nothing: whether its replay key
+    is held by another event id (a captured signature re-sent with another id or topic, answered
+    as a duplicate), counted under ``replayed_signature``."""
+    if verified.replay_key is None:
+        return False
+    holder = conn.execute(
+        select(Event.event_id).where(Event.provider == endpoint.name, Event.replay_key == verified.replay_key)
+    ).scalar()
+    if holder is None or holder in {e.event_id for e in verified.events}:
+        return False
+    with Session(bind=conn) as session:
+        count_rejection(session, endpoint.name, "replayed_signature", now)
+        session.flush()
+    return True
+
+
+def event_rows(
+    endpoint: Endpoint, verified: Verified, body: bytes, headers: dict[str, str], now: datetime
+) -> list[dict[str, object]]:
+    """The ``events`` rows of one verified delivery, status ``queued``."""
+    return [
         {
             "provider": endpoint.name,
             "event_id": e.event_id,
@@ -171,22 +200,6 @@ def store(
         }
         for e in verified.events
     ]
-    # No conflict target: a second id under a used replay key is ignored like a duplicate id.
-    stmt = upsert(conn, Event).on_conflict_do_nothing()
-    with conn.begin():
-        new = list(conn.execute(stmt.returning(Event.event_id), rows).scalars())
-        replayed = False
-        if not new and verified.replay_key is not None:
-            holder = conn.execute(
-                select(Event.event_id).where(Event.provider == endpoint.name, Event.replay_key == verified.replay_key)
-            ).scalar()
-            # A captured signature re-sent with another id or topic: answered as a duplicate.
-            replayed = holder is not None and holder not in {e.event_id for e in verified.events}
-            if replayed:
-                with Session(bind=conn) as session:
-                    count_rejection(session, endpoint.name, "replayed_signature", now)
-                    session.flush()
-        return new, replayed
 
 
 def _search_key(value: str | None) -> str | None:
@@ -232,19 +245,15 @@ def deliver(rt: Runtime, name: str, headers: dict[str, str], body: bytes, url: s
     new: list[str] = []
     replayed = False
     if verified.events:
-        # One connection for the insert and the status update: one pool check-out (and ping).
+        rows = event_rows(endpoint, verified, body, stored_headers(endpoint, verified, headers), datetime.now(UTC))
         try:
-            with rt.engine.connect() as conn:
-                new, replayed = store(conn, endpoint, verified, body, stored_headers(endpoint, verified, headers))
-                if new:
-                    try:
-                        enqueue(rt, conn, endpoint.name, new)
-                    except SQLAlchemyError:
-                        log.warning("could not mark events received; the sweeper finds them queued")
+            # Shares one INSERT, COMMIT and Redis round trip with concurrent deliveries.
+            done = batch.committer(rt).store(batch.Pending(endpoint, verified, rows))
         except SQLAlchemyError as exc:
             # Down, failing over, pool exhausted: nothing was acknowledged, the provider retries.
             log.warning("store failed, answering 503: %s", exc.__class__.__name__)
             raise UnavailableError("database unavailable") from exc
+        new, replayed = done.new, done.replayed
     return Delivery(verified, new, replayed)
 
 

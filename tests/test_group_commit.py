@@ -1,0 +1,146 @@
+"""Group commit (``webhooks/batch.py``) and the one-round-trip enqueue (``JobQueue.enqueue_many``).
+
+Batches are formed deterministically: the test holds the committer "busy" (as if a batch were
+being written), lets three deliveries queue up behind it, then releases it, so the three are
+written as one batch. A failing batch-mate (a row PostgreSQL refuses, or the connection killed
+just before COMMIT) must cost the others nothing but a second try.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+from flask import Flask
+from rq import SimpleWorker
+from rq.job import Job, JobStatus
+from sqlalchemy.exc import SQLAlchemyError
+
+from tests.conftest import base_config, make_app, rows, runtime, stripe_event, stripe_headers, wait_until
+from webhooks import batch
+from webhooks.providers.base import Request
+from webhooks.queue import job_id
+from webhooks.receive import event_rows, verify
+
+
+@pytest.fixture
+def pg_app(pg_url: str, redis_url: str) -> Flask:
+    return make_app(base_config(pg_url, REDIS_URL=redis_url))
+
+
+def pending(app: Flask, event_id: str) -> batch.Pending:
+    """A verified Stripe delivery of ``event_id``, ready to store (signed by the SDK oracle)."""
+    rt = runtime(app)
+    endpoint = rt.settings.endpoints["stripe"]
+    body = stripe_event(event_id)
+    headers = {k.lower(): v for k, v in stripe_headers(body).items()}
+    verified = verify(endpoint, Request(headers, body, "http://test/webhooks/stripe"), time.time())
+    return batch.Pending(endpoint, verified, event_rows(endpoint, verified, body, headers, datetime.now(UTC)))
+
+
+def store_as_one_batch(app: Flask, items: list[batch.Pending]) -> tuple[list[Any], list[int]]:
+    """Store ``items`` from one thread each, all in the same first batch; returns each item's
+    outcome (the Pending, or the exception raised) and the sizes of the batches written."""
+    committer = batch.GroupCommit(runtime(app))
+    sizes: list[int] = []
+    commit = committer._commit
+
+    def spy(group: list[batch.Pending]) -> None:
+        sizes.append(len(group))
+        commit(group)
+
+    committer._commit = spy  # type: ignore[method-assign]
+    outcomes: list[Any] = [None] * len(items)
+
+    def deliver(position: int) -> None:
+        runtime(app)
+        try:
+            outcomes[position] = committer.store(items[position])
+        except Exception as exc:
+            outcomes[position] = exc
+
+    with committer._cond:
+        committer._writing = True  # as if a batch were being written: the three queue behind it
+    threads = [threading.Thread(target=deliver, args=(i,)) for i in range(len(items))]
+    for thread in threads:
+        thread.start()
+    wait_until(lambda: len(committer._pending) == len(items))
+    with committer._cond:
+        committer._writing = False
+        committer._cond.notify_all()
+    for thread in threads:
+        thread.join(60)
+    return outcomes, sizes
+
+
+def queued_jobs(app: Flask) -> set[str]:
+    rt = runtime(app)
+    return {jid.decode() for jid in rt.queue.connection.lrange(rt.queue.queue.key, 0, -1)}
+
+
+def test_concurrent_deliveries_share_one_batch(pg_app: Flask) -> None:
+    items = [pending(pg_app, f"evt_gc_{i}") for i in range(3)] + [pending(pg_app, "evt_gc_0")]
+    outcomes, sizes = store_as_one_batch(pg_app, items)
+    assert sizes == [4]
+    # The id delivered twice in one batch is new for one delivery only; both are answered.
+    assert [len(o.new) for o in outcomes[1:3]] == [1, 1] and sorted([outcomes[0].new, outcomes[3].new]) == [[], ["evt_gc_0"]]
+    assert rows(pg_app, "SELECT count(*) FROM events")[0][0] == 3
+    assert queued_jobs(pg_app) == {job_id("stripe", f"evt_gc_{i}") for i in range(3)}
+
+
+def test_a_batch_mate_with_a_refused_row_fails_alone(pg_app: Flask) -> None:
+    items = [pending(pg_app, "evt_good_1"), pending(pg_app, "evt_bad"), pending(pg_app, "evt_good_2")]
+    items[1].rows[0]["event_type"] = "x" * 300  # over varchar(255): PostgreSQL refuses the statement
+    outcomes, sizes = store_as_one_batch(pg_app, items)
+    assert sizes == [3, 1, 1, 1]  # the batch failed, then each delivery was stored alone
+    assert isinstance(outcomes[1], SQLAlchemyError)  # answered 503: the provider retries
+    assert outcomes[0].new == ["evt_good_1"] and outcomes[2].new == ["evt_good_2"]
+    stored = {r[0] for r in rows(pg_app, "SELECT event_id FROM events WHERE status = 'queued'")}
+    assert stored == {"evt_good_1", "evt_good_2"}
+    assert queued_jobs(pg_app) == {job_id("stripe", "evt_good_1"), job_id("stripe", "evt_good_2")}
+
+
+def test_a_connection_dropped_before_commit_loses_nothing_acknowledged(pg_app: Flask, pg_url: str) -> None:
+    rt = runtime(pg_app)
+    admin = sa.create_engine(pg_url, isolation_level="AUTOCOMMIT")
+    killed: list[int] = []
+
+    def kill_before_commit(conn: sa.Connection) -> None:
+        if not killed:  # the first COMMIT only: the batch's
+            pid = conn.connection.dbapi_connection.info.backend_pid  # type: ignore[union-attr]
+            with admin.connect() as other:
+                other.execute(sa.text("SELECT pg_terminate_backend(:pid)"), {"pid": pid})
+            killed.append(pid)
+
+    sa.event.listen(rt.engine, "commit", kill_before_commit)
+    try:
+        outcomes, sizes = store_as_one_batch(pg_app, [pending(pg_app, f"evt_drop_{i}") for i in range(3)])
+    finally:
+        sa.event.remove(rt.engine, "commit", kill_before_commit)
+        admin.dispose()
+    assert killed and sizes == [3, 1, 1, 1]
+    assert all(isinstance(o, batch.Pending) and len(o.new) == 1 for o in outcomes)
+    assert rows(pg_app, "SELECT count(*) FROM events")[0][0] == 3
+    assert queued_jobs(pg_app) == {job_id("stripe", f"evt_drop_{i}") for i in range(3)}
+
+
+def test_enqueue_many_writes_jobs_rq_runs_and_refuses_existing_ids(pg_app: Flask) -> None:
+    client = pg_app.test_client()
+    for i in range(3):
+        body = stripe_event(f"evt_rq_{i}")
+        assert client.post("/webhooks/stripe", data=body, headers=stripe_headers(body)).status_code == 200
+    rt = runtime(pg_app)
+    events = [("stripe", f"evt_rq_{i}") for i in range(3)]
+    assert rt.queue.enqueue_many(events) == 0  # every id has its job: a duplicate never queues work
+    assert len(queued_jobs(pg_app)) == 3
+    job = Job.fetch(job_id("stripe", "evt_rq_0"), connection=rt.queue.connection)
+    assert job.get_status() == JobStatus.QUEUED and tuple(job.args) == ("stripe", "evt_rq_0")
+    assert job.retries_left == rt.settings.max_attempts - 1 and job.timeout == rt.settings.job_timeout
+    SimpleWorker([rt.queue.queue], connection=rt.queue.connection).work(burst=True)  # plain RQ
+    statuses = {r[0] for r in rows(pg_app, "SELECT status FROM events")}
+    assert statuses == {"processed"}
+    assert Job.fetch(job_id("stripe", "evt_rq_2"), connection=rt.queue.connection).get_status() == JobStatus.FINISHED

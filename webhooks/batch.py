@@ -1,0 +1,172 @@
+"""Group commit: concurrent deliveries in one process share one INSERT, one COMMIT and one Redis
+round trip for their jobs; each is answered once the transaction holding its rows has committed.
+
+No thread of its own and no added wait: the first delivery to arrive while no batch is being
+written writes the batch (every delivery waiting at that moment, itself included); those arriving
+meanwhile wait for it to finish and form the next batch. One request at a time pays nothing.
+
+A batch that fails is not anyone's answer: each of its deliveries is stored again alone, so one
+delivery's bad row (or a connection dropped mid-batch) costs its batch-mates a second try, never a
+wrong answer. Nothing was committed by the failed transaction, so nothing acknowledged is lost.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import weakref
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+import redis
+from sqlalchemy import update
+from sqlalchemy.engine import Connection
+from sqlalchemy.exc import SQLAlchemyError
+
+from webhooks import metrics
+from webhooks.db import upsert
+from webhooks.models import Event
+from webhooks.providers.base import Endpoint, Verified
+from webhooks.runtime import Runtime
+
+log = logging.getLogger(__name__)
+MAX_DELIVERIES = 64  # per batch: bounds one statement's size and a batch's latency
+
+
+@dataclass
+class Pending:
+    """One delivery waiting for its batch: filled in by whoever writes the batch."""
+
+    endpoint: Endpoint
+    verified: Verified
+    rows: list[dict[str, object]]
+    new: list[str] = field(default_factory=list)
+    replayed: bool = False
+    error: BaseException | None = None
+    done: bool = False
+
+
+class GroupCommit:
+    """Stores deliveries for one runtime; ``store`` is called from many request threads."""
+
+    def __init__(self, rt: Runtime, max_deliveries: int = MAX_DELIVERIES) -> None:
+        self.rt = rt
+        self.max_deliveries = max_deliveries
+        self._cond = threading.Condition()
+        self._pending: list[Pending] = []
+        self._writing = False
+
+    def store(self, item: Pending) -> Pending:
+        """Store ``item``'s rows (alone or with others') and queue the new ones' jobs; returns it
+        done. Raises the ``SQLAlchemyError`` that kept its rows from being committed."""
+        with self._cond:
+            self._pending.append(item)
+            while not item.done and self._writing:
+                self._cond.wait()
+            if item.done:
+                return _result(item)
+            batch, self._pending = self._pending[: self.max_deliveries], self._pending[self.max_deliveries:]
+            self._writing = True
+        try:
+            self._write(batch)
+        finally:
+            with self._cond:
+                self._writing = False
+                self._cond.notify_all()
+        if not item.done:  # more than one batch was waiting and ours came later: wait for it
+            return self.store_again(item)
+        return _result(item)
+
+    def store_again(self, item: Pending) -> Pending:
+        with self._cond:
+            while not item.done and self._writing:
+                self._cond.wait()
+            if item.done:
+                return _result(item)
+            self._pending.remove(item)
+        return self.store(item)
+
+    def _write(self, batch: list[Pending]) -> None:
+        try:
+            self._commit(batch)
+        except SQLAlchemyError as exc:
+            if len(batch) > 1:
+                # One delivery's bad row or a dropped connection: every one is stored alone, so
+                # each gets the answer its own rows deserve.
+                log.warning("batch of %d failed (%s); storing each alone", len(batch), exc.__class__.__name__)
+                for item in batch:
+                    self._write([item])
+                return
+            batch[0].error = exc
+        except BaseException as exc:  # a bug: each waiting delivery gets it, none waits forever
+            for item in batch:
+                item.error = exc
+        else:
+            self._enqueue([item for item in batch if item.new])
+        for item in batch:
+            item.done = True
+
+    def _commit(self, batch: list[Pending]) -> None:
+        from webhooks.receive import replayed  # receive imports this module
+
+        rows = [row for item in batch for row in item.rows]
+        with self.rt.engine.connect() as conn, conn.begin():
+            stmt = upsert(conn, Event).on_conflict_do_nothing().returning(Event.provider, Event.event_id)
+            created = {(p, e) for p, e in conn.execute(stmt, rows)}
+            now = datetime.now(UTC)
+            for item in batch:
+                # A key stored by this batch is new for the first delivery that carries it only.
+                keys = [(item.endpoint.name, e.event_id) for e in item.verified.events]
+                item.new = [e for p, e in keys if (p, e) in created]
+                created.difference_update(keys)
+                if not item.new:
+                    item.replayed = replayed(conn, item.endpoint, item.verified, now)
+
+    def _enqueue(self, stored: list[Pending]) -> None:
+        """One Redis round trip for every new event; if Redis refuses, the rows go back to
+        ``received`` for the sweeper (the deliveries are committed and answered 2xx anyway)."""
+        events = [(item.endpoint.name, event_id) for item in stored for event_id in item.new]
+        if not events:
+            return
+        try:
+            self.rt.queue.enqueue_many(events)
+        except redis.RedisError as exc:
+            log.warning("enqueue failed, left for the sweeper: %s", exc.__class__.__name__)
+            for item in stored:
+                metrics.ENQUEUE_FAILURES.labels(item.endpoint.name).inc(len(item.new))
+            try:
+                with self.rt.engine.connect() as conn, conn.begin():
+                    _mark_received(conn, events)
+            except SQLAlchemyError:
+                log.warning("could not mark events received; the sweeper finds them queued")
+
+
+def _mark_received(conn: Connection, events: list[tuple[str, str]]) -> None:
+    by_provider: dict[str, list[str]] = {}
+    for provider, event_id in events:
+        by_provider.setdefault(provider, []).append(event_id)
+    for provider, ids in by_provider.items():
+        conn.execute(
+            update(Event)
+            .where(Event.provider == provider, Event.event_id.in_(ids), Event.status == "queued")
+            .values(status="received", status_at=datetime.now(UTC))
+        )
+
+
+_committers: weakref.WeakKeyDictionary[Runtime, GroupCommit] = weakref.WeakKeyDictionary()
+_committers_lock = threading.Lock()
+
+
+def committer(rt: Runtime) -> GroupCommit:
+    """The runtime's ``GroupCommit`` (one per runtime: its deliveries share batches)."""
+    with _committers_lock:
+        found = _committers.get(rt)
+        if found is None:
+            found = _committers[rt] = GroupCommit(rt)
+        return found
+
+
+def _result(item: Pending) -> Pending:
+    if item.error is not None:
+        raise item.error
+    return item
