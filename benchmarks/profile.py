@@ -68,6 +68,22 @@ def summarize(raw: Path) -> str:
     return "\n".join(lines)
 
 
+def cpu_by_command() -> collections.Counter[str]:
+    """CPU seconds used so far by every process on the machine, by command name."""
+    import os
+
+    ticks = os.sysconf("SC_CLK_TCK")
+    used: collections.Counter[str] = collections.Counter()
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+        except OSError:
+            continue
+        name, fields = stat[stat.index("(") + 1: stat.rindex(")")], stat[stat.rindex(")") + 2:].split()
+        used[name] += (int(fields[11]) + int(fields[12])) / ticks
+    return used
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--seconds", type=int, default=10)
@@ -91,12 +107,18 @@ def main() -> None:
             child = subprocess.run(["pgrep", "-P", str(master.pid)], capture_output=True, text=True).stdout.split()
             spy = subprocess.Popen([str(BIN / "py-spy"), "record", "--pid", child[0], "--format", "raw",
                                     "--threads", "--duration", str(args.seconds), "--rate", "200", "--output", str(raw),
-                                    "--nonblocking"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                                    "--nonblocking", "--gil"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            before = cpu_by_command()
             result = wrk(url, script, args.seconds + 1, args.connections)
+            spent = cpu_by_command()
+            spent.subtract(before)
             spy.wait()
     print(f"{args.case} deliveries, {args.connections} connections, 1 gunicorn process: "
           f"{result['rps']:.0f} req/s, p50 {result['p50_ms']:.1f} ms, p99 {result['p99_ms']:.1f} ms")
     print(summarize(raw))
+    print("CPU seconds per 1000 requests, by process (the whole machine, other work included):")
+    for name, seconds in spent.most_common(8):
+        print(f"  {name:<20}{1000 * seconds / result['requests']:6.2f}")
 
 
 if __name__ == "__main__":

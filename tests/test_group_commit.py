@@ -63,15 +63,17 @@ def store_as_one_batch(app: Flask, items: list[batch.Pending]) -> tuple[list[Any
         except Exception as exc:
             outcomes[position] = exc
 
-    with committer._cond:
-        committer._writing = True  # as if a batch were being written: the three queue behind it
+    # As if a batch were being written: the others queue behind the first, which is then handed
+    # the lead, and takes them all into its batch.
+    with committer._lock:
+        committer._writing = True
     threads = [threading.Thread(target=deliver, args=(i,)) for i in range(len(items))]
     for thread in threads:
         thread.start()
     wait_until(lambda: len(committer._pending) == len(items))
-    with committer._cond:
-        committer._writing = False
-        committer._cond.notify_all()
+    with committer._lock:
+        first = committer._pending.pop(0)
+    first.wake.set()
     for thread in threads:
         thread.join(60)
     return outcomes, sizes

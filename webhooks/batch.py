@@ -44,6 +44,7 @@ class Pending:
     replayed: bool = False
     error: BaseException | None = None
     done: bool = False
+    wake: threading.Event = field(default_factory=threading.Event)
 
 
 class GroupCommit:
@@ -52,39 +53,37 @@ class GroupCommit:
     def __init__(self, rt: Runtime, max_deliveries: int = MAX_DELIVERIES) -> None:
         self.rt = rt
         self.max_deliveries = max_deliveries
-        self._cond = threading.Condition()
+        self._lock = threading.Lock()
         self._pending: list[Pending] = []
         self._writing = False
 
     def store(self, item: Pending) -> Pending:
         """Store ``item``'s rows (alone or with others') and queue the new ones' jobs; returns it
         done. Raises the ``SQLAlchemyError`` that kept its rows from being committed."""
-        with self._cond:
-            self._pending.append(item)
-            while not item.done and self._writing:
-                self._cond.wait()
+        with self._lock:
+            lead = not self._writing
+            if lead:
+                self._writing = True
+            else:
+                self._pending.append(item)
+        if not lead:
+            item.wake.wait()  # set when its batch is written, or when it is handed the lead
             if item.done:
                 return _result(item)
-            batch, self._pending = self._pending[: self.max_deliveries], self._pending[self.max_deliveries:]
-            self._writing = True
-        try:
-            self._write(batch)
-        finally:
-            with self._cond:
+        # The leader: write what waits (itself first), wake its batch-mates, hand the lead on.
+        with self._lock:
+            batch = [item, *self._pending[: self.max_deliveries - 1]]
+            del self._pending[: self.max_deliveries - 1]
+        self._write(batch)
+        for other in batch[1:]:
+            other.wake.set()
+        with self._lock:
+            following = self._pending.pop(0) if self._pending else None
+            if following is None:
                 self._writing = False
-                self._cond.notify_all()
-        if not item.done:  # more than one batch was waiting and ours came later: wait for it
-            return self.store_again(item)
+        if following is not None:
+            following.wake.set()  # not done: it leads the next batch
         return _result(item)
-
-    def store_again(self, item: Pending) -> Pending:
-        with self._cond:
-            while not item.done and self._writing:
-                self._cond.wait()
-            if item.done:
-                return _result(item)
-            self._pending.remove(item)
-        return self.store(item)
 
     def _write(self, batch: list[Pending]) -> None:
         try:

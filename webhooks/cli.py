@@ -150,9 +150,9 @@ def main() -> None:
 @click.option("--port", type=int, default=lambda: int(os.environ.get("PORT", "8000")), show_default="$PORT or 8000")
 def serve(host: str, port: int) -> None:
     """Run everything in one process: SQLite, an in-process queue and worker, the admin console."""
-    from werkzeug.serving import make_server
+    from gunicorn.app.base import BaseApplication  # type: ignore[import-untyped]
 
-    from webhooks import create_app
+    from webhooks import create_app, gunicorn_conf
     from webhooks.jobs import handlers
 
     settings = _settings()
@@ -161,21 +161,43 @@ def serve(host: str, port: int) -> None:
     if generated:
         settings = dataclasses.replace(settings, admin_password=secrets.token_urlsafe(12))
     upgrade(settings.database_url)
-    app = create_app(settings)
-    rt = app.extensions["webhooks"]
-    # The in-process queue starts empty: whatever the last run left unfinished is stranded now.
-    rt.sweep(age=0)
-    rt.queue.start_embedded(rt.bind, rt.sweep)
-    server = make_server(host, port, app, threaded=True)
-    endpoints = ", ".join(f"/webhooks/{name}" for name in settings.endpoints) or "none configured"
-    click.echo(f"webhooks serving on http://{host}:{server.server_port} (endpoints: {endpoints})")
-    if generated:
-        click.echo(f"admin console: user admin, password {settings.admin_password}")
-    sys.stdout.flush()
-    try:
-        server.serve_forever()
-    except KeyboardInterrupt:
-        pass
+
+    def load() -> Any:
+        # In gunicorn's one worker process: the app, the in-process queue and its worker thread
+        # live there (threads and SQLite connections do not survive a fork).
+        app = create_app(settings)
+        rt = app.extensions["webhooks"]
+        # The in-process queue starts empty: whatever the last run left unfinished is stranded now.
+        rt.sweep(age=0)
+        rt.queue.start_embedded(rt.bind, rt.sweep)
+        return app
+
+    def ready(server: Any) -> None:
+        bound = ", ".join(str(listener).removeprefix("http://") for listener in server.LISTENERS)
+        endpoints = ", ".join(f"/webhooks/{name}" for name in settings.endpoints) or "none configured"
+        click.echo(f"webhooks serving on http://{bound} (endpoints: {endpoints})")
+        if generated:
+            click.echo(f"admin console: user admin, password {settings.admin_password}")
+        sys.stdout.flush()
+
+    class Server(BaseApplication):  # type: ignore[misc]  # gunicorn ships no type hints
+        """gunicorn, one worker process with threads: the Procfile's web settings otherwise."""
+
+        def load_config(self) -> None:
+            names = ("timeout", "graceful_timeout", "keepalive", "limit_request_line", "limit_request_fields",
+                     "limit_request_field_size", "control_socket_disable")
+            for name in names:
+                self.cfg.set(name, getattr(gunicorn_conf, name))
+            self.cfg.set("bind", [f"{host}:{port}"])
+            self.cfg.set("workers", 1)  # one process: the embedded queue is in its memory
+            self.cfg.set("worker_class", "gthread")
+            self.cfg.set("threads", gunicorn_conf.threads)
+            self.cfg.set("when_ready", ready)
+
+        def load(self) -> Any:
+            return load()
+
+    Server().run()
 
 
 @main.command()
