@@ -71,6 +71,42 @@ def database_url(url: str) -> str:
     return url
 
 
+@dataclass(frozen=True)
+class Sentinels:
+    """``redis+sentinel://[[user]:password@]host:port[,host:port…]/service[/db]``: the sentinels to
+    ask, the monitored master's name, the database; the credentials are the master's."""
+
+    hosts: tuple[tuple[str, int], ...]
+    service: str
+    db: int = 0
+    username: str | None = None
+    password: str | None = None
+
+
+def sentinels(url: str) -> Sentinels | None:
+    """The sentinels a ``REDIS_URL`` names; None for a plain Redis URL. ``ConfigError`` if malformed."""
+    if not url.startswith("redis+sentinel://"):
+        return None
+    from urllib.parse import unquote
+
+    rest = url.removeprefix("redis+sentinel://")
+    userinfo, _, rest = rest.rpartition("@")
+    netloc, _, path = rest.partition("/")
+    parts = [p for p in path.split("/") if p]
+    hosts = []
+    try:
+        for item in netloc.split(","):
+            host, sep, port = item.rpartition(":")
+            hosts.append((host, int(port)) if sep else (item, 26379))
+        db = int(parts[1]) if len(parts) > 1 else 0
+    except ValueError:
+        raise ConfigError("REDIS_URL: sentinel ports and the database must be numbers") from None
+    if not parts or not all(h for h, _ in hosts):
+        raise ConfigError("REDIS_URL: expected redis+sentinel://host:port[,host:port…]/service[/db]")
+    user, _, password = userinfo.partition(":")
+    return Sentinels(tuple(hosts), unquote(parts[0]), db, unquote(user) or None, unquote(password) or None)
+
+
 def _resolve(value: Any, where: str, environ: Mapping[str, str]) -> Any:
     if isinstance(value, str) and value.startswith("env:"):
         name = value[4:]
@@ -173,6 +209,12 @@ def _flag(environ: Mapping[str, str], name: str, default: bool) -> bool:
     raise ConfigError(f"{name} must be true or false, not {value!r}")
 
 
+def _redis_url(url: str | None) -> str | None:
+    if url:
+        sentinels(url)  # a malformed sentinel URL fails at start-up
+    return url
+
+
 def load(environ: Mapping[str, Any] | None = None) -> Settings:
     """Read and validate the whole configuration."""
     env: Mapping[str, Any] = os.environ if environ is None else environ
@@ -183,7 +225,7 @@ def load(environ: Mapping[str, Any] | None = None) -> Settings:
         raise ConfigError("WEBHOOKS_MAX_ATTEMPTS must be at least 1")
     return Settings(
         database_url=database_url(env.get("DATABASE_URL") or "sqlite:///webhooks.db"),
-        redis_url=env.get("REDIS_URL") or None,
+        redis_url=_redis_url(env.get("REDIS_URL") or None),
         admin_password=env.get("WEBHOOKS_ADMIN_PASSWORD") or None,
         endpoints=endpoints,
         handler_modules=handlers,

@@ -22,7 +22,7 @@ from rq.scheduler import RQScheduler
 from rq.scripts import _build_hset_args
 from rq.timeouts import TimerDeathPenalty
 
-from webhooks.config import Settings
+from webhooks.config import Settings, sentinels
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +56,23 @@ def _live(status: bytes | None, position: int | None) -> bool:
     return status.decode() != JobStatus.QUEUED.value or position is not None
 
 
+def connect(url: str) -> redis.Redis:
+    """A client for ``REDIS_URL``: a plain Redis URL, or ``redis+sentinel://…`` (the master the
+    sentinels name, looked up again on every new connection: a failover is followed)."""
+    options: dict[str, Any] = {"socket_timeout": 5, "socket_connect_timeout": 2, "health_check_interval": 30}
+    found = sentinels(url)
+    if found is None:
+        return redis.Redis.from_url(url, **options)
+    from redis.sentinel import Sentinel
+
+    # redis-py's sentinel module has no annotations.
+    sentinel = Sentinel(list(found.hosts), socket_timeout=2, socket_connect_timeout=2)  # type: ignore[no-untyped-call]
+    master: redis.Redis = sentinel.master_for(  # type: ignore[no-untyped-call]
+        found.service, db=found.db, username=found.username, password=found.password, **options
+    )
+    return master
+
+
 def job_id(provider: str, event_id: str) -> str:
     """RQ ids allow only ``[A-Za-z0-9_-]``; a hash keeps any event id safe and collision-free."""
     return "wh-" + hashlib.sha256(f"{provider}\0{event_id}".encode()).hexdigest()[:40]
@@ -78,9 +95,7 @@ class JobQueue:
         self.settings = settings
         self.connection: redis.Redis
         if settings.redis_url:
-            self.connection = redis.Redis.from_url(
-                settings.redis_url, socket_timeout=5, socket_connect_timeout=2, health_check_interval=30
-            )
+            self.connection = connect(settings.redis_url)
         else:
             import fakeredis  # the embedded default: no Redis server needed
 
