@@ -82,7 +82,7 @@ def main() -> None:
     new = total - len(stored)
     print(f"both: {sum(r['rps'] for r in results):.0f} req/s; {new} new events stored ({new / ingest_done:.0f}/s "
           f"over the {ingest_done:.1f} s storm) besides {len(stored)} primed; all {total} processed "
-          f"{drained:.1f} s after the storm began ({new / drained:.0f} new events/s by 2 workers)")
+          f"{drained:.1f} s after the storm began ({total / drained:.0f} events/s by 2 workers)")
     print(f"each event stored once and processed in one attempt: {check}")
 
 
