@@ -157,6 +157,10 @@ def serve(host: str, port: int) -> None:
 
     settings = _settings()
     handlers.load(settings.handler_modules)  # refuse to start on a module it cannot import
+    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):  # one process needs none, but a named one must exist
+        from webhooks.service import prepare_metrics_dir
+
+        prepare_metrics_dir()
     generated = not settings.admin_password
     if generated:
         settings = dataclasses.replace(settings, admin_password=secrets.token_urlsafe(12))
