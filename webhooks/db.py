@@ -76,6 +76,11 @@ _UNSTORABLE = re.compile(r"[\x00\ud800-\udfff]")
 SHA_PREFIX = "sha256:"
 
 
+def is_storable(value: str) -> bool:
+    """Whether both databases store ``value`` as it is (PostgreSQL refuses NUL and lone surrogates)."""
+    return _UNSTORABLE.search(value) is None
+
+
 def storable_text(value: str) -> str:
     """``value`` with NUL and lone surrogates (PostgreSQL refuses both) replaced by U+FFFD."""
     return _UNSTORABLE.sub("\ufffd", value)

@@ -16,7 +16,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
 
 from webhooks import batch, metrics, providers, quarantine
-from webhooks.db import redact, upsert
+from webhooks.db import is_storable, redact, upsert
 from webhooks.errors import PayloadError, UnavailableError, VerificationError
 from webhooks.models import Event
 from webhooks.providers.base import Endpoint, Request, Verified
@@ -51,14 +51,8 @@ def raw_url() -> str:
 
 
 def storable(value: str) -> bool:
-    """Fits a key column on every database: PostgreSQL refuses NUL and lone surrogates anywhere."""
-    if len(value) > KEY_WIDTH or "\x00" in value:
-        return False
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
+    """Fits a key column on every database."""
+    return len(value) <= KEY_WIDTH and is_storable(value)
 
 
 def check_storable(verified: Verified) -> None:

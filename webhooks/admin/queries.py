@@ -21,6 +21,7 @@ from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import Session
 from sqlalchemy.sql.elements import ColumnElement
 
+from webhooks.db import is_storable
 from webhooks.models import STATUSES, Attempt, Event, Object, Replay
 
 COUNT_CAP = 10_000
@@ -59,15 +60,7 @@ class Filters:
         return out
 
 
-def storable(value: str) -> bool:
-    """Whether both databases can compare ``value``: PostgreSQL refuses NUL and lone surrogates."""
-    if "\x00" in value:
-        return False
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
+storable = is_storable  # what the console checks query values with (pages, API, CLI, replays)
 
 
 def parse_time(value: str) -> datetime:
