@@ -13,6 +13,7 @@ from typing import Any
 from sqlalchemy import Text, cast, delete, func, insert, or_, select
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
+from werkzeug.datastructures import Authorization
 
 from webhooks import providers
 from webhooks.config import Settings
@@ -21,6 +22,7 @@ from webhooks.errors import ConfigError, VerificationError
 from webhooks.models import Rejection, RejectionCount
 from webhooks.providers.base import Endpoint, Verified
 from webhooks.runtime import Runtime
+from webhooks.timestamps import aware
 
 log = logging.getLogger(__name__)
 # A header name that older versions wrote to mark good basic auth: now only ever client-sent, so it
@@ -48,12 +50,20 @@ def _basic(endpoint: Endpoint) -> str:
     return "Basic " + base64.b64encode((endpoint.basic_auth or "").encode()).decode()
 
 
+def basic_credentials(header: str | None) -> bytes:
+    """``user:password`` of an HTTP Basic ``Authorization`` value (werkzeug's parser), else ``b""``."""
+    auth = Authorization.from_header(header)
+    if auth is None or auth.type != "basic":
+        return b""
+    return f"{auth.username}:{auth.password}".encode()
+
+
 def basic_auth_ok(config: Endpoint | None, headers: dict[str, str]) -> bool:
     """Whether the request carried the endpoint's exact HTTP Basic credentials."""
     if config is None or not config.basic_auth:
         return False
     auth = next((v for k, v in headers.items() if k.lower() == "authorization"), "")
-    return hmac.compare_digest(auth.encode(), _basic(config).encode())
+    return hmac.compare_digest(basic_credentials(auth), config.basic_auth.encode())
 
 
 def keep_headers(headers: dict[str, str]) -> tuple[dict[str, str], int]:
@@ -206,7 +216,7 @@ def reverify(rt: Runtime, rejection_id: int) -> tuple[Rejection | None, Verified
         return None, VerificationError("not_found", status=404)
     endpoint = rt.settings.endpoints.get(rejection.endpoint)
     headers = restore_headers(endpoint, rejection) if endpoint else dict(rejection.headers)
-    arrival = rejection.received_at if rejection.received_at.tzinfo else rejection.received_at.replace(tzinfo=UTC)
+    arrival = aware(rejection.received_at)
     result: Verified | VerificationError
     try:
         result = accept(rt, rejection.endpoint, headers, rejection.body, rejection.url, now=arrival.timestamp())

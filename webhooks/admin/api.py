@@ -9,20 +9,18 @@ from __future__ import annotations
 
 from typing import Any
 
-from flask import Blueprint, current_app, jsonify, request
+from flask import Blueprint, jsonify, request
 from werkzeug.wrappers import Response
 
 from webhooks.admin import csrf, errors, queries
-from webhooks.admin.auth import check_auth
+from webhooks.admin.auth import WHO, check_auth, runtime
 from webhooks.admin.queries import FilterError, iso
 from webhooks.admin.replay import PENDING, ReplayError, replay_matching, replay_one
 from webhooks.models import Attempt, Event, Object, Replay
-from webhooks.runtime import Runtime
 
 bp = Blueprint("admin_api", __name__, url_prefix="/admin/api")
 bp.before_request(check_auth)
 errors.init(bp, errors.api_answer)
-WHO = "admin"  # the only HTTP user
 
 
 @bp.before_request
@@ -55,11 +53,6 @@ def _event_id() -> str:
     if event_id is None:
         raise ReplayError("id_required", 400)
     return event_id
-
-
-def _rt() -> Runtime:
-    rt: Runtime = current_app.extensions["webhooks"]
-    return rt
 
 
 def summary(event: Event) -> dict[str, Any]:
@@ -128,7 +121,7 @@ def list_events() -> Any:
     ``q``; ``cursor`` from the previous page's ``next_cursor``."""
     filters = queries.parse_filters(request.args)
     limit = queries.parse_limit(request.args.get("limit"))
-    rt = _rt()
+    rt = runtime()
     with rt.sessions() as session:
         events, cursor = queries.page(session, filters, limit=limit, cursor=request.args.get("cursor") or None,
                                       providers=rt.settings.endpoints)
@@ -139,7 +132,7 @@ def list_events() -> Any:
 def counts() -> Any:
     """Events per status for ``provider``/``endpoint``, ``since``, ``until`` (capped, see ``cap``)."""
     filters = queries.parse_filters(request.args)
-    with _rt().sessions() as session:
+    with runtime().sessions() as session:
         return jsonify(counts=queries.status_counts(session, filters), cap=queries.COUNT_CAP)
 
 
@@ -152,7 +145,7 @@ def _show_event_by_query(provider: str) -> Any:
 def show_event(provider: str, event_id: str) -> Any:
     if not queries.storable(event_id):
         return _error("not_found", 404)
-    with _rt().sessions() as session:
+    with runtime().sessions() as session:
         event = session.get(Event, (provider, event_id))
         if event is None:
             return _error("not_found", 404)
@@ -166,7 +159,7 @@ def show_event(provider: str, event_id: str) -> Any:
 
 @bp.get("/objects/<provider>/<object_type>/<path:object_id>", merge_slashes=False)
 def show_object(provider: str, object_type: str, object_id: str) -> Any:
-    with _rt().sessions() as session:
+    with runtime().sessions() as session:
         obj = session.get(Object, (provider, object_type, object_id))
         if obj is None:
             return _error("not_found", 404)
@@ -186,7 +179,7 @@ def _replay_event_by_query(provider: str) -> Any:
 @bp.post("/events/<provider>/<path:event_id>/replay", merge_slashes=False)
 def replay_event(provider: str, event_id: str) -> Any:
     reason = _body().get("reason")
-    outcome = replay_one(_rt(), provider, event_id, who=WHO, reason=str(reason) if reason else None)
+    outcome = replay_one(runtime(), provider, event_id, who=WHO, reason=str(reason) if reason else None)
     return jsonify(provider=provider, event_id=event_id, status="queued" if outcome.queued else "received",
                    replay_id=outcome.replay_id, **_queued(outcome.queued)), 202
 
@@ -205,7 +198,7 @@ def replay_bulk() -> Any:
     body = _body()
     filters = queries.parse_filters(body)
     reason = body.get("reason")
-    outcome = replay_matching(_rt(), filters, who=WHO, reason=str(reason) if reason else None,
+    outcome = replay_matching(runtime(), filters, who=WHO, reason=str(reason) if reason else None,
                               dry_run=bool(body.get("dry_run")))
     answer: dict[str, Any] = {"count": outcome.count, "dry_run": outcome.dry_run, "filter": filters.as_dict()}
     if not outcome.dry_run:
@@ -218,5 +211,5 @@ def replay_bulk() -> Any:
 def list_replays() -> Any:
     """The replay audit log, newest first; ``before`` (an id) pages back."""
     before_id = queries.parse_id(request.args.get("before"))
-    with _rt().sessions() as session:
+    with runtime().sessions() as session:
         return jsonify(replays=[replay_json(r) for r in queries.replays(session, before=before_id)])

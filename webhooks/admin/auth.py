@@ -2,24 +2,28 @@
 
 from __future__ import annotations
 
-import base64
-import binascii
 import hmac
 
 from flask import abort, current_app, request
 from werkzeug.wrappers import Response
 
+from webhooks.quarantine import basic_credentials
+from webhooks.runtime import Runtime
+
+WHO = "admin"  # the only HTTP user, named in the audit trail
+
+
+def runtime() -> Runtime:
+    """The app's runtime (settings, sessions, queue)."""
+    rt: Runtime = current_app.extensions["webhooks"]
+    return rt
+
 
 def check_auth() -> Response | None:
-    password = current_app.extensions["webhooks"].settings.admin_password
+    password = runtime().settings.admin_password
     if not password:
         abort(404)
-    scheme, _, token = (request.headers.get("Authorization") or "").partition(" ")
-    try:
-        given = base64.b64decode(token, validate=True) if scheme.lower() == "basic" else b""
-    except (binascii.Error, ValueError):
-        given = b""
-    if not hmac.compare_digest(given, f"admin:{password}".encode()):
+    if not hmac.compare_digest(basic_credentials(request.headers.get("Authorization")), f"{WHO}:{password}".encode()):
         return Response(
             '{"error": "unauthorized"}', 401,
             {"WWW-Authenticate": 'Basic realm="webhooks admin"', "Content-Type": "application/json"},

@@ -12,6 +12,7 @@ from flask import jsonify, render_template, request
 from sqlalchemy import select, true, tuple_
 
 from webhooks.admin import api, pages
+from webhooks.admin.auth import runtime
 from webhooks.admin.queries import FilterError, iso
 from webhooks.models import Object
 
@@ -30,13 +31,13 @@ def _gaps() -> list[dict[str, Any]]:
     before = request.args.get("before_id")
     if before:
         provider, _, object_id = before.partition("/")
-        with api._rt().sessions() as session:
+        with runtime().sessions() as session:
             anchor = session.get(Object, (provider, "payment", object_id))
         if anchor is None:
             raise FilterError("bad_before")
         key = tuple_(Object.updated_at, Object.provider, Object.object_id)
         query = query.where(key < tuple_(anchor.updated_at, anchor.provider, anchor.object_id))
-    with api._rt().sessions() as session:
+    with runtime().sessions() as session:
         rows = session.scalars(query).all()
         return [
             {"provider": r.provider, "object_id": r.object_id, "updated_at": iso(r.updated_at),

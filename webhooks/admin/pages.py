@@ -10,25 +10,24 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import quote, urlencode
 
-from flask import Blueprint, abort, current_app, redirect, render_template, request, url_for
+from flask import Blueprint, abort, redirect, render_template, request, url_for
 from werkzeug.wrappers import Response
 
+from webhooks import providers
 from webhooks.admin import csrf, errors, queries, versions
-from webhooks.admin.auth import check_auth
+from webhooks.admin.auth import WHO, check_auth, runtime
 from webhooks.admin.queries import FilterError, Filters
 from webhooks.admin.replay import BULK_LIMIT, ReplayError, matching_count, replay_matching, replay_one
 from webhooks.models import STATUSES, Attempt, Event, Replay
-from webhooks.runtime import Runtime
+from webhooks.timestamps import aware
 
 bp = Blueprint("admin_pages", __name__, url_prefix="/admin", template_folder="templates",
                static_folder="static", static_url_path="/static")
 bp.before_request(check_auth)
 errors.init(bp, errors.page_answer)
-WHO = "admin"
 PAGE_SIZE = 50
 # No inline script or style, nothing from elsewhere; forms post only here; never framed.
 CSP = ("default-src 'none'; style-src 'self'; img-src 'self' data:; form-action 'self'; "
@@ -97,11 +96,6 @@ def _context() -> dict[str, Any]:
             "event_url": event_url, "version_text": versions.describe, "unix_time": versions.unix_time}
 
 
-def _rt() -> Runtime:
-    rt: Runtime = current_app.extensions["webhooks"]
-    return rt
-
-
 def _filters() -> Filters:
     return queries.parse_filters(request.args)
 
@@ -151,7 +145,7 @@ def dead_letter() -> str:
 
 
 def _events_page(filters: Filters, title: str) -> str:
-    rt = _rt()
+    rt = runtime()
     cursor = request.args.get("cursor") or None
     refresh = request.args.get("refresh") == "1"
     with rt.sessions() as session:
@@ -174,7 +168,7 @@ def _event_by_query(provider: str) -> Any:
 def event(provider: str, event_id: str) -> Any:
     if not queries.storable(event_id):
         abort(404)
-    rt = _rt()
+    rt = runtime()
     with rt.sessions() as session:
         found = session.get(Event, (provider, event_id))
         if found is None:
@@ -197,16 +191,12 @@ def event(provider: str, event_id: str) -> Any:
         )
 
 
-def _aware(value: datetime) -> datetime:
-    return value if value.tzinfo else value.replace(tzinfo=UTC)  # SQLite hands back naive UTC
-
-
 def _since(attempts: list[Attempt], replays: list[Replay]) -> int:
     """How many attempts started after the latest replay (all of them when there was none)."""
     if not replays:
         return len(attempts)
-    last = _aware(replays[0].at)
-    return sum(1 for a in attempts if _aware(a.started_at) >= last)
+    last = aware(replays[0].at)
+    return sum(1 for a in attempts if aware(a.started_at) >= last)
 
 
 def _payload(event: Event) -> dict[str, Any]:
@@ -217,11 +207,9 @@ def _payload(event: Event) -> dict[str, Any]:
     except ValueError:
         return {"text": text, "pretty": None, "item": None}
     item = None
-    if event.item_index is not None and event.kind == "adyen":
-        try:
-            item = parsed["notificationItems"][event.item_index]["NotificationRequestItem"]
-        except (KeyError, IndexError, TypeError):
-            item = None
+    kind = providers.PROVIDERS.get(event.kind)
+    if event.item_index is not None and kind is not None:
+        item = kind.batch_item(parsed, event.item_index)
     return {"text": text, "pretty": parsed, "item": item}
 
 
@@ -237,7 +225,7 @@ def replay_event(provider: str, event_id: str) -> Any:
         return render_template("message.html", title="Reason required",
                                message="Say why you replay this event; it goes to the audit log."), 400
     try:
-        outcome = replay_one(_rt(), provider, event_id, who=WHO, reason=reason)
+        outcome = replay_one(runtime(), provider, event_id, who=WHO, reason=reason)
     except ReplayError as exc:
         message = {"in_progress": "It is being processed right now; try again in a moment.",
                    "bad_reason": REASONS["bad_reason"]}.get(exc.reason, exc.reason)
@@ -250,20 +238,20 @@ def replay_form() -> str:
     """The bulk replay's dry run: how many events the filter matches now, then confirm."""
     filters = _filters()
     return render_template("replay.html", title="Replay events", filters=filters, shown=filters.as_dict(),
-                           count=matching_count(_rt(), filters), limit=BULK_LIMIT, error=None)
+                           count=matching_count(runtime(), filters), limit=BULK_LIMIT, error=None)
 
 
 @bp.post("/replay")
 def replay_bulk() -> Any:
     filters = queries.parse_filters(request.form)
     try:
-        outcome = replay_matching(_rt(), filters, who=WHO, reason=request.form.get("reason"), dry_run=False)
+        outcome = replay_matching(runtime(), filters, who=WHO, reason=request.form.get("reason"), dry_run=False)
     except ReplayError as exc:
         errors = {"reason_required": "A reason is required.", "filter_required": "Choose a filter first.",
                   "too_many": f"More than {BULK_LIMIT} events match: narrow the filter.",
                   "bad_reason": REASONS["bad_reason"]}
         return render_template("replay.html", title="Replay events", filters=filters, shown=filters.as_dict(),
-                               count=matching_count(_rt(), filters), limit=BULK_LIMIT,
+                               count=matching_count(runtime(), filters), limit=BULK_LIMIT,
                                error=errors.get(exc.reason, exc.reason)), exc.status
     return redirect(url_for(".audit", done=outcome.replay_id, pending=None if outcome.queued else "1"), 303)
 
@@ -271,7 +259,7 @@ def replay_bulk() -> Any:
 @bp.get("/audit")
 def audit() -> str:
     before = queries.parse_id(request.args.get("before"))
-    with _rt().sessions() as session:
+    with runtime().sessions() as session:
         entries = queries.replays(session, before=before)
         return render_template("audit.html", title="Replay audit", entries=entries,
                                done=request.args.get("done"), pending=request.args.get("pending") == "1")

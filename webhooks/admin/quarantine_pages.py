@@ -5,11 +5,11 @@ from __future__ import annotations
 from typing import Any
 
 from flask import abort, redirect, render_template, request, url_for
-from sqlalchemy import select
 
 from webhooks import quarantine
-from webhooks.admin.pages import _rt, bp
-from webhooks.admin.queries import FilterError
+from webhooks.admin.auth import runtime
+from webhooks.admin.pages import bp
+from webhooks.admin.queries import rejections_query
 from webhooks.errors import VerificationError
 from webhooks.models import Rejection
 
@@ -19,17 +19,10 @@ COUNTS_PAGE = 100  # endpoints per page of counts: old databases may hold thousa
 
 @bp.get("/rejections")
 def rejections() -> str:
-    query = select(Rejection).order_by(Rejection.id.desc()).limit(PAGE_SIZE)
     shown = {name: request.args[name] for name in ("endpoint", "reason") if request.args.get(name)}
-    for name, value in shown.items():
-        query = query.where(getattr(Rejection, name) == value)
-    before = request.args.get("before", "")
-    if before:
-        if not (before.isascii() and before.isdigit() and len(before) <= 18):
-            raise FilterError("bad_before")
-        query = query.where(Rejection.id < int(before))
+    query = rejections_query(request.args, request.args.get("before") or None).limit(PAGE_SIZE)
     counts_after = request.args.get("counts_after", "")
-    with _rt().sessions() as session:
+    with runtime().sessions() as session:
         rows = session.scalars(query).all()
         counts, counts_next = quarantine.count_page(session, counts_after, COUNTS_PAGE)
         return render_template("rejections.html", title="Rejected requests", rows=rows, counts=counts,
@@ -39,18 +32,18 @@ def rejections() -> str:
 
 @bp.get("/rejections/<int:rejection_id>")
 def rejection(rejection_id: int) -> str:
-    with _rt().sessions() as session:
+    with runtime().sessions() as session:
         row = session.get(Rejection, rejection_id)
         if row is None:
             abort(404)
         return render_template("rejection.html", title=f"Rejected request #{row.id}", row=row,
-                               headers=quarantine.shown_headers(_rt(), row),
+                               headers=quarantine.shown_headers(runtime(), row),
                                body=row.body.decode("utf-8", errors="replace"), result=request.args.get("result"))
 
 
 @bp.post("/rejections/<int:rejection_id>/reverify")
 def reverify(rejection_id: int) -> Any:
-    row, result = quarantine.reverify(_rt(), rejection_id)
+    row, result = quarantine.reverify(runtime(), rejection_id)
     if row is None:
         abort(404)
     outcome = f"rejected: {result.reason}" if isinstance(result, VerificationError) else "stored"

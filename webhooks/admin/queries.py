@@ -22,7 +22,8 @@ from sqlalchemy.orm import Session
 from sqlalchemy.sql.elements import ColumnElement
 
 from webhooks.db import is_storable
-from webhooks.models import STATUSES, Attempt, Event, Object, Replay
+from webhooks.models import STATUSES, Attempt, Event, Object, Rejection, Replay
+from webhooks.timestamps import aware
 
 COUNT_CAP = 10_000
 MAX_LIMIT = 1000
@@ -133,20 +134,31 @@ def parse_limit(value: Any, default: int = 50) -> int:
         raise FilterError("bad_limit") from exc
 
 
+def rejections_query(args: Mapping[str, str], before: str | None) -> Select[Rejection]:
+    """Rejections newest first, narrowed by the non-empty ``endpoint`` and ``reason`` arguments
+    and by ``before`` (older than that id; ``bad_before`` unless a plain number)."""
+    query = select(Rejection).order_by(Rejection.id.desc())
+    for name in ("endpoint", "reason"):
+        if args.get(name):
+            query = query.where(getattr(Rejection, name) == args[name])
+    if before is not None:
+        if not (before.isascii() and before.isdigit() and len(before) <= 18):
+            raise FilterError("bad_before")
+        query = query.where(Rejection.id < int(before))
+    return query
+
+
 def iso(value: datetime | None) -> str | None:
     if value is None:
         return None
-    if value.tzinfo is None:  # SQLite hands back naive UTC
-        value = value.replace(tzinfo=UTC)
-    return value.isoformat().replace("+00:00", "Z")
+    return aware(value).isoformat().replace("+00:00", "Z")
 
 
 def skew_seconds(event: Event) -> int | None:
     """Receipt time minus the provider's signed timestamp (positive: it reached us later)."""
     if event.signed_at is None:
         return None
-    at = event.received_at if event.received_at.tzinfo else event.received_at.replace(tzinfo=UTC)
-    return round(at.timestamp() - event.signed_at)
+    return round(aware(event.received_at).timestamp() - event.signed_at)
 
 
 # -- cursor ------------------------------------------------------------------------------------

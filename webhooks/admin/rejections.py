@@ -5,11 +5,11 @@ from __future__ import annotations
 from typing import Any
 
 from flask import jsonify, request
-from sqlalchemy import select
 
 from webhooks import quarantine
-from webhooks.admin.api import _error, _rt, bp
-from webhooks.admin.queries import FilterError, iso
+from webhooks.admin.api import _error, bp
+from webhooks.admin.auth import runtime
+from webhooks.admin.queries import iso, rejections_query
 from webhooks.errors import UnavailableError, VerificationError
 from webhooks.models import Rejection
 
@@ -41,19 +41,11 @@ def _bounded(name: str, default: int, top: int) -> int | None:
 def list_rejections() -> Any:
     """Newest rejections (``before``: older than that id) and one page of counts, by endpoint
     name (``counts_after``: the previous page's ``counts_next``)."""
-    query = select(Rejection).order_by(Rejection.id.desc())
-    for name in ("endpoint", "reason"):
-        if request.args.get(name):
-            query = query.where(getattr(Rejection, name) == request.args[name])
     limit, counts_limit = _bounded("limit", 50, 1000), _bounded("counts_limit", COUNTS_PAGE, 1000)
     if limit is None or counts_limit is None:
         return _error("bad_limit", 400)
-    before = request.args.get("before")
-    if before is not None:
-        if not (before.isascii() and before.isdigit() and len(before) <= 18):
-            raise FilterError("bad_before")
-        query = query.where(Rejection.id < int(before))
-    with _rt().sessions() as session:
+    query = rejections_query(request.args, request.args.get("before"))
+    with runtime().sessions() as session:
         rows = session.scalars(query.limit(limit)).all()
         page, counts_next = quarantine.count_page(session, request.args.get("counts_after", ""), counts_limit)
         counts: dict[str, dict[str, int]] = {}
@@ -64,18 +56,19 @@ def list_rejections() -> Any:
 
 @bp.get("/rejections/<int:rejection_id>")
 def show_rejection(rejection_id: int) -> Any:
-    with _rt().sessions() as session:
+    with runtime().sessions() as session:
         row = session.get(Rejection, rejection_id)
         if row is None:
             return _error("not_found", 404)
         body = row.body.decode("utf-8", errors="replace")
-        return jsonify(summary(row) | {"url": row.url, "headers": quarantine.shown_headers(_rt(), row), "body": body})
+        headers = quarantine.shown_headers(runtime(), row)
+        return jsonify(summary(row) | {"url": row.url, "headers": headers, "body": body})
 
 
 @bp.post("/rejections/<int:rejection_id>/reverify")
 def reverify(rejection_id: int) -> Any:
     try:
-        row, result = quarantine.reverify(_rt(), rejection_id)
+        row, result = quarantine.reverify(runtime(), rejection_id)
     except UnavailableError:
         return jsonify(error="unavailable"), 503, {"Retry-After": "30"}
     if row is None:
