@@ -1,4 +1,9 @@
-"""RQ jobs and the handler registry, installed as ``webhooks.jobs`` (``jobs`` imports ``webhooks``).
+"""RQ jobs and the handler registry, installed as ``webhooks.jobs``.
+
+``jobs`` imports ``webhooks`` freely; ``webhooks`` imports ``jobs`` only lazily, inside functions,
+where the web side needs worker code: the CLI (``serve`` loads the handlers, ``worker`` runs the
+loop), ``webhooks.on`` / ``HandlerEvent``, and the Stripe and PayPal re-fetch. The app enqueues by
+dotted path (``queue.JOB``) and never imports it.
 
 The repository keeps them in its top-level ``jobs/`` folder; ``webhooks/jobs`` links to it, and
 the wheel installs them only under ``webhooks``, so an application's own ``jobs`` package is never

@@ -30,7 +30,6 @@ def create_app(config: Mapping[str, Any] | Settings | None = None) -> Flask:
 
     settings = config if isinstance(config, Settings) else load(config)
     app = Flask(__name__)
-    app.config["WEBHOOKS_SETTINGS"] = settings
     rt = Runtime(settings).activate()
     app.extensions["webhooks"] = rt
     receive.init_app(app)

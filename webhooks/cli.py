@@ -121,7 +121,9 @@ def upgrade(url: str, revision: str = "head") -> None:
     upgrade(url, revision)
 
 
-def _settings() -> Settings:
+def load_settings() -> Settings:
+    """The configuration, or the command's one-line ``configuration: …`` error (every command
+    loads it here)."""
     from webhooks import config
     from webhooks.errors import ConfigError
 
@@ -155,7 +157,7 @@ def serve(host: str, port: int) -> None:
     from webhooks import create_app, gunicorn_conf
     from webhooks.jobs import handlers
 
-    settings = _settings()
+    settings = load_settings()
     handlers.load(settings.handler_modules)  # refuse to start on a module it cannot import
     if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):  # one process needs none, but a named one must exist
         from webhooks.service import prepare_metrics_dir
@@ -215,7 +217,7 @@ def worker(burst: bool) -> None:
     from webhooks import schema
     from webhooks.jobs.worker import run
 
-    settings = _settings()
+    settings = load_settings()
     if not settings.redis_url:
         raise click.ClickException("REDIS_URL is not set (`webhooks serve` runs its own worker)")
     schema.wait_for_head(settings.database_url, logging.getLogger("webhooks.worker"))
@@ -231,7 +233,7 @@ def db() -> None:
 @click.argument("revision", default="head")
 def db_upgrade(revision: str) -> None:
     """Apply migrations up to REVISION (default: head)."""
-    settings = _settings()
+    settings = load_settings()
     upgrade(settings.database_url, revision)
     click.echo(f"database at {revision}")
     manager = os.environ.get("HONCHO_PROCESS_NAME") or os.environ.get("PS") or ""

@@ -1,17 +1,25 @@
-"""The exception tree, and the one place that maps it to HTTP answers.
+"""The exception tree of the service and the console.
 
     WebhooksError
     ├── ConfigError             bad configuration; raised at start-up (fail closed)
-    ├── VerificationError       a request that must not be stored; carries a reason code
+    ├── VerificationError       a request that must not be stored; carries a reason code and status
     │   └── PayloadError        signed correctly but not parseable (``malformed_payload``)
-    └── UnavailableError        the database cannot take the event now (503, provider retries)
+    ├── UnavailableError        the database cannot take the event now (503, provider retries)
+    ├── PurgeRefusedError       (``purge.py``) the window would let a late retry in as new
+    ├── FilterError             (``admin/queries.py``) a console filter value it cannot use (400)
+    └── ReplayError             (``admin/replay.py``) a replay that cannot be done (its status)
+
+HTTP answers are given in two places: the receiver (``receive.py``) for ``VerificationError`` and
+``UnavailableError``, the console (``admin/errors.py`` and its blueprints) for the rest. Outside
+this tree, on purpose: the worker's API clients (``providers.stripe_api.ApiError``,
+``jobs.fetch.FetchError``/``MismatchError``) fail a job and are never shown over HTTP.
 """
 
 from __future__ import annotations
 
 
 class WebhooksError(Exception):
-    """Base of every error this package raises on purpose."""
+    """Base of the errors above (see the module docstring for those outside it)."""
 
 
 class ConfigError(WebhooksError):

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Annotated, Any
 
 from sqlalchemy import (
@@ -36,10 +36,6 @@ Name = Annotated[str, mapped_column(String(100))]
 Ident = Annotated[str, mapped_column(String(255))]
 
 STATUSES = ("received", "queued", "processing", "processed", "failed", "ignored")
-
-
-def utcnow() -> datetime:
-    return datetime.now(UTC)
 
 
 class Base(DeclarativeBase):

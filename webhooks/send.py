@@ -10,8 +10,8 @@ from pathlib import Path
 
 import click
 
-from webhooks import config, providers
-from webhooks.errors import ConfigError
+from webhooks import providers
+from webhooks.cli import load_settings
 
 
 @click.command()
@@ -22,10 +22,7 @@ from webhooks.errors import ConfigError
 @click.option("-H", "--header", "extra", multiple=True, help="Extra or overriding header, 'Name: value'.")
 def send(endpoint: str, payload_file: Path, url: str | None, secret_index: int, extra: tuple[str, ...]) -> None:
     """Sign PAYLOAD_FILE with ENDPOINT's secret and post it (a smoke test for every provider)."""
-    try:
-        settings = config.load()
-    except ConfigError as exc:
-        raise click.ClickException(f"configuration: {exc}") from exc
+    settings = load_settings()
     target_endpoint = settings.endpoints.get(endpoint)
     if target_endpoint is None:
         raise click.ClickException(f"no endpoint {endpoint!r} (configured: {', '.join(settings.endpoints)})")

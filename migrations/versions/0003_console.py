@@ -1,7 +1,7 @@
 """operator console: search reference, feed indexes, attempts, replay audit
 
 Revision ID: 0003
-Revises: 0001
+Revises: 0002
 Create Date: 2026-11-30 09:48:54.877011
 
 The feed indexes replace ``ix_events_received_at`` (it is their leading column). Building them

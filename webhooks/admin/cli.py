@@ -12,12 +12,11 @@ from typing import Any
 
 import click
 
-from webhooks import config
 from webhooks.admin import queries
 from webhooks.admin.api import attempt_json, detail, object_json, summary
 from webhooks.admin.queries import FilterError
 from webhooks.admin.replay import ReplayError, replay_matching, replay_one
-from webhooks.errors import ConfigError
+from webhooks.cli import load_settings
 from webhooks.models import STATUSES, Event
 from webhooks.runtime import Runtime
 
@@ -25,10 +24,7 @@ NOT_QUEUED = "Redis is unavailable: the sweeper queues this replay when Redis is
 
 
 def _runtime() -> Runtime:
-    try:
-        return Runtime(config.load())
-    except ConfigError as exc:
-        raise click.ClickException(f"configuration: {exc}") from exc
+    return Runtime(load_settings())
 
 
 def _who() -> str:

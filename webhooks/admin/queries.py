@@ -22,6 +22,7 @@ from sqlalchemy.orm import Session
 from sqlalchemy.sql.elements import ColumnElement
 
 from webhooks.db import is_storable
+from webhooks.errors import WebhooksError
 from webhooks.models import STATUSES, Attempt, Event, Object, Rejection, Replay
 from webhooks.timestamps import aware
 
@@ -31,7 +32,7 @@ MAX_ID = 2**63 - 1  # BIGINT; SQLite's INTEGER too
 MAX_CURSOR = 8192  # ample for a time, an endpoint name and a 255-character id, as base64 JSON
 
 
-class FilterError(ValueError):
+class FilterError(WebhooksError, ValueError):
     """A filter value that cannot be used; ``reason`` is the API's error code."""
 
     def __init__(self, reason: str) -> None:

@@ -20,6 +20,7 @@ from sqlalchemy import func, select, tuple_, update
 from sqlalchemy.orm import Session
 
 from webhooks.admin.queries import Filters, conditions, storable
+from webhooks.errors import WebhooksError
 from webhooks.metrics import ENQUEUE_FAILURES
 from webhooks.models import Event, Replay
 from webhooks.runtime import Runtime
@@ -31,7 +32,7 @@ PENDING = "replay recorded; Redis is unavailable, so the sweeper will queue it w
 BULK_LIMIT = 10_000  # one request replays at most this many; narrow the filter for more
 
 
-class ReplayError(Exception):
+class ReplayError(WebhooksError):
     """A replay that cannot be done; ``reason`` is the API's error code, ``status`` its HTTP status."""
 
     def __init__(self, reason: str, status: int) -> None:
