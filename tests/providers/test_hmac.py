@@ -132,3 +132,32 @@ def test_missing_prefix_is_malformed() -> None:
 def test_validate_rejects_bad_options(options: dict[str, str]) -> None:
     with pytest.raises(ConfigError, match="'generic'"):
         PROVIDER.validate(endpoint(**options))
+
+
+def test_signing_helper_matches_an_independent_hmac() -> None:
+    """``signed`` comes from the provider under test, so check it against ``hmac`` itself: a bug
+    shared by sign and verify (wrong template, algorithm or encoding) would otherwise pass."""
+    import base64
+    import hmac as std_hmac
+
+    body = b'{"id":"evt_1","type":"invoice.paid"}'
+    now = NOW + 7
+    req = signed(body, now=now)
+    assert req.header("X-Timestamp") == str(now)
+    expected = std_hmac.new(b"s3cret", f"{now}.".encode() + body, hashlib.sha512).digest()
+    assert req.header("X-Signature") == base64.b64encode(expected).decode()
+    assert PROVIDER.verify(req, endpoint(), now=now).events[0].event_id == "evt_1"
+
+
+def test_verifies_an_independently_computed_hex_signature() -> None:
+    body = b'{"id":"evt_2"}'
+    digest = hashlib.sha256
+    import hmac as std_hmac
+
+    signature = "sha256=" + std_hmac.new(b"k3y", body, digest).hexdigest()
+    options = {"header": "X-Sig", "prefix": "sha256=", "id_path": "id"}
+    req = Request({"x-sig": signature}, body)
+    assert PROVIDER.verify(req, endpoint("k3y", **options), now=NOW).events[0].event_id == "evt_2"
+    forged = Request({"x-sig": "sha256=" + std_hmac.new(b"other", body, digest).hexdigest()}, body)
+    with pytest.raises(VerificationError):
+        PROVIDER.verify(forged, endpoint("k3y", **options), now=NOW)
