@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import signal
 import subprocess
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -125,6 +124,3 @@ def wait_http(url: str) -> None:
 
 def worker(env: dict[str, str], tmp: Path, name: str) -> Proc:
     return Proc([str(BIN / "webhooks"), "worker"], env, tmp / f"worker-{name}.log")
-
-
-_ = threading  # threads are started by the tests
