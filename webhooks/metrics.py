@@ -23,6 +23,8 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, H
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from webhooks.timestamps import aware
+
 if TYPE_CHECKING:
     from prometheus_client import Metric
 
@@ -89,7 +91,7 @@ class ServiceCollector(Collector):
             yield GaugeMetricFamily("webhooks_events_failed", "Events now failed (dead letter)", value=failed)
             age = 0.0
             if oldest is not None:
-                oldest = oldest if oldest.tzinfo else oldest.replace(tzinfo=UTC)
+                oldest = aware(oldest)
                 age = max(0.0, (datetime.now(UTC) - oldest).total_seconds())
             yield GaugeMetricFamily(
                 "webhooks_oldest_pending_age_seconds",
