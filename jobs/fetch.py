@@ -59,16 +59,13 @@ def current(provider: Provider, endpoint: Endpoint | None, event_type: str, data
     """The event's data and object as the handlers must see them (see the module's doc)."""
     if endpoint is None:
         return data, ref
-    options = endpoint.options
-    if endpoint.provider == "stripe" and options.get("api_key") and ref is not None:
-        thin = isinstance(ref.state, dict) and ref.state.get("snapshot") is False
-        if thin or options.get("refetch") is True:
-            state = _stripe_state(endpoint, ref, thin)
-            return data, dataclasses.replace(ref, state=state, version=max(ref.version, fresh_version()))
-    if endpoint.provider == "paypal" and options.get("client_id") and options.get("client_secret"):
-        copy = paypal_event(endpoint, data)
-        return copy, provider.extract(event_type, copy)
-    return data, ref
+    return provider.refetch(endpoint, event_type, data, ref)  # the kind decides (Provider.refetch)
+
+
+def stripe_object(endpoint: Endpoint, ref: ObjectRef, thin: bool) -> ObjectRef:
+    """``ref`` with Stripe's current state of its object, versioned by the fetch time."""
+    state = _stripe_state(endpoint, ref, thin)
+    return dataclasses.replace(ref, state=state, version=max(ref.version, fresh_version()))
 
 
 def _stripe_state(endpoint: Endpoint, ref: ObjectRef, thin: bool) -> Any:

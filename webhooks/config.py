@@ -21,19 +21,13 @@ from webhooks import providers
 from webhooks.errors import ConfigError
 from webhooks.providers.base import Endpoint
 
-# variable → (endpoint name, provider kind, endpoint field)
-SHORTHANDS = {
-    "STRIPE_WEBHOOK_SECRET": ("stripe", "stripe", "secrets"),
-    "ADYEN_HMAC_KEY": ("adyen", "adyen", "secrets"),
-    "ADYEN_BASIC_AUTH": ("adyen", "adyen", "basic_auth"),
-    "GITHUB_WEBHOOK_SECRET": ("github", "github", "secrets"),
-    "SHOPIFY_WEBHOOK_SECRET": ("shopify", "shopify", "secrets"),
-    "SLACK_SIGNING_SECRET": ("slack", "slack", "secrets"),
-    "TWILIO_AUTH_TOKEN": ("twilio", "twilio", "secrets"),
-    "TWILIO_PUBLIC_URL": ("twilio", "twilio", "public_url"),
-    "SENDGRID_WEBHOOK_PUBLIC_KEY": ("sendgrid", "sendgrid", "secrets"),
-    "STANDARD_WEBHOOK_SECRET": ("standard", "standard", "secrets"),
-}
+
+def shorthands() -> dict[str, tuple[str, str, str]]:
+    """Environment shorthand → (endpoint name, kind, field), from each kind's ``Provider.shorthands``."""
+    return {variable: (p.kind, p.kind, name)
+            for p in providers.PROVIDERS.values() for variable, name in p.shorthands.items()}
+
+
 ENDPOINT_FIELDS = ("provider", "secrets", "tolerance_seconds", "basic_auth", "rate_limit")
 
 
@@ -174,7 +168,7 @@ def _raw_endpoints(environ: Mapping[str, str]) -> dict[str, dict[str, Any]]:
     inline = environ.get("ENDPOINTS")
     if isinstance(inline, Mapping):
         raw.update({k: dict(v) for k, v in inline.items()})
-    for variable, (name, kind, field_name) in SHORTHANDS.items():
+    for variable, (name, kind, field_name) in shorthands().items():
         value = environ.get(variable)
         if value:
             entry = raw.setdefault(name, {"provider": kind})

@@ -20,22 +20,12 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from webhooks.errors import ConfigError, WebhooksError
 from webhooks.models import Event
-from webhooks.providers.base import duration_seconds
+from webhooks.providers import PROVIDERS
+from webhooks.providers.base import Provider, duration_seconds
 
-DAY = timedelta(days=1)
-# How long each provider kind may retry one event (PROVIDERS.md), rounded up.
-HORIZONS = {
-    "stripe": 3 * DAY,  # live mode: up to 3 days
-    "adyen": 30 * DAY,  # retries for up to 30 days
-    "standard": 2 * DAY,  # Svix: about 1.5 days
-    "github": timedelta(0),  # no automatic retries (manual redelivery reuses the id: your call)
-    "shopify": DAY,  # 8 retries over 4 hours
-    "slack": timedelta(hours=1),  # 3 retries within minutes
-    "paypal": 3 * DAY,  # up to 25 times over 3 days
-    "twilio": DAY,  # product-dependent, documented in hours: a day is conservative
-    "sendgrid": 2 * DAY,  # retries for 24 hours
-}
-UNKNOWN = 30 * DAY  # "hmac" and any kind without a documented horizon: assume the longest
+# Each kind's retry horizon is its provider class's ``retry_horizon``; a kind no longer
+# registered (still present in ``events``) gets the base class's: the longest, 30 days.
+UNKNOWN = Provider.retry_horizon
 FINISHED = ("processed", "ignored")
 class PurgeRefusedError(WebhooksError):
     """The window would let a late provider retry in as a new event."""
@@ -53,7 +43,7 @@ def horizon(kinds: set[str]) -> tuple[timedelta, str | None]:
     """The longest retry horizon of these kinds, and the kind that sets it."""
     longest, which = timedelta(0), None
     for kind in sorted(kinds):
-        value = HORIZONS.get(kind, UNKNOWN)
+        value = PROVIDERS[kind].retry_horizon if kind in PROVIDERS else UNKNOWN
         if value > longest:
             longest, which = value, kind
     return longest, which

@@ -30,6 +30,7 @@ from typing import Any
 
 from webhooks.errors import ConfigError, PayloadError, VerificationError
 from webhooks.providers.base import (
+    DAY,
     Endpoint,
     ObjectRef,
     Provider,
@@ -81,6 +82,8 @@ def _keys(endpoint: Endpoint) -> list[bytes]:
 
 class Adyen(Provider):
     kind = "adyen"
+    retry_horizon = 30 * DAY  # retries for up to 30 days
+    shorthands = {"ADYEN_HMAC_KEY": "secrets", "ADYEN_BASIC_AUTH": "basic_auth"}
 
     def validate(self, endpoint: Endpoint) -> None:
         super().validate(endpoint)
@@ -149,6 +152,12 @@ class Adyen(Provider):
     def event_data(self, payload: bytes, index: int | None) -> Any:
         data = parse_json(payload)
         return data if index is None else data["notificationItems"][index]["NotificationRequestItem"]
+
+    def batch_item(self, data: Any, index: int) -> Any:
+        try:
+            return data["notificationItems"][index]["NotificationRequestItem"]
+        except (KeyError, IndexError, TypeError):
+            return None
 
     def extract(self, event_type: str, data: Any) -> ObjectRef | None:
         if "eventCode" not in data or event_type in NOT_PAYMENTS:

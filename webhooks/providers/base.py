@@ -15,10 +15,13 @@ import json
 import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, ClassVar
 
 from webhooks.errors import ConfigError, PayloadError, VerificationError
+
+HOUR = timedelta(hours=1)
+DAY = timedelta(days=1)
 
 
 @dataclass(frozen=True)
@@ -105,6 +108,12 @@ class Provider:
     # The endpoint table's keys this kind understands beyond the common ones (``provider``,
     # ``secrets``, ``tolerance_seconds``, ``basic_auth``, ``rate_limit``): anything else is a typo.
     option_names: ClassVar[frozenset[str]] = frozenset()
+    # How long the provider may retry one event, rounded up: ``webhooks purge`` refuses a shorter
+    # window (a purged id lets a late retry in as new). Unknown: assume the longest, 30 days.
+    retry_horizon: ClassVar[timedelta] = 30 * DAY
+    # Environment shorthands: variable → endpoint field, for an endpoint named after the kind
+    # (``STRIPE_WEBHOOK_SECRET`` → endpoint ``stripe``'s ``secrets``; comma-separated secrets).
+    shorthands: ClassVar[Mapping[str, str]] = {}
 
     def validate(self, endpoint: Endpoint) -> None:
         """Raise ``ConfigError`` when the endpoint's secrets or options cannot work."""
@@ -126,9 +135,19 @@ class Provider:
         data = parse_json(payload)
         return data if index is None else data[index]
 
+    def batch_item(self, data: Any, index: int) -> Any:
+        """The event's own item in a parsed batch body, shown beside it by the console (None: no batches)."""
+        return None
+
     def extract(self, event_type: str, data: Any) -> ObjectRef | None:
         """The object this event moves, or None when it carries no object."""
         return None
+
+    def refetch(self, endpoint: Endpoint, event_type: str, data: Any,
+                ref: ObjectRef | None) -> tuple[Any, ObjectRef | None]:
+        """The data and object handlers see, re-fetched from the provider's API when the endpoint
+        asks for it (worker side, before any lock; see ``jobs.fetch``). Default: as delivered."""
+        return data, ref
 
     def post_url(self, url: str, body: bytes) -> str:
         """The URL a delivery of ``body`` to ``url`` is posted to (Twilio adds ``bodySHA256``)."""
@@ -149,6 +168,16 @@ def require(request: Request, name: str) -> str:
     if value is None or not value.strip():
         raise VerificationError("missing_signature", f"no {name} header")
     return value.strip()
+
+
+def looks_like_json(body: bytes) -> bool:
+    """Whether a body that may be JSON or a form is JSON (an object or an array)."""
+    return body.lstrip()[:1] in (b"{", b"[")
+
+
+def content_id(content: bytes) -> str:
+    """The event id of a delivery that carries none: ``sha256:`` and the hex digest of what was signed."""
+    return "sha256:" + hashlib.sha256(content).hexdigest()
 
 
 def parse_json(body: bytes) -> Any:

@@ -27,6 +27,7 @@ from webhooks.providers.base import (
     Verified,
     VerifiedEvent,
     check_timestamp,
+    content_id,
     first_match,
     hmac_digest,
     parse_json,
@@ -111,7 +112,7 @@ class GenericHmac(Provider):
         body = parse_json(request.body) if o.get("id_path") or o.get("type_path") else None
         event_id = self._field(request, body, o.get("id_header"), o.get("id_path"))
         if event_id is None:
-            event_id = "sha256:" + hashlib.sha256(request.body).hexdigest()
+            event_id = content_id(request.body)
         event_type = self._field(request, body, o.get("type_header"), o.get("type_path")) or "event"
         return Verified([VerifiedEvent(event_id, event_type, secret_index=index, signed_at=ts)], f"hmac-{algorithm}",
                         replay_key=replay_key(f"hmac-{algorithm}", signature))

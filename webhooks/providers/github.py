@@ -20,6 +20,7 @@ from urllib.parse import parse_qs
 
 from webhooks.errors import PayloadError
 from webhooks.providers.base import (
+    DAY,
     Endpoint,
     ObjectRef,
     Provider,
@@ -29,6 +30,7 @@ from webhooks.providers.base import (
     first_match,
     hmac_digest,
     iso_ms,
+    looks_like_json,
     parse_json,
     prefixed_hex,
     replay_key,
@@ -43,7 +45,7 @@ EVENT_KEYS = (
 
 def parse_body(body: bytes) -> Any:
     """The event JSON, whether sent as JSON or as a form with a ``payload`` field."""
-    if body.lstrip()[:1] in (b"{", b"["):
+    if looks_like_json(body):
         return parse_json(body)
     try:
         fields = parse_qs(body.decode("utf-8"), strict_parsing=True)
@@ -56,6 +58,8 @@ def parse_body(body: bytes) -> Any:
 
 class GitHub(Provider):
     kind = "github"
+    retry_horizon = 0 * DAY  # no automatic retries (manual redelivery reuses the id: your call)
+    shorthands = {"GITHUB_WEBHOOK_SECRET": "secrets"}
     signature_header_names = ("X-Hub-Signature-256", "X-Hub-Signature")
 
     def verify(self, request: Request, endpoint: Endpoint, *, now: float) -> Verified:

@@ -34,6 +34,7 @@ from cryptography.hazmat.primitives.asymmetric import padding, rsa
 
 from webhooks.errors import ConfigError, PayloadError, VerificationError
 from webhooks.providers.base import (
+    DAY,
     Endpoint,
     ObjectRef,
     Provider,
@@ -94,6 +95,7 @@ def _verifies(key: rsa.RSAPublicKey, signature: bytes, message: bytes) -> bool:
 
 class PayPal(Provider):
     kind = "paypal"
+    retry_horizon = 3 * DAY  # up to 25 times over 3 days
     option_names = frozenset({
         "webhook_id", "certificate", "cert_file", "cert_url", "signing_key",
         "client_id", "client_secret", "api_base",
@@ -155,6 +157,16 @@ class PayPal(Provider):
         event_id, event_type = str(event["id"]), event["event_type"]
         return Verified([VerifiedEvent(event_id, event_type, secret_index=index, signed_at=signed_at)],
                         "paypal-rsa-sha256", replay_key=replay_key("paypal", transmission_id))
+
+    def refetch(self, endpoint: Endpoint, event_type: str, data: Any,
+                ref: ObjectRef | None) -> tuple[Any, ObjectRef | None]:
+        """With ``client_id`` and ``client_secret``: only PayPal's own copy of the event is acted on."""
+        if not (endpoint.options.get("client_id") and endpoint.options.get("client_secret")):
+            return data, ref
+        from webhooks.jobs import fetch  # the API client is worker-side I/O, loaded only here
+
+        copy = fetch.paypal_event(endpoint, data)
+        return copy, self.extract(event_type, copy)
 
     def extract(self, event_type: str, data: Any) -> ObjectRef | None:
         resource = data.get("resource")

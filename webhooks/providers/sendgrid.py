@@ -27,6 +27,7 @@ from cryptography.hazmat.primitives.serialization import load_der_private_key, l
 
 from webhooks.errors import ConfigError, PayloadError, VerificationError
 from webhooks.providers.base import (
+    DAY,
     Endpoint,
     ObjectRef,
     Provider,
@@ -53,6 +54,8 @@ def public_key(secret: str) -> ec.EllipticCurvePublicKey:
 
 class SendGrid(Provider):
     kind = "sendgrid"
+    retry_horizon = 2 * DAY  # retries for 24 hours
+    shorthands = {"SENDGRID_WEBHOOK_PUBLIC_KEY": "secrets"}
     option_names = frozenset({"check_timestamp", "signing_key"})
 
     def validate(self, endpoint: Endpoint) -> None:

@@ -21,6 +21,7 @@ from typing import Any
 
 from webhooks.errors import PayloadError
 from webhooks.providers.base import (
+    DAY,
     Endpoint,
     ObjectRef,
     Provider,
@@ -50,6 +51,8 @@ def singular(resource: str) -> str:
 
 class Shopify(Provider):
     kind = "shopify"
+    retry_horizon = DAY  # 8 retries over 4 hours
+    shorthands = {"SHOPIFY_WEBHOOK_SECRET": "secrets"}
     option_names = frozenset({"topic"})
     signature_header_names = ("X-Shopify-Hmac-Sha256", "Shopify-Hmac-Sha256")
 

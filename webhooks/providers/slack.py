@@ -15,13 +15,13 @@ Docs: https://api.slack.com/authentication/verifying-requests-from-slack
 
 from __future__ import annotations
 
-import hashlib
 import json
 from typing import Any
 from urllib.parse import parse_qsl
 
 from webhooks.errors import PayloadError
 from webhooks.providers.base import (
+    HOUR,
     Endpoint,
     Provider,
     Reply,
@@ -29,6 +29,7 @@ from webhooks.providers.base import (
     Verified,
     VerifiedEvent,
     check_timestamp,
+    content_id,
     first_match,
     hmac_digest,
     parse_json,
@@ -54,6 +55,8 @@ def parse_form(body: bytes) -> dict[str, Any]:
 
 class Slack(Provider):
     kind = "slack"
+    retry_horizon = HOUR  # 3 retries within minutes
+    shorthands = {"SLACK_SIGNING_SECRET": "secrets"}
 
     def verify(self, request: Request, endpoint: Endpoint, *, now: float) -> Verified:
         header = require(request, "X-Slack-Signature")
@@ -75,7 +78,7 @@ class Slack(Provider):
         event_type = inner if isinstance(inner, str) and inner else body["type"]
         event_id = body.get("event_id")
         if not isinstance(event_id, str) or not event_id:
-            event_id = "sha256:" + hashlib.sha256(request.body).hexdigest()
+            event_id = content_id(request.body)
         return Verified([VerifiedEvent(event_id, event_type, secret_index=index, signed_at=ts)], "slack-v0")
 
     @staticmethod
@@ -88,7 +91,7 @@ class Slack(Provider):
             event_type = "slash_command"
         else:
             raise PayloadError("form body is neither a slash command nor an interactivity payload")
-        return VerifiedEvent("sha256:" + hashlib.sha256(body).hexdigest(), event_type, secret_index=index, signed_at=ts)
+        return VerifiedEvent(content_id(body), event_type, secret_index=index, signed_at=ts)
 
     def event_data(self, payload: bytes, index: int | None) -> Any:
         return parse_json(payload) if _is_json(payload) else parse_form(payload)

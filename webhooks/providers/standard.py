@@ -25,6 +25,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from webhooks.errors import ConfigError, VerificationError
 from webhooks.providers.base import (
+    DAY,
     Endpoint,
     Provider,
     Request,
@@ -75,6 +76,8 @@ def _parse(header: str) -> tuple[list[bytes], list[bytes], int]:
 
 class Standard(Provider):
     kind = "standard"
+    retry_horizon = 2 * DAY  # Svix: about 1.5 days
+    shorthands = {"STANDARD_WEBHOOK_SECRET": "secrets"}
 
     def validate(self, endpoint: Endpoint) -> None:
         super().validate(endpoint)

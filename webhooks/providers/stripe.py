@@ -20,6 +20,7 @@ from typing import Any
 
 from webhooks.errors import ConfigError, PayloadError, VerificationError
 from webhooks.providers.base import (
+    DAY,
     Endpoint,
     ObjectRef,
     Provider,
@@ -61,6 +62,8 @@ def _created_ms(created: Any) -> int:
 
 class Stripe(Provider):
     kind = "stripe"
+    retry_horizon = 3 * DAY  # live mode: up to 3 days
+    shorthands = {"STRIPE_WEBHOOK_SECRET": "secrets"}
     option_names = frozenset({"api_key", "api_base", "refetch", "reconcile_every"})
 
     def validate(self, endpoint: Endpoint) -> None:
@@ -118,6 +121,18 @@ class Stripe(Provider):
                            object_id=object_id if isinstance(object_id, str) else None)],
             "stripe-v1",
         )
+
+    def refetch(self, endpoint: Endpoint, event_type: str, data: Any,
+                ref: ObjectRef | None) -> tuple[Any, ObjectRef | None]:
+        """With ``api_key``: a thin event's object, or every object with ``refetch = true``."""
+        if not endpoint.options.get("api_key") or ref is None:
+            return data, ref
+        thin = isinstance(ref.state, dict) and ref.state.get("snapshot") is False
+        if not (thin or endpoint.options.get("refetch") is True):
+            return data, ref
+        from webhooks.jobs import fetch  # the API client is worker-side I/O, loaded only here
+
+        return data, fetch.stripe_object(endpoint, ref, thin)
 
     def extract(self, event_type: str, data: Any) -> ObjectRef | None:
         version = _created_ms(data.get("created")) * 10 + _rank(event_type)

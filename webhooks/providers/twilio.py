@@ -30,13 +30,16 @@ from urllib.parse import parse_qs, parse_qsl, urlsplit, urlunsplit
 
 from webhooks.errors import ConfigError, PayloadError, VerificationError
 from webhooks.providers.base import (
+    DAY,
     Endpoint,
     Provider,
     Request,
     Verified,
     VerifiedEvent,
     b64decode,
+    content_id,
     hmac_digest,
+    looks_like_json,
     parse_json,
     replay_key,
     require,
@@ -111,6 +114,8 @@ def _match(secrets: tuple[str, ...], url: str, params: dict[str, list[str]], alg
 
 class Twilio(Provider):
     kind = "twilio"
+    retry_horizon = DAY  # product-dependent, documented in hours: a day is conservative
+    shorthands = {"TWILIO_AUTH_TOKEN": "secrets", "TWILIO_PUBLIC_URL": "public_url"}
     option_names = frozenset({"public_url", "shared_key_id"})
     signature_header_names = ("X-Twilio-Signature",)
 
@@ -147,19 +152,19 @@ class Twilio(Provider):
             raise VerificationError("signature_mismatch", "body does not match bodySHA256")
         event_id = request.header("I-Twilio-Idempotency-Token")
         if not event_id:
-            event_id = "sha256:" + hashlib.sha256(url.encode() + b"\n" + request.body).hexdigest()
+            event_id = content_id(url.encode() + b"\n" + request.body)
         event_type = next((f"{kind}.{params[name][0]}" for name, kind in STATUS if params.get(name)), "request")
         scheme = "twilio-sharedkey" if request.header(SETTINGS) else "twilio-authtoken"
         return Verified([VerifiedEvent(event_id.strip(), event_type, secret_index=index)], f"{scheme}-{alg}",
                         replay_key=replay_key("twilio", signature))
 
     def event_data(self, payload: bytes, index: int | None) -> Any:
-        if payload.lstrip()[:1] in (b"{", b"["):
+        if looks_like_json(payload):
             return parse_json(payload)
         return {k: v[0] if len(v) == 1 else v for k, v in parse_form(payload).items()}
 
     def post_url(self, url: str, body: bytes) -> str:
-        is_json = body.lstrip()[:1] in (b"{", b"[")
+        is_json = looks_like_json(body)
         return json_url(url, body) if is_json and "bodySHA256=" not in url else url
 
     def sign(
@@ -172,7 +177,7 @@ class Twilio(Provider):
         url = url or public
         if not url:
             raise ValueError("twilio signs the URL: pass url= or configure options.public_url")
-        is_json = body.lstrip()[:1] in (b"{", b"[")
+        is_json = looks_like_json(body)
         if is_json and "bodySHA256" not in dict(parse_qsl(urlsplit(url).query)):
             raise ValueError("a JSON body is signed with bodySHA256 in the URL: post to twilio.json_url(url, body)")
         key_id = endpoint.options.get("shared_key_id")

@@ -1,0 +1,176 @@
+"""A provider kind lives in one module: importing it loads no web stack, and a new kind is one
+module plus one registry line (here a throwaway kind registered at runtime)."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import pkgutil
+import subprocess
+import sys
+import textwrap
+from collections.abc import Iterator
+from datetime import timedelta
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+import webhooks.providers
+from tests.conftest import admin_headers, base_config, drain, make_app, rows, runtime
+from webhooks import config, purge
+from webhooks.providers import PROVIDERS
+
+ACME_SECRET = "acme-test-secret"
+
+
+def test_importing_every_provider_module_loads_no_web_framework_database_or_redis() -> None:
+    names = sorted(f"webhooks.providers.{m.name}" for m in pkgutil.iter_modules(webhooks.providers.__path__))
+    assert {"webhooks.providers.stripe", "webhooks.providers.adyen", "webhooks.providers.base"} <= set(names)
+    script = textwrap.dedent(f"""
+        import importlib, json, sys
+        for name in {names!r}:
+            importlib.import_module(name)
+        print(json.dumps(sorted(m for m in sys.modules if m.split(".")[0] in ("flask", "sqlalchemy", "redis"))))
+    """)
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=True)
+    assert json.loads(result.stdout.strip().splitlines()[-1]) == []
+
+
+# The whole kind, as a maintainer would add it: one module (HMAC-SHA256 hex of the body in
+# X-Acme-Signature; one delivery carries a batch of items, each an event moving an order).
+ACME_MODULE = '''
+"""Acme: a throwaway provider kind for the tests."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from webhooks.errors import VerificationError
+from webhooks.providers.base import (
+    DAY, Endpoint, ObjectRef, Provider, Request, Verified, VerifiedEvent, first_match, hmac_digest, parse_json,
+    require,
+)
+
+REFETCHED: list[str] = []
+
+
+class Acme(Provider):
+    kind = "acme"
+    retry_horizon = 5 * DAY
+    shorthands = {"ACME_SECRET": "secrets"}
+    signature_header_names = ("x-acme-signature",)
+
+    def verify(self, request: Request, endpoint: Endpoint, *, now: float) -> Verified:
+        raw = require(request, "X-Acme-Signature")
+        try:
+            given = bytes.fromhex(raw)
+        except ValueError:
+            raise VerificationError("malformed_signature", "not hex") from None
+        index = first_match(endpoint.secrets, lambda s: hmac_digest(s.encode(), request.body), [given])
+        items = parse_json(request.body)["items"]
+        events = [VerifiedEvent(i["id"], i["type"], index=n, secret_index=index) for n, i in enumerate(items)]
+        return Verified(events, "acme-v1")
+
+    def event_data(self, payload: bytes, index: int | None) -> Any:
+        data = parse_json(payload)
+        return data if index is None else data["items"][index]
+
+    def batch_item(self, data: Any, index: int) -> Any:
+        return data["items"][index]
+
+    def extract(self, event_type: str, data: Any) -> ObjectRef | None:
+        return ObjectRef("order", data["order"], data["seq"], {"status": data["type"], "seq": data["seq"]})
+
+    def refetch(self, endpoint: Endpoint, event_type: str, data: Any,
+                ref: ObjectRef | None) -> tuple[Any, ObjectRef | None]:
+        REFETCHED.append(data["id"])
+        return data, ref
+'''
+
+
+@pytest.fixture
+def acme(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[ModuleType]:
+    """The kind from a module in a temporary package, registered (one line) and removed after."""
+    package = tmp_path / "acme_kinds"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "acme.py").write_text(ACME_MODULE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import importlib
+
+    module = importlib.import_module("acme_kinds.acme")
+    PROVIDERS["acme"] = module.Acme()
+    try:
+        yield module
+    finally:
+        del PROVIDERS["acme"]
+        for name in ("acme_kinds.acme", "acme_kinds"):
+            sys.modules.pop(name, None)
+
+
+def sign(body: bytes, secret: str = ACME_SECRET) -> dict[str, str]:
+    """Computed here, independently of the kind's own code."""
+    return {"X-Acme-Signature": hmac.new(secret.encode(), body, hashlib.sha256).hexdigest(),
+            "Content-Type": "application/json"}
+
+
+def test_a_new_kind_from_one_module_is_verified_stored_processed_purged_and_shown(
+    acme: ModuleType, sqlite_url: str
+) -> None:
+    # Configuration: the kind's own shorthand variable makes its endpoint.
+    settings = config.load({"ACME_SECRET": ACME_SECRET})
+    assert settings.endpoints["acme"].provider == "acme" and settings.endpoints["acme"].secrets == (ACME_SECRET,)
+    app = make_app(base_config(sqlite_url, ACME_SECRET=ACME_SECRET))
+    client = app.test_client()
+
+    items = [{"id": "acme_1", "type": "order.paid", "order": "ord_1", "seq": 1, "note": "first item"},
+             {"id": "acme_2", "type": "order.shipped", "order": "ord_1", "seq": 2, "note": "second item"}]
+    body = json.dumps({"items": items}).encode()
+    # Verify: a wrong secret, a tampered body and no signature are refused; the right one is taken.
+    for data, headers, reason in ((body, sign(body, "wrong"), "signature_mismatch"),
+                                  (body + b" ", sign(body), "signature_mismatch"),
+                                  (body, {}, "missing_signature")):
+        refused = client.post("/webhooks/acme", data=data, headers=headers)
+        assert refused.status_code == 400 and reason in refused.get_data(as_text=True), refused.get_data(as_text=True)
+    assert rows(app, "SELECT count(*) AS n FROM events")[0].n == 0
+    assert client.post("/webhooks/acme", data=body, headers=sign(body)).status_code == 200
+
+    # Store: one row per batch item, under the kind.
+    stored = rows(app, "SELECT event_id, kind, item_index, status FROM events WHERE provider = 'acme' ORDER BY event_id")
+    assert [(r.event_id, r.kind, r.item_index) for r in stored] == [("acme_1", "acme", 0), ("acme_2", "acme", 1)]
+
+    # Process: the kind's event_data, extract and refetch run; the object ends in its latest state.
+    drain(app)
+    assert sorted(acme.REFETCHED) == ["acme_1", "acme_2"]
+    assert {r.status for r in rows(app, "SELECT status FROM events WHERE provider = 'acme'")} == {"processed"}
+    state = rows(app, "SELECT version, state FROM objects WHERE provider = 'acme' AND object_id = 'ord_1'")
+    assert state[0].version == 2 and json.loads(state[0].state)["status"] == "order.shipped"
+
+    # Purge horizon: the kind's own, found from the events table even with no kind passed in.
+    assert purge.horizon({"acme", "stripe"}) == (timedelta(days=5), "acme")
+    plan = purge.Plan(timedelta(days=4), timedelta(days=8))
+    with pytest.raises(purge.PurgeRefusedError, match="acme"):
+        purge.purge(runtime(app).sessions, plan, kinds=set())
+    assert purge.purge(runtime(app).sessions, purge.Plan(timedelta(days=6), timedelta(days=12)), kinds=set()) == 0
+
+    # Console: the event page shows the event's own item of the batch.
+    page = client.get("/admin/events/acme/acme_2", headers=admin_headers())
+    html = page.get_data(as_text=True)
+    assert page.status_code == 200 and "This event's item</h3>" in html
+    item_section = html.split("This event's item</h3>", 1)[1].split("</pre>", 1)[0]
+    assert "second item" in item_section and "first item" not in item_section
+    listing = client.get("/admin/?provider=acme", headers=admin_headers()).get_data(as_text=True)
+    assert "acme_1" in listing and "acme_2" in listing
+
+
+def test_every_registered_kind_states_its_retry_horizon_and_shorthands() -> None:
+    for kind, provider in PROVIDERS.items():
+        assert provider.kind == kind
+        assert timedelta(0) <= provider.retry_horizon <= timedelta(days=30)
+        for variable, field in provider.shorthands.items():
+            assert variable.isupper() and field in {"secrets", "basic_auth"} | provider.option_names, variable
+    assert purge.horizon({"hmac"}) == (timedelta(days=30), "hmac")  # no documented horizon: the longest
+    assert purge.horizon({"gone"}) == (timedelta(days=30), "gone")  # a kind no longer registered
+    assert config.shorthands()["ADYEN_BASIC_AUTH"] == ("adyen", "adyen", "basic_auth")
