@@ -8,7 +8,7 @@ import json
 import logging
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from sqlalchemy import Text, cast, delete, func, insert, or_, select
 from sqlalchemy.exc import DBAPIError
@@ -21,8 +21,10 @@ from webhooks.db import redact, storable_text, upsert
 from webhooks.errors import ConfigError, VerificationError
 from webhooks.models import Rejection, RejectionCount
 from webhooks.providers.base import Endpoint, Verified
-from webhooks.runtime import Runtime
 from webhooks.timestamps import aware
+
+if TYPE_CHECKING:
+    from webhooks.runtime import Runtime
 
 log = logging.getLogger(__name__)
 # A header name that older versions wrote to mark good basic auth: now only ever client-sent, so it
@@ -205,11 +207,20 @@ def record(
         log.warning("could not quarantine a rejected request: %s", exc.__class__.__name__)
 
 
-def reverify(rt: Runtime, rejection_id: int) -> tuple[Rejection | None, Verified | VerificationError]:
-    """Verify a kept rejection again under today's configuration, judging its timestamp against
-    its arrival time; when it passes it is stored and processed as if it had just arrived."""
-    from webhooks.receive import accept  # the receiver's own path, not a copy of it
+class Accept(Protocol):
+    """The receiver's verify-store-enqueue path (``receive.accept``), passed in: the receiver
+    imports this module, so this one must not import it back."""
 
+    def __call__(self, rt: Runtime, name: str, headers: dict[str, str], body: bytes, url: str, *,
+                 now: float) -> Verified: ...
+
+
+def reverify(
+    rt: Runtime, rejection_id: int, accept: Accept
+) -> tuple[Rejection | None, Verified | VerificationError]:
+    """Verify a kept rejection again under today's configuration, judging its timestamp against
+    its arrival time; when it passes it goes through ``accept`` (the receiver's own path, not a
+    copy of it): stored and processed as if it had just arrived."""
     with rt.sessions() as session:
         rejection = session.get(Rejection, rejection_id)
     if rejection is None:

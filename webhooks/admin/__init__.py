@@ -2,12 +2,23 @@
 
 from __future__ import annotations
 
-from flask import Flask
+from functools import cache
+
+from flask import Blueprint, Flask
+
+
+@cache
+def blueprints() -> tuple[Blueprint, Blueprint]:
+    """The API's and the pages' blueprints with every console module's routes on them; built once
+    per process, as the blueprints are module-level and a route may be added to one only once."""
+    from webhooks.admin import api, gaps, pages, quarantine_pages, rejections
+
+    rejections.init_app(api.bp)
+    quarantine_pages.init_app(pages.bp)
+    gaps.init_app(api.bp, pages.bp)
+    return api.bp, pages.bp
 
 
 def init_app(app: Flask) -> None:
-    # gaps, rejections and quarantine_pages add their routes to api.bp and pages.bp
-    from webhooks.admin import api, gaps, pages, quarantine_pages, rejections  # noqa: F401
-
-    app.register_blueprint(api.bp)
-    app.register_blueprint(pages.bp)
+    for bp in blueprints():
+        app.register_blueprint(bp)

@@ -8,10 +8,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from flask import jsonify, render_template, request
+from flask import Blueprint, jsonify, render_template, request
 from sqlalchemy import select, true, tuple_
 
-from webhooks.admin import api, pages
 from webhooks.admin.auth import runtime
 from webhooks.admin.queries import FilterError, iso
 from webhooks.models import Object
@@ -47,7 +46,6 @@ def _gaps() -> list[dict[str, Any]]:
         ]
 
 
-@api.bp.get("/gaps")
 def list_gaps() -> Any:
     """Adyen payments whose AUTHORISATION has not arrived (``before_id``: ``endpoint/pspReference``)."""
     found = _gaps()
@@ -55,6 +53,11 @@ def list_gaps() -> Any:
     return jsonify(gaps=found, next=after)
 
 
-@pages.bp.get("/gaps")
 def gaps_page() -> str:
     return render_template("gaps.html", title="Payments with gaps", rows=_gaps(), page_size=PAGE_SIZE)
+
+
+def init_app(api: Blueprint, pages: Blueprint) -> None:
+    """Add the list to the admin API's blueprint and the page to the console's."""
+    api.add_url_rule("/gaps", view_func=list_gaps, methods=["GET"])
+    pages.add_url_rule("/gaps", view_func=gaps_page, methods=["GET"])

@@ -4,20 +4,19 @@ from __future__ import annotations
 
 from typing import Any
 
-from flask import abort, redirect, render_template, request, url_for
+from flask import Blueprint, abort, redirect, render_template, request, url_for
 
 from webhooks import quarantine
 from webhooks.admin.auth import runtime
-from webhooks.admin.pages import bp
 from webhooks.admin.queries import rejections_query
 from webhooks.errors import VerificationError
 from webhooks.models import Rejection
+from webhooks.receive import accept
 
 PAGE_SIZE = 100
 COUNTS_PAGE = 100  # endpoints per page of counts: old databases may hold thousands
 
 
-@bp.get("/rejections")
 def rejections() -> str:
     shown = {name: request.args[name] for name in ("endpoint", "reason") if request.args.get(name)}
     query = rejections_query(request.args, request.args.get("before") or None).limit(PAGE_SIZE)
@@ -30,7 +29,6 @@ def rejections() -> str:
                                shown=shown, page_size=PAGE_SIZE)
 
 
-@bp.get("/rejections/<int:rejection_id>")
 def rejection(rejection_id: int) -> str:
     with runtime().sessions() as session:
         row = session.get(Rejection, rejection_id)
@@ -41,10 +39,16 @@ def rejection(rejection_id: int) -> str:
                                body=row.body.decode("utf-8", errors="replace"), result=request.args.get("result"))
 
 
-@bp.post("/rejections/<int:rejection_id>/reverify")
 def reverify(rejection_id: int) -> Any:
-    row, result = quarantine.reverify(runtime(), rejection_id)
+    row, result = quarantine.reverify(runtime(), rejection_id, accept)
     if row is None:
         abort(404)
     outcome = f"rejected: {result.reason}" if isinstance(result, VerificationError) else "stored"
     return redirect(url_for(".rejection", rejection_id=rejection_id, result=outcome), 303)
+
+
+def init_app(bp: Blueprint) -> None:
+    """Add the pages to the console's blueprint (``/admin``)."""
+    bp.add_url_rule("/rejections", view_func=rejections, methods=["GET"])
+    bp.add_url_rule("/rejections/<int:rejection_id>", view_func=rejection, methods=["GET"])
+    bp.add_url_rule("/rejections/<int:rejection_id>/reverify", view_func=reverify, methods=["POST"])

@@ -4,14 +4,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from flask import jsonify, request
+from flask import Blueprint, jsonify, request
 
 from webhooks import quarantine
-from webhooks.admin.api import _error, bp
+from webhooks.admin.api import _error
 from webhooks.admin.auth import runtime
 from webhooks.admin.queries import iso, rejections_query
 from webhooks.errors import UnavailableError, VerificationError
 from webhooks.models import Rejection
+from webhooks.receive import accept
 
 COUNTS_PAGE = 100  # endpoints per page of counts
 
@@ -37,7 +38,6 @@ def _bounded(name: str, default: int, top: int) -> int | None:
         return None
 
 
-@bp.get("/rejections")
 def list_rejections() -> Any:
     """Newest rejections (``before``: older than that id) and one page of counts, by endpoint
     name (``counts_after``: the previous page's ``counts_next``)."""
@@ -54,7 +54,6 @@ def list_rejections() -> Any:
         return jsonify(rejections=[summary(r) for r in rows], counts=counts, counts_next=counts_next)
 
 
-@bp.get("/rejections/<int:rejection_id>")
 def show_rejection(rejection_id: int) -> Any:
     with runtime().sessions() as session:
         row = session.get(Rejection, rejection_id)
@@ -65,10 +64,9 @@ def show_rejection(rejection_id: int) -> Any:
         return jsonify(summary(row) | {"url": row.url, "headers": headers, "body": body})
 
 
-@bp.post("/rejections/<int:rejection_id>/reverify")
 def reverify(rejection_id: int) -> Any:
     try:
-        row, result = quarantine.reverify(runtime(), rejection_id)
+        row, result = quarantine.reverify(runtime(), rejection_id, accept)
     except UnavailableError:
         return jsonify(error="unavailable"), 503, {"Retry-After": "30"}
     if row is None:
@@ -76,3 +74,10 @@ def reverify(rejection_id: int) -> Any:
     if isinstance(result, VerificationError):
         return jsonify(id=rejection_id, status="rejected", error=result.reason), 422
     return jsonify(id=rejection_id, status="stored", events=[e.event_id for e in result.events])
+
+
+def init_app(bp: Blueprint) -> None:
+    """Add the routes to the admin API's blueprint (``/admin/api``)."""
+    bp.add_url_rule("/rejections", view_func=list_rejections, methods=["GET"])
+    bp.add_url_rule("/rejections/<int:rejection_id>", view_func=show_rejection, methods=["GET"])
+    bp.add_url_rule("/rejections/<int:rejection_id>/reverify", view_func=reverify, methods=["POST"])

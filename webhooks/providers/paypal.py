@@ -25,7 +25,6 @@ import zlib
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
-from urllib.parse import urlsplit
 
 from cryptography import x509
 from cryptography.exceptions import InvalidSignature
@@ -47,21 +46,10 @@ from webhooks.providers.base import (
     replay_key,
     require,
 )
+from webhooks.providers.paypal_hosts import is_paypal_cert_url
 
-CERT_HOSTS = frozenset({"api.paypal.com", "api.sandbox.paypal.com", "api-m.paypal.com", "api-m.sandbox.paypal.com"})
-CERT_PATH = "/v1/notifications/certs/"
 Loader = Callable[[str], bytes]  # a URL (or a pinned file's path) -> PEM
 DEFAULT_CERT_URL = "https://api.sandbox.paypal.com/v1/notifications/certs/CERT-test"
-
-
-def is_paypal_cert_url(url: str) -> bool:
-    try:
-        p = urlsplit(url)
-        port = p.port
-    except ValueError:  # "host:abc", "[::1": not a URL at all
-        return False
-    return (p.scheme == "https" and p.hostname in CERT_HOSTS and port in (None, 443) and not p.username
-            and p.path.startswith(CERT_PATH) and not p.query and not p.fragment)
 
 
 def signed_string(transmission_id: str, time: str, webhook_id: str, body: bytes) -> bytes:

@@ -32,7 +32,7 @@ from cryptography.x509.verification import PolicyBuilder, Store
 from cryptography.x509.verification import VerificationError as ChainError
 
 from webhooks.errors import UnavailableError, VerificationError
-from webhooks.providers.paypal import is_paypal_cert_url
+from webhooks.providers.paypal_hosts import is_paypal_cert_url
 
 SUBJECTS = ("messageverificationcerts.paypal.com", "messageverificationcerts.sandbox.paypal.com")
 MAX_BYTES = 64 * 1024

@@ -1,0 +1,23 @@
+"""Where PayPal's signing certificates may come from: ``https://{api,api-m}[.sandbox].paypal.com
+/v1/notifications/certs/…`` (port 443, no credentials, query or fragment).
+
+Both the verifier (``paypal``) and the fetcher (``paypal_certs``) check a ``PAYPAL-CERT-URL``
+against this rule; it lives apart so that neither has to import the other.
+"""
+
+from __future__ import annotations
+
+from urllib.parse import urlsplit
+
+CERT_HOSTS = frozenset({"api.paypal.com", "api.sandbox.paypal.com", "api-m.paypal.com", "api-m.sandbox.paypal.com"})
+CERT_PATH = "/v1/notifications/certs/"
+
+
+def is_paypal_cert_url(url: str) -> bool:
+    try:
+        p = urlsplit(url)
+        port = p.port
+    except ValueError:  # "host:abc", "[::1": not a URL at all
+        return False
+    return (p.scheme == "https" and p.hostname in CERT_HOSTS and port in (None, 443) and not p.username
+            and p.path.startswith(CERT_PATH) and not p.query and not p.fragment)
