@@ -11,7 +11,7 @@ import pytest
 from flask import Flask
 
 from tests.conftest import base_config, drain, make_app, rows, stripe_event, stripe_headers
-from tests.test_processes import BIN, clean_env
+from tests.support.processes import BIN, clean_env
 from webhooks.cli import upgrade
 
 MISSING = "myapp_that_is_not_there.handlers"

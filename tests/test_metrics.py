@@ -24,7 +24,7 @@ from tests.conftest import (
     stripe_headers,
     wait_until,
 )
-from tests.test_processes import BIN, clean_env, running, wait_http
+from tests.support.processes import BIN, clean_env, gunicorn_cmd, running, wait_http
 from webhooks.cli import upgrade
 
 pytestmark = pytest.mark.slow
@@ -52,8 +52,7 @@ def service(pg_url: str, redis_url: str, tmp_path: Path) -> Iterator[tuple[str, 
         WEBHOOKS_MAX_ATTEMPTS="2", WEBHOOKS_RETRY_BASE_SECONDS="0", WEB_CONCURRENCY="2", WEB_THREADS="4",
         PROMETHEUS_MULTIPROC_DIR=str(tmp_path / "metrics"), WEBHOOKS_LOG_LEVEL="WARNING",
     )
-    cmd = [str(BIN / "gunicorn"), "webhooks:create_app()", "-c", "python:webhooks.gunicorn_conf",
-           "--bind", f"127.0.0.1:{port}", "--access-logfile", "/dev/null", "--no-control-socket"]
+    cmd = gunicorn_cmd(port, "--no-control-socket")
     with running(cmd, env, cwd=tmp_path):
         wait_http(f"http://127.0.0.1:{port}/healthz")
         yield f"http://127.0.0.1:{port}", env

@@ -2,13 +2,9 @@
 
 from __future__ import annotations
 
-import contextlib
-import os
 import re
 import signal
 import subprocess
-import sys
-import tempfile
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,7 +20,6 @@ from tests import sample_handlers
 from tests.conftest import (
     ADMIN_PASSWORD,
     ADYEN_KEY,
-    ROOT,
     STRIPE_SECRET,
     adyen_body,
     adyen_item,
@@ -33,52 +28,10 @@ from tests.conftest import (
     stripe_headers,
     wait_until,
 )
+from tests.support.processes import BIN, clean_env, event_status, gunicorn_cmd, running, wait_http
 from webhooks.cli import upgrade
 
-BIN = Path(sys.executable).parent
 pytestmark = pytest.mark.slow
-
-
-def clean_env(**extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("WEBHOOKS_", "DATABASE_URL", "REDIS_URL", "STRIPE_", "ADYEN_"))}
-    # Metrics files of this run's processes only: the default directory is one per user, shared
-    # with another copy of the suite running at the same time.
-    metrics = Path(tempfile.gettempdir()) / f"webhooks-test-metrics-{os.getpid()}"
-    metrics.mkdir(exist_ok=True)  # `webhooks serve` does not create it
-    env.update(PYTHONPATH=str(ROOT), PYTHONUNBUFFERED="1", PROMETHEUS_MULTIPROC_DIR=str(metrics))
-    env.update(extra)
-    return env
-
-
-@contextlib.contextmanager
-def running(cmd: list[str], env: dict[str, str], cwd: Path | str = ROOT) -> Iterator[subprocess.Popen[str]]:
-    proc = subprocess.Popen(cmd, env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    try:
-        yield proc
-    finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-
-
-def wait_http(url: str) -> None:
-    def up() -> bool:
-        try:
-            requests.get(url, timeout=5)
-            return True
-        except requests.RequestException:  # not listening yet, or too busy starting to answer
-            return False
-    wait_until(up, timeout=90)  # gunicorn imports the app first: seconds on a loaded machine
-
-
-def event_status(base: str, provider: str, event_id: str, password: str = ADMIN_PASSWORD) -> Any:
-    response = requests.get(f"{base}/admin/api/events/{provider}/{event_id}", auth=("admin", password), timeout=30)
-    return response.json().get("status") if response.status_code == 200 else None
 
 
 def test_webhooks_serve_embedded_default(tmp_path: Path) -> None:
@@ -117,8 +70,7 @@ def production(pg_url: str, redis_url: str) -> Iterator[tuple[str, dict[str, str
         WEBHOOKS_HANDLERS="tests.sample_handlers", STRIPE_WEBHOOK_SECRET=STRIPE_SECRET, ADYEN_HMAC_KEY=ADYEN_KEY,
         PORT=str(port), WEB_CONCURRENCY="2", WEB_THREADS="8",
     )
-    cmd = [str(BIN / "gunicorn"), "webhooks:create_app()", "-c", "python:webhooks.gunicorn_conf",
-           "--bind", f"127.0.0.1:{port}", "--access-logfile", "/dev/null", "--no-control-socket"]
+    cmd = gunicorn_cmd(port, "--no-control-socket")
     with running(cmd, env) as proc:
         threading.Thread(target=proc.stdout.read, daemon=True).start()  # type: ignore[union-attr]
         wait_http(f"http://127.0.0.1:{port}/")
@@ -205,8 +157,7 @@ def test_a_stalled_client_gets_408_and_frees_its_thread(pg_url: str, redis_url: 
     port = free_port()
     env = clean_env(DATABASE_URL=pg_url, REDIS_URL=redis_url, STRIPE_WEBHOOK_SECRET=STRIPE_SECRET,
                     WEBHOOKS_READ_TIMEOUT_SECONDS="1", WEB_CONCURRENCY="1", WEB_THREADS="2")
-    cmd = [str(BIN / "gunicorn"), "webhooks:create_app()", "-c", "python:webhooks.gunicorn_conf",
-           "--bind", f"127.0.0.1:{port}", "--access-logfile", "/dev/null", "--no-control-socket"]
+    cmd = gunicorn_cmd(port, "--no-control-socket")
     with running(cmd, env) as proc:
         threading.Thread(target=proc.stdout.read, daemon=True).start()  # type: ignore[union-attr]
         wait_http(f"http://127.0.0.1:{port}/")

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 import requests
 
 from tests.conftest import ADMIN_PASSWORD, ROOT, STRIPE_SECRET, free_port, stripe_event, stripe_headers, wait_until
-from tests.test_processes import BIN, clean_env, event_status, wait_http
+from tests.support.processes import BIN, clean_env, event_status, wait_http
 
 
 @contextlib.contextmanager

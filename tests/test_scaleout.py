@@ -14,7 +14,7 @@ import sqlalchemy as sa
 
 from tests import sample_handlers
 from tests.conftest import STRIPE_SECRET, free_port, stripe_event, stripe_headers, wait_until
-from tests.test_processes import BIN, clean_env, running, wait_http
+from tests.support.processes import BIN, clean_env, gunicorn_cmd, running, wait_http
 from webhooks.cli import upgrade
 
 pytestmark = pytest.mark.slow
@@ -30,8 +30,7 @@ def test_two_web_instances_and_two_workers_store_and_process_each_event_once(pg_
     ports = [free_port(), free_port()]
     with contextlib.ExitStack() as stack:
         for port in ports:  # two masters: two deployments of the web process
-            cmd = [str(BIN / "gunicorn"), "webhooks:create_app()", "-c", "python:webhooks.gunicorn_conf",
-                   "--bind", f"127.0.0.1:{port}", "--access-logfile", "/dev/null"]
+            cmd = gunicorn_cmd(port)
             proc = stack.enter_context(running(cmd, env))
             threading.Thread(target=proc.stdout.read, daemon=True).start()  # type: ignore[union-attr]
         for _ in range(2):

@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
-from tests.conftest import ADMIN_PASSWORD, ADYEN_KEY, STRIPE_SECRET, free_port, wait_until
+from tests.conftest import ADMIN_PASSWORD, ADYEN_KEY, STRIPE_SECRET, free_port
 from tests.faults import effects
 from tests.faults.services import Postgres, Redis
-from tests.test_processes import BIN, clean_env
+from tests.support.processes import BIN, clean_env, gunicorn_cmd, wait_http
 from webhooks.cli import upgrade
 
 
@@ -100,26 +100,11 @@ def processes() -> Iterator[list[Proc]]:
 
 def gunicorn(env: dict[str, str], tmp: Path, workers: int = 2, threads: int = 8) -> tuple[Proc, str]:
     port = free_port()
-    cmd = [str(BIN / "gunicorn"), "webhooks:create_app()", "-c", "python:webhooks.gunicorn_conf",
-           "--bind", f"127.0.0.1:{port}", "--access-logfile", "/dev/null", "--workers", str(workers),
-           "--threads", str(threads), "--no-control-socket"]
+    cmd = gunicorn_cmd(port, "--workers", str(workers), "--threads", str(threads), "--no-control-socket")
     proc = Proc(cmd, env, tmp / f"gunicorn-{port}.log")
     base = f"http://127.0.0.1:{port}"
     wait_http(base + "/")
     return proc, base
-
-
-def wait_http(url: str) -> None:
-    import requests
-
-    def up() -> bool:
-        try:
-            requests.get(url, timeout=5)
-            return True
-        except requests.RequestException:  # refused, or accepted while the app still imports
-            return False
-
-    wait_until(up, timeout=90)  # gunicorn imports the app first: seconds on a loaded machine
 
 
 def worker(env: dict[str, str], tmp: Path, name: str) -> Proc:
