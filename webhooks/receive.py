@@ -300,7 +300,9 @@ def _account(
 
 def init_app(app: Flask) -> None:
     app.register_blueprint(bp)
-    app.extensions["webhooks_rate_limits"] = RateLimits()
+    rt: Runtime = app.extensions["webhooks"]
+    # Service-wide on a real Redis; per process on the embedded default (its fakeredis is this process's).
+    app.extensions["webhooks_rate_limits"] = RateLimits(rt.queue.connection if rt.settings.redis_url else None)
 
     @app.errorhandler(VerificationError)
     def _verification(exc: VerificationError) -> tuple[Response, int]:
