@@ -32,7 +32,7 @@ from tests.conftest import (
     stripe_headers,
 )
 from tests.faults.services import Redis
-from tests.test_console_pages import admin_urls, csrf_token
+from tests.support.console import admin_urls, csrf_token
 from webhooks import create_app
 from webhooks.admin import queries
 from webhooks.cli import main

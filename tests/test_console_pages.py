@@ -14,6 +14,7 @@ from flask.testing import FlaskClient
 
 from tests import sample_handlers
 from tests.conftest import admin_headers, base_config, drain, make_app, rows, stripe_event, stripe_headers
+from tests.support.console import admin_urls, csrf_token
 from webhooks.admin import queries
 
 XSS = "<script>alert('pwned')</script>"
@@ -22,18 +23,6 @@ XSS = "<script>alert('pwned')</script>"
 def deliver(client: FlaskClient, event_id: str, type_: str = "payment_intent.succeeded", **obj: Any) -> None:
     body = stripe_event(event_id, type_, obj={"id": "pi_1", "object": "payment_intent", **obj})
     assert client.post("/webhooks/stripe", data=body, headers=stripe_headers(body)).status_code == 200
-
-
-def admin_urls(app: Flask) -> list[tuple[str, str]]:
-    """Every route under /admin (pages, API, static) with sample values, and its methods."""
-    values = {"provider": "stripe", "event_id": "evt_1", "object_type": "payment_intent", "object_id": "pi_1",
-              "filename": "console.css", "rejection_id": "1"}
-    found = []
-    for rule in app.url_map.iter_rules():
-        if rule.rule.startswith("/admin"):
-            url = re.sub(r"<(?:\w+:)?(\w+)>", lambda m: values[m.group(1)], rule.rule)
-            found += [(method, url) for method in sorted(rule.methods - {"HEAD", "OPTIONS"})]
-    return found
 
 
 def test_no_admin_route_answers_without_auth(app: Flask, sqlite_url: str) -> None:
@@ -63,13 +52,6 @@ def test_script_in_a_payload_is_shown_escaped(app: Flask, client: FlaskClient) -
     raw = client.get("/admin/events/stripe/evt_xss?format=raw", headers=admin_headers())
     assert raw.headers["Content-Type"] == "application/octet-stream" and raw.headers["Content-Disposition"].startswith("attachment")
     assert XSS.encode() in raw.data  # the exact bytes, untouched
-
-
-def csrf_token(client: FlaskClient, url: str) -> str:
-    html = client.get(url, headers=admin_headers()).get_data(as_text=True)
-    match = re.search(r'name="csrf_token" value="([^"]+)"', html)
-    assert match, "no token in the form"
-    return match.group(1)
 
 
 @pytest.fixture

@@ -11,7 +11,7 @@ import pytest
 from tests.conftest import wait_until
 from tests.faults.conftest import gunicorn, processes, service_env, worker
 from tests.faults.services import Redis
-from tests.faults.test_workers import one, post, status
+from tests.support.processes import one, post, status
 
 pytestmark = pytest.mark.slow
 OUTAGE_SECONDS = 6  # longer than the 3 s job, and than RQ's own reconnect wait

@@ -9,29 +9,13 @@ import time
 from pathlib import Path
 
 import pytest
-import sqlalchemy as sa
 
 from tests.conftest import STRIPE_SECRET, stripe_event, stripe_headers, wait_until
 from tests.faults.conftest import gunicorn, processes, service_env, worker
 from tests.faults.services import Redis
+from tests.support.processes import one, post, status
 
 pytestmark = pytest.mark.slow
-
-
-def one(url: str, sql: str) -> object:
-    engine = sa.create_engine(url)
-    try:
-        with engine.connect() as conn:
-            return conn.execute(sa.text(sql)).first()
-    finally:
-        engine.dispose()
-
-
-def post(base: str, event_id: str, type_: str = "test.slow") -> None:
-    import requests
-
-    body = stripe_event(event_id, type_)
-    assert requests.post(f"{base}/webhooks/stripe", data=body, headers=stripe_headers(body), timeout=60).ok
 
 
 def accepted(port: int, client_port: int) -> bool:
@@ -43,11 +27,6 @@ def accepted(port: int, client_port: int) -> bool:
         if fields[1] == local and fields[2] == remote:
             return fields[9] != "0"
     return False
-
-
-def status(url: str, event_id: str) -> str:
-    row = one(url, f"SELECT status FROM events WHERE event_id = '{event_id}'")
-    return str(row[0]) if row else ""  # type: ignore[index]
 
 
 def test_sigkilled_worker_mid_job_is_recovered_once(database: str, redis_server: Redis, tmp_path: Path,

@@ -1,5 +1,5 @@
-"""The service's real processes in tests: the environment they get, starting and stopping them, and
-waiting until one answers HTTP."""
+"""The service's real processes in tests: the environment they get, the gunicorn command, starting and
+stopping them, waiting until one answers HTTP, and posting to them and reading their database."""
 
 from __future__ import annotations
 
@@ -14,8 +14,9 @@ from pathlib import Path
 from typing import Any
 
 import requests
+import sqlalchemy as sa
 
-from tests.conftest import ADMIN_PASSWORD, ROOT, wait_until
+from tests.conftest import ADMIN_PASSWORD, ROOT, stripe_event, stripe_headers, wait_until
 
 BIN = Path(sys.executable).parent
 
@@ -67,3 +68,24 @@ def wait_http(url: str) -> None:
 def event_status(base: str, provider: str, event_id: str, password: str = ADMIN_PASSWORD) -> Any:
     response = requests.get(f"{base}/admin/api/events/{provider}/{event_id}", auth=("admin", password), timeout=30)
     return response.json().get("status") if response.status_code == 200 else None
+
+
+def one(url: str, sql: str) -> object:
+    """The first row ``sql`` returns from the database at ``url`` (a fresh engine: the service's own may be down)."""
+    engine = sa.create_engine(url)
+    try:
+        with engine.connect() as conn:
+            return conn.execute(sa.text(sql)).first()
+    finally:
+        engine.dispose()
+
+
+def status(url: str, event_id: str) -> str:
+    row = one(url, f"SELECT status FROM events WHERE event_id = '{event_id}'")
+    return str(row[0]) if row else ""  # type: ignore[index]
+
+
+def post(base: str, event_id: str, type_: str = "test.slow") -> None:
+    """One signed Stripe delivery to the service at ``base``, which must acknowledge it."""
+    body = stripe_event(event_id, type_)
+    assert requests.post(f"{base}/webhooks/stripe", data=body, headers=stripe_headers(body), timeout=60).ok
