@@ -4,86 +4,31 @@ and nothing is stored; rotation records the matched secret; Twilio verifies behi
 
 from __future__ import annotations
 
-import base64
 import json
 import threading
 from collections.abc import Iterator
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
 import requests
 from click.testing import CliRunner
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec, rsa
-from cryptography.x509.oid import NameOID
 from werkzeug.serving import make_server
 
-from tests.conftest import ADMIN_PASSWORD, ADYEN_KEY, PAYLOADS, STRIPE_SECRET, free_port, wait_until
+from tests.conftest import ADMIN_PASSWORD, PAYLOADS, free_port, wait_until
+from tests.support.catalogue import SENT, endpoints
 from webhooks import create_app, providers
 from webhooks.cli import main, upgrade
 from webhooks.config import load
 
-PUBLIC_TWILIO = "https://hooks.example.com/twilio/inbound"
 SIGNATURE_HEADERS = {
     "stripe": ["Stripe-Signature"], "standard": ["webhook-signature"], "github": ["X-Hub-Signature-256"],
     "shopify": ["X-Shopify-Hmac-Sha256"], "slack": ["X-Slack-Signature"], "twilio": ["X-Twilio-Signature"],
     "sendgrid": ["X-Twilio-Email-Event-Webhook-Signature"], "paypal": ["PAYPAL-TRANSMISSION-SIG"],
     "hmac": ["X-Signature"], "adyen": ["HmacSignature"],
 }
-SENT = {  # kind → payload file sent through `webhooks send`
-    "stripe": "stripe/payment_intent.succeeded__basic.json",
-    "adyen": "adyen/CAPTURE__batch.json",
-    "standard": "standard/user.created__spec_example.json",
-    "github": "github/issues__opened.json",
-    "shopify": "shopify/orders_paid__basic.json",
-    "slack": "slack/app_mention__event_callback.json",
-    "twilio": "twilio/message_status__delivered.txt",
-    "sendgrid": "sendgrid/batch__delivery_engagement.json",
-    "paypal": "paypal/payment.capture.completed__basic.json",
-    "hmac": "hmac/invoice.created__basic.json",
-}
 RAW_BODY_KINDS = [k for k in SENT if k != "adyen"]  # Adyen signs fields, not bytes: see test_adyen.py
-
-
-def _pem_pair() -> tuple[str, str]:
-    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "messageverificationcerts.sandbox.paypal.com")])
-    now = datetime.now(UTC)
-    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
-            .serial_number(x509.random_serial_number()).not_valid_before(now - timedelta(days=1))
-            .not_valid_after(now + timedelta(days=30)).sign(key, hashes.SHA256()))
-    key_pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                serialization.NoEncryption()).decode()
-    return cert.public_bytes(serialization.Encoding.PEM).decode(), key_pem
-
-
-def _ec_pair() -> tuple[str, str]:
-    key = ec.generate_private_key(ec.SECP256R1())
-    public = key.public_key().public_bytes(serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
-    private = key.private_bytes(serialization.Encoding.DER, serialization.PrivateFormat.PKCS8,
-                                serialization.NoEncryption())
-    return base64.b64encode(public).decode(), base64.b64encode(private).decode()
-
-
-def endpoints() -> dict[str, dict[str, Any]]:
-    cert, key = _pem_pair()
-    sg_public, sg_private = _ec_pair()
-    return {
-        "stripe": {"secrets": ["whsec_old_one", STRIPE_SECRET]},
-        "adyen": {"secrets": [ADYEN_KEY]},
-        "standard": {"secrets": ["whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD", "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"]},
-        "github": {"secrets": ["old-gh-secret", "It's a Secret to Everybody"]},
-        "shopify": {"secrets": ["old-shop-secret", "shop-secret"], "topic": "orders/paid"},
-        "slack": {"secrets": ["old-slack-secret", "8f742231b10e8888abcd99yyyzzz85a5"]},
-        "twilio": {"secrets": ["old-token", "12345"], "public_url": PUBLIC_TWILIO},
-        "sendgrid": {"secrets": [sg_public], "signing_key": sg_private},
-        "paypal": {"secrets": [], "webhook_id": "WH-1T2Y3", "certificate": cert, "signing_key": key},
-        "hmac": {"secrets": ["old-generic", "generic-secret"], "header": "X-Signature", "algorithm": "sha256",
-                 "encoding": "hex", "prefix": "sha256=", "id_path": "id", "type_path": "type"},
-    }
 
 
 def toml(config: dict[str, dict[str, Any]]) -> str:

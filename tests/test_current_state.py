@@ -16,8 +16,8 @@ from flask import Flask
 from tests import state_handlers
 from tests.conftest import admin_headers, adyen_body, adyen_item, base_config, drain, make_app, rows, stripe_headers
 from tests.fake_apis import serve
+from tests.support.catalogue import endpoints
 from tests.support.crc32 import PAD, crc_twin
-from tests.test_catalogue import endpoints
 from webhooks import providers
 from webhooks.providers import stripe_api
 
@@ -204,7 +204,7 @@ def paypal_app(request: pytest.FixtureRequest) -> Iterator[Flask]:
 
 def genuine_paypal(app: Flask) -> tuple[bytes, dict[str, str]]:
     from tests.conftest import PAYLOADS
-    from tests.test_catalogue import SENT
+    from tests.support.catalogue import SENT
 
     endpoint = app.extensions["webhooks"].settings.endpoints["paypal"]
     raw = (PAYLOADS / SENT["paypal"]).read_bytes()

@@ -5,46 +5,18 @@ documented ``VerificationError`` (``PayloadError`` included) — or, for PayPal'
 
 from __future__ import annotations
 
-import base64
 import json
 from typing import Any
 
 import pytest
-from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric import ec
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.providers.test_paypal import CERT, KEY_PEM
+from tests.support.signing import ENDPOINTS, NOW, provider, signed
 from webhooks.errors import UnavailableError, VerificationError
 from webhooks.providers import PROVIDERS
-from webhooks.providers.base import Endpoint, Provider, Request
-from webhooks.providers.paypal import PayPal
+from webhooks.providers.base import Endpoint, Request
 
-NOW = 1_700_000_000
-CERT_URL = "https://api.sandbox.paypal.com/v1/notifications/certs/CERT-fuzz"
-_SG_PRIVATE = ec.generate_private_key(ec.SECP256R1())
-SG_PUBLIC = base64.b64encode(_SG_PRIVATE.public_key().public_bytes(
-    serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)).decode()
-SG_PRIVATE = base64.b64encode(_SG_PRIVATE.private_bytes(
-    serialization.Encoding.DER, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())).decode()
-
-ENDPOINTS: dict[str, Endpoint] = {
-    "stripe": Endpoint("stripe", "stripe", ("whsec_fuzz",)),
-    "adyen": Endpoint("adyen", "adyen", ("44782DEF547AAA06C910C43932B1EB0C71FC68D9D0C057550C48EC2ACF6BA056",)),
-    "standard": Endpoint("standard", "standard", ("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
-                                                  "whpk_A6EHv/POEL4dcN0Y50vAmWfk1jCbpQ1fHdyGZBJVMbg=")),
-    "github": Endpoint("github", "github", ("gh-secret",)),
-    "shopify": Endpoint("shopify", "shopify", ("shop-secret",)),
-    "slack": Endpoint("slack", "slack", ("slack-secret",)),
-    "twilio": Endpoint("twilio", "twilio", ("12345",), options={"public_url": "https://example.com/webhooks/fuzz"}),
-    "sendgrid": Endpoint("sendgrid", "sendgrid", (SG_PUBLIC,), options={"signing_key": SG_PRIVATE}),
-    "paypal": Endpoint("paypal", "paypal", (), options={"webhook_id": "WH-FUZZ", "signing_key": KEY_PEM,
-                                                        "cert_url": CERT_URL}),
-    "hmac": Endpoint("hmac", "hmac", ("s3cret",), options={
-        "header": "X-Signature", "prefix": "sha256=", "timestamp_header": "X-Timestamp",
-        "id_path": "data.id", "type_header": "X-Type"}),
-}
 # Headers each kind reads, beyond those its own ``sign`` produces.
 EXTRA_HEADERS = {
     "standard": ["svix-signature", "svix-id", "svix-timestamp"],
@@ -53,28 +25,7 @@ EXTRA_HEADERS = {
     "adyen": ["hmacsignature", "authorization"],
     "hmac": ["x-type"],
 }
-URL = "https://example.com/webhooks/fuzz"
 RAISES = (VerificationError, UnavailableError)
-
-
-def provider(kind: str) -> Provider:
-    if kind == "paypal":
-        return PayPal(cert_loader=lambda url: CERT)
-    return PROVIDERS[kind]
-
-
-def signed(kind: str, body: bytes) -> Request:
-    """A genuine request for ``body`` (Adyen: signed by header, which works for any body)."""
-    p, endpoint = provider(kind), ENDPOINTS[kind]
-    url = URL + f"?bodySHA256={__import__('hashlib').sha256(body).hexdigest()}" if kind == "twilio" else URL
-    if kind == "adyen":
-        from webhooks.providers.adyen import hmac_digest
-
-        key = bytes.fromhex(endpoint.secrets[0])
-        headers = {"HmacSignature": base64.b64encode(hmac_digest(key, body)).decode()}
-    else:
-        body, headers = p.sign(endpoint, body, now=NOW, url=url)
-    return Request({k.lower(): v for k, v in headers.items()}, body, url)
 
 
 def header_names(kind: str) -> list[str]:

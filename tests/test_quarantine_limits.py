@@ -24,8 +24,7 @@ from tests.conftest import (
     stripe_event,
     stripe_headers,
 )
-from tests.test_catalogue import SENT
-from tests.test_replay import HOST, all_endpoints, genuine
+from tests.support.catalogue import HOST, SENT, all_endpoints, genuine
 from webhooks import providers, quarantine
 
 SIZE = "length(body) + length(url) + length(CAST(headers AS TEXT))"  # what the byte budget counts

@@ -22,11 +22,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.conftest import PAYLOADS, admin_headers, base_config, make_app, rows
+from tests.support.catalogue import HOST, PUBLIC_TWILIO, SENT, all_endpoints, genuine
 from tests.support.crc32 import PAD, crc_twin
-from tests.test_catalogue import PUBLIC_TWILIO, SENT, endpoints
 from webhooks import providers
 
-HOST = "hooks.example.com"
 PROPERTY = settings(max_examples=40, deadline=None,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 ID_HEADERS = [
@@ -34,16 +33,6 @@ ID_HEADERS = [
     "Shopify-Topic", "X-Shopify-Event-Id", "I-Twilio-Idempotency-Token", "webhook-id", "svix-id",
     "X-Event-Id", "X-Event-Type", "PAYPAL-TRANSMISSION-ID", "X-Request-Id",
 ]
-HMAC_BY_HEADER = {"provider": "hmac", "secrets": ["generic-secret"], "header": "X-Signature",
-                  "prefix": "sha256=", "id_header": "X-Event-Id", "type_header": "X-Event-Type"}
-
-
-def all_endpoints() -> dict[str, dict[str, Any]]:
-    config = {name: {"provider": name, **values} for name, values in endpoints().items()}
-    config["hmac_by_header"] = HMAC_BY_HEADER
-    return config
-
-
 def make(url: str, **extra: Any) -> Flask:
     return make_app(base_config(url, ENDPOINTS=all_endpoints(), **extra))
 
@@ -58,20 +47,6 @@ def both(request: pytest.FixtureRequest) -> Flask:
     if request.param == "sqlite":
         return make(request.getfixturevalue("sqlite_url"))
     return make(request.getfixturevalue("pg_url"), REDIS_URL=request.getfixturevalue("redis_url"))
-
-
-def genuine(app: Flask, name: str, payload: bytes | None = None) -> tuple[bytes, dict[str, str], str]:
-    """One delivery exactly as the provider would sign it now: (body, headers, path with query)."""
-    endpoint = app.extensions["webhooks"].settings.endpoints[name]
-    provider = providers.get(endpoint.provider)
-    kind = endpoint.provider
-    raw = payload if payload is not None else (PAYLOADS / SENT[kind]).read_bytes()
-    url = provider.post_url(PUBLIC_TWILIO if kind == "twilio" else f"https://{HOST}/webhooks/{name}", raw)
-    body, headers = provider.sign(endpoint, raw, now=time.time(), url=url)
-    if kind == "hmac" and endpoint.options.get("id_header"):
-        headers |= {"X-Event-Id": "evt-genuine", "X-Event-Type": "invoice.paid"}
-    query = url.partition("?")[2]
-    return body, headers, f"/webhooks/{name}" + (f"?{query}" if query else "")
 
 
 def post(app: Flask, path: str, body: bytes, headers: dict[str, str], host: str = HOST) -> int:

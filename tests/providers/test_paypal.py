@@ -17,6 +17,7 @@ from cryptography.hazmat.primitives.asymmetric import padding, rsa
 from cryptography.x509.oid import NameOID
 
 from tests.support.crc32 import crc_twin
+from tests.support.paypal_cert import CERT, KEY, KEY_PEM, certificate
 from webhooks.errors import ConfigError, UnavailableError, VerificationError
 from webhooks.providers.base import Endpoint, Request, replay_key
 from webhooks.providers.paypal import PayPal
@@ -25,23 +26,8 @@ from webhooks.providers.paypal_certs import CertLoader
 PAYLOADS = Path(__file__).parents[1] / "payloads" / "paypal"
 NOW = 1_700_000_000
 CERT_URL = "https://api.sandbox.paypal.com/v1/notifications/certs/CERT-360caa42-fca2a594-a5cafa77"
-KEY = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-KEY_PEM = KEY.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                            serialization.NoEncryption()).decode()
 
 
-def certificate(cn: str = "messageverificationcerts.sandbox.paypal.com", *, days: int = 365,
-                start: float = NOW - 86400) -> bytes:
-    """A self-signed stand-in for PayPal's certificate (PayPal's chains to a public root; see paypal_certs)."""
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, cn)])
-    begin = datetime.fromtimestamp(start, UTC)
-    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(KEY.public_key())
-            .serial_number(1).not_valid_before(begin).not_valid_after(begin + timedelta(days=days))
-            .sign(KEY, hashes.SHA256()))
-    return cert.public_bytes(serialization.Encoding.PEM)
-
-
-CERT = certificate()
 LOADED: list[str] = []
 
 

@@ -18,8 +18,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from standardwebhooks.webhooks import Webhook
 
-from tests.test_fuzz import ENDPOINTS, NOW, signed
-from tests.test_fuzz import provider as provider_of
+from tests.support.signing import ENDPOINTS, NOW, signed
+from tests.support.signing import provider as provider_of
 from webhooks.errors import ConfigError, UnavailableError, VerificationError
 from webhooks.providers import PROVIDERS
 from webhooks.providers.base import Endpoint, Request, first_match, hmac_digest, replay_key

@@ -1,0 +1,96 @@
+"""Every provider kind configured as an endpoint (secrets, keys, options), the payload each sends,
+and one genuine delivery signed as the provider would: shared by the catalogue, replay and
+quarantine tests."""
+
+from __future__ import annotations
+
+import base64
+import time
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec, rsa
+from cryptography.x509.oid import NameOID
+from flask import Flask
+
+from tests.conftest import ADYEN_KEY, PAYLOADS, STRIPE_SECRET
+from webhooks import providers
+
+PUBLIC_TWILIO = "https://hooks.example.com/twilio/inbound"
+HOST = "hooks.example.com"
+SENT = {  # kind → payload file sent through `webhooks send`
+    "stripe": "stripe/payment_intent.succeeded__basic.json",
+    "adyen": "adyen/CAPTURE__batch.json",
+    "standard": "standard/user.created__spec_example.json",
+    "github": "github/issues__opened.json",
+    "shopify": "shopify/orders_paid__basic.json",
+    "slack": "slack/app_mention__event_callback.json",
+    "twilio": "twilio/message_status__delivered.txt",
+    "sendgrid": "sendgrid/batch__delivery_engagement.json",
+    "paypal": "paypal/payment.capture.completed__basic.json",
+    "hmac": "hmac/invoice.created__basic.json",
+}
+
+
+def _pem_pair() -> tuple[str, str]:
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "messageverificationcerts.sandbox.paypal.com")])
+    now = datetime.now(UTC)
+    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
+            .serial_number(x509.random_serial_number()).not_valid_before(now - timedelta(days=1))
+            .not_valid_after(now + timedelta(days=30)).sign(key, hashes.SHA256()))
+    key_pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                serialization.NoEncryption()).decode()
+    return cert.public_bytes(serialization.Encoding.PEM).decode(), key_pem
+
+
+def _ec_pair() -> tuple[str, str]:
+    key = ec.generate_private_key(ec.SECP256R1())
+    public = key.public_key().public_bytes(serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
+    private = key.private_bytes(serialization.Encoding.DER, serialization.PrivateFormat.PKCS8,
+                                serialization.NoEncryption())
+    return base64.b64encode(public).decode(), base64.b64encode(private).decode()
+
+
+def endpoints() -> dict[str, dict[str, Any]]:
+    cert, key = _pem_pair()
+    sg_public, sg_private = _ec_pair()
+    return {
+        "stripe": {"secrets": ["whsec_old_one", STRIPE_SECRET]},
+        "adyen": {"secrets": [ADYEN_KEY]},
+        "standard": {"secrets": ["whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD", "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"]},
+        "github": {"secrets": ["old-gh-secret", "It's a Secret to Everybody"]},
+        "shopify": {"secrets": ["old-shop-secret", "shop-secret"], "topic": "orders/paid"},
+        "slack": {"secrets": ["old-slack-secret", "8f742231b10e8888abcd99yyyzzz85a5"]},
+        "twilio": {"secrets": ["old-token", "12345"], "public_url": PUBLIC_TWILIO},
+        "sendgrid": {"secrets": [sg_public], "signing_key": sg_private},
+        "paypal": {"secrets": [], "webhook_id": "WH-1T2Y3", "certificate": cert, "signing_key": key},
+        "hmac": {"secrets": ["old-generic", "generic-secret"], "header": "X-Signature", "algorithm": "sha256",
+                 "encoding": "hex", "prefix": "sha256=", "id_path": "id", "type_path": "type"},
+    }
+
+
+HMAC_BY_HEADER = {"provider": "hmac", "secrets": ["generic-secret"], "header": "X-Signature",
+                  "prefix": "sha256=", "id_header": "X-Event-Id", "type_header": "X-Event-Type"}
+
+
+def all_endpoints() -> dict[str, dict[str, Any]]:
+    config = {name: {"provider": name, **values} for name, values in endpoints().items()}
+    config["hmac_by_header"] = HMAC_BY_HEADER
+    return config
+
+
+def genuine(app: Flask, name: str, payload: bytes | None = None) -> tuple[bytes, dict[str, str], str]:
+    """One delivery exactly as the provider would sign it now: (body, headers, path with query)."""
+    endpoint = app.extensions["webhooks"].settings.endpoints[name]
+    provider = providers.get(endpoint.provider)
+    kind = endpoint.provider
+    raw = payload if payload is not None else (PAYLOADS / SENT[kind]).read_bytes()
+    url = provider.post_url(PUBLIC_TWILIO if kind == "twilio" else f"https://{HOST}/webhooks/{name}", raw)
+    body, headers = provider.sign(endpoint, raw, now=time.time(), url=url)
+    if kind == "hmac" and endpoint.options.get("id_header"):
+        headers |= {"X-Event-Id": "evt-genuine", "X-Event-Type": "invoice.paid"}
+    query = url.partition("?")[2]
+    return body, headers, f"/webhooks/{name}" + (f"?{query}" if query else "")
