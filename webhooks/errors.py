@@ -17,6 +17,8 @@ this tree, on purpose: the worker's API clients (``providers.stripe_api.ApiError
 
 from __future__ import annotations
 
+from webhooks.words import Reason
+
 
 class WebhooksError(Exception):
     """Base of the errors above (see the module docstring for those outside it)."""
@@ -27,13 +29,13 @@ class ConfigError(WebhooksError):
 
 
 class VerificationError(WebhooksError):
-    """A delivery failed verification; ``reason`` is the machine-readable code sent back."""
+    """A delivery failed verification; ``reason`` (``words.Reason``) is the machine-readable code sent back."""
 
     status = 400
 
-    def __init__(self, reason: str, detail: str = "", *, status: int | None = None) -> None:
-        super().__init__(f"{reason}: {detail}" if detail else reason)
-        self.reason = reason
+    def __init__(self, reason: Reason | str, detail: str = "", *, status: int | None = None) -> None:
+        self.reason = Reason(reason)  # a code outside ``Reason`` is a bug: ValueError
+        super().__init__(f"{self.reason}: {detail}" if detail else str(self.reason))
         self.detail = detail
         if status is not None:
             self.status = status
@@ -43,7 +45,7 @@ class PayloadError(VerificationError):
     """The signature held but the body cannot be understood."""
 
     def __init__(self, detail: str = "") -> None:
-        super().__init__("malformed_payload", detail)
+        super().__init__(Reason.MALFORMED_PAYLOAD, detail)
 
 
 class UnavailableError(WebhooksError):

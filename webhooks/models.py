@@ -10,6 +10,7 @@ from sqlalchemy import (
     JSON,
     BigInteger,
     Boolean,
+    CheckConstraint,
     DateTime,
     Index,
     Integer,
@@ -21,6 +22,8 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+from webhooks.words import Status
 
 NAMING = {
     "ix": "ix_%(column_0_label)s",
@@ -35,7 +38,9 @@ Timestamp = Annotated[datetime, mapped_column(DateTime(timezone=True))]
 Name = Annotated[str, mapped_column(String(100))]
 Ident = Annotated[str, mapped_column(String(255))]
 
-STATUSES = ("received", "queued", "processing", "processed", "failed", "ignored")
+STATUSES = tuple(s.value for s in Status)
+# The database refuses any other word (named ck_events_status by the naming convention).
+STATUS_CHECK = "status IN (" + ", ".join(f"'{s}'" for s in STATUSES) + ")"
 
 
 class Base(DeclarativeBase):
@@ -81,6 +86,7 @@ class Event(Base):
         Index("ix_events_object_id", "object_id"),  # console search, and "events that moved it"
         Index("ix_events_reference", "reference"),
         Index("ux_events_replay_key", "provider", "replay_key", unique=True),
+        CheckConstraint(STATUS_CHECK, name="status"),
     )
 
 

@@ -22,11 +22,12 @@ from webhooks.errors import ConfigError, WebhooksError
 from webhooks.models import Event
 from webhooks.providers import PROVIDERS
 from webhooks.providers.base import Provider, duration_seconds
+from webhooks.words import Status
 
 # Each kind's retry horizon is its provider class's ``retry_horizon``; a kind no longer
 # registered (still present in ``events``) gets the base class's: the longest, 30 days.
 UNKNOWN = Provider.retry_horizon
-FINISHED = ("processed", "ignored")
+FINISHED = (Status.PROCESSED, Status.IGNORED)
 class PurgeRefusedError(WebhooksError):
     """The window would let a late provider retry in as a new event."""
 
@@ -71,7 +72,7 @@ def purge(sessions: sessionmaker[Session], plan: Plan, *, kinds: set[str], force
     moment = now or datetime.now(UTC)
     condition = (
         (Event.status.in_(FINISHED) & (Event.received_at < moment - plan.older_than))
-        | ((Event.status == "failed") & (Event.received_at < moment - plan.failed_older_than))
+        | ((Event.status == Status.FAILED) & (Event.received_at < moment - plan.failed_older_than))
     )
     with sessions() as session:
         count = session.scalar(select(func.count()).select_from(Event).where(condition)) or 0

@@ -22,6 +22,7 @@ from webhooks.errors import ConfigError, VerificationError
 from webhooks.models import Rejection, RejectionCount
 from webhooks.providers.base import Endpoint, Verified
 from webhooks.timestamps import aware
+from webhooks.words import Reason
 
 if TYPE_CHECKING:
     from webhooks.runtime import Runtime
@@ -224,7 +225,7 @@ def reverify(
     with rt.sessions() as session:
         rejection = session.get(Rejection, rejection_id)
     if rejection is None:
-        return None, VerificationError("not_found", status=404)
+        return None, VerificationError(Reason.NOT_FOUND, status=404)
     endpoint = rt.settings.endpoints.get(rejection.endpoint)
     headers = restore_headers(endpoint, rejection) if endpoint else dict(rejection.headers)
     arrival = aware(rejection.received_at)

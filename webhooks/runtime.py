@@ -21,6 +21,7 @@ from webhooks.db import deferred, make_engine, make_sessionmaker, sqlite_lock
 from webhooks.metrics import RECOVERIES
 from webhooks.models import Event
 from webhooks.queue import JobQueue
+from webhooks.words import Status
 
 log = logging.getLogger(__name__)
 SWEEP_PAGE = 500
@@ -95,7 +96,7 @@ class Runtime:
         # behind them.
         base = (
             select(Event.status_at, Event.provider, Event.event_id, Event.status)
-            .where(Event.status.in_(("received", "queued")), Event.status_at < cutoff)
+            .where(Event.status.in_((Status.RECEIVED, Status.QUEUED)), Event.status_at < cutoff)
             .order_by(Event.status_at, Event.provider, Event.event_id)
             .limit(SWEEP_PAGE)
         )
@@ -120,7 +121,7 @@ class Runtime:
                     session.execute(
                         update(Event)
                         .where(Event.provider == provider, Event.event_id == event_id, Event.status == status)
-                        .values(status="queued", status_at=datetime.now(UTC))
+                        .values(status=Status.QUEUED, status_at=datetime.now(UTC))
                     )
         return swept
 
@@ -138,7 +139,7 @@ class Runtime:
         now = datetime.now(UTC)
         query = (
             select(Event.provider, Event.event_id, Event.attempts)
-            .where(Event.status == "processing", Event.status_at < cutoff)
+            .where(Event.status == Status.PROCESSING, Event.status_at < cutoff)
             .order_by(Event.status_at)
             .limit(limit)
             .with_for_update(skip_locked=True)
@@ -147,7 +148,7 @@ class Runtime:
         with self.sessions.begin() as session:
             for provider, event_id, attempts in session.execute(query).all():
                 exhausted = attempts >= self.settings.max_attempts
-                values: dict[str, object] = {"status": "failed" if exhausted else "queued", "status_at": now}
+                values: dict[str, object] = {"status": Status.FAILED if exhausted else Status.QUEUED, "status_at": now}
                 if exhausted:
                     values["last_error"] = "AbandonedJobError: the worker died while processing this event"
                 else:

@@ -47,6 +47,7 @@ from webhooks.providers.base import (
     require,
 )
 from webhooks.providers.paypal_hosts import is_paypal_cert_url
+from webhooks.words import Reason
 
 Loader = Callable[[str], bytes]  # a URL (or a pinned file's path) -> PEM
 DEFAULT_CERT_URL = "https://api.sandbox.paypal.com/v1/notifications/certs/CERT-test"
@@ -62,9 +63,9 @@ def transmission_time(value: str, now: float, tolerance: int) -> int:
         moment = datetime.fromisoformat(value.replace("Z", "+00:00").replace("z", "+00:00"))
         ts = int((moment if moment.tzinfo else moment.replace(tzinfo=UTC)).timestamp())
     except (ValueError, OverflowError) as exc:
-        raise VerificationError("malformed_signature", "PAYPAL-TRANSMISSION-TIME is not ISO 8601") from exc
+        raise VerificationError(Reason.MALFORMED_SIGNATURE, "PAYPAL-TRANSMISSION-TIME is not ISO 8601") from exc
     if abs(now - ts) > tolerance:
-        raise VerificationError("timestamp_out_of_tolerance", f"skew {int(now - ts)} s")
+        raise VerificationError(Reason.TIMESTAMP_OUT_OF_TOLERANCE, f"skew {int(now - ts)} s")
     return ts
 
 
@@ -116,7 +117,7 @@ class PayPal(Provider):
         try:
             return x509.load_pem_x509_certificates(pem)[0]
         except ValueError as exc:
-            raise VerificationError("signature_mismatch", "certificate does not parse") from exc
+            raise VerificationError(Reason.SIGNATURE_MISMATCH, "certificate does not parse") from exc
 
     def verify(self, request: Request, endpoint: Endpoint, *, now: float) -> Verified:
         transmission_id = require(request, "PAYPAL-TRANSMISSION-ID")
@@ -124,21 +125,21 @@ class PayPal(Provider):
         signature = b64decode(require(request, "PAYPAL-TRANSMISSION-SIG"))
         cert_url = require(request, "PAYPAL-CERT-URL")
         if require(request, "PAYPAL-AUTH-ALGO").upper() != "SHA256WITHRSA":
-            raise VerificationError("malformed_signature", "PAYPAL-AUTH-ALGO is not SHA256withRSA")
+            raise VerificationError(Reason.MALFORMED_SIGNATURE, "PAYPAL-AUTH-ALGO is not SHA256withRSA")
         if not is_paypal_cert_url(cert_url):
-            raise VerificationError("url_mismatch", "PAYPAL-CERT-URL is not a PayPal certificate URL")
+            raise VerificationError(Reason.URL_MISMATCH, "PAYPAL-CERT-URL is not a PayPal certificate URL")
         signed_at = transmission_time(time, now, endpoint.tolerance_seconds)
         cert = self._certificate(endpoint, cert_url)
         moment = datetime.fromtimestamp(now, UTC)
         if not cert.not_valid_before_utc <= moment <= cert.not_valid_after_utc:
-            raise VerificationError("signature_mismatch", "certificate is not valid now")
+            raise VerificationError(Reason.SIGNATURE_MISMATCH, "certificate is not valid now")
         key = cert.public_key()
         if not isinstance(key, rsa.RSAPublicKey):
-            raise VerificationError("signature_mismatch", "certificate key is not RSA")
+            raise VerificationError(Reason.SIGNATURE_MISMATCH, "certificate key is not RSA")
         messages = [signed_string(transmission_id, time, w, request.body) for w in _webhook_ids(endpoint)]
         index = next((i for i, message in enumerate(messages) if _verifies(key, signature, message)), None)
         if index is None:
-            raise VerificationError("signature_mismatch", "signature does not verify for any webhook_id")
+            raise VerificationError(Reason.SIGNATURE_MISMATCH, "signature does not verify for any webhook_id")
         event = parse_json(request.body)
         if not isinstance(event, dict) or not event.get("id") or not isinstance(event.get("event_type"), str):
             raise PayloadError("no event id or event_type")

@@ -33,6 +33,7 @@ from cryptography.x509.verification import VerificationError as ChainError
 
 from webhooks.errors import UnavailableError, VerificationError
 from webhooks.providers.paypal_hosts import is_paypal_cert_url
+from webhooks.words import Reason
 
 SUBJECTS = ("messageverificationcerts.paypal.com", "messageverificationcerts.sandbox.paypal.com")
 MAX_BYTES = 64 * 1024
@@ -45,7 +46,7 @@ class _NoRedirect(urllib.request.HTTPRedirectHandler):
 
 
 def _fail(detail: str) -> VerificationError:
-    return VerificationError("signature_mismatch", detail)
+    return VerificationError(Reason.SIGNATURE_MISMATCH, detail)
 
 
 class CertLoader:
@@ -60,7 +61,7 @@ class CertLoader:
         self.fetch, self.clock = fetch or self._fetch, clock
         self.failure_ttl, self.max_fetches, self.per_seconds = failure_ttl, max_fetches, per_seconds
         self._cache: dict[str, tuple[bytes, float]] = {}
-        self._failures: dict[str, tuple[str | None, str, float]] = {}  # url -> (reason, detail, until)
+        self._failures: dict[str, tuple[Reason | None, str, float]] = {}  # url -> (reason, detail, until)
         self._fetches: deque[float] = deque()  # clock() of recent fetches
         self._lock = threading.Lock()
         self._opener = urllib.request.build_opener(_NoRedirect)
@@ -72,7 +73,7 @@ class CertLoader:
         if cached and cached[1] > now:
             return cached[0]
         if not is_paypal_cert_url(url):
-            raise VerificationError("url_mismatch", "not a PayPal certificate URL")
+            raise VerificationError(Reason.URL_MISMATCH, "not a PayPal certificate URL")
         self._admit(url)
         try:
             pem = self.fetch(url)

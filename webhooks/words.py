@@ -1,0 +1,40 @@
+"""The service's fixed vocabularies: an event's ``status`` and the reason code of a refused delivery.
+
+Both are ``StrEnum``: each member *is* its string (``Status.QUEUED == "queued"``), so the JSON,
+the database and the metrics labels see exactly the words they always saw.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class Status(StrEnum):
+    """``events.status``: received → queued → processing → processed | ignored | failed."""
+
+    RECEIVED = "received"
+    QUEUED = "queued"
+    PROCESSING = "processing"
+    PROCESSED = "processed"
+    FAILED = "failed"
+    IGNORED = "ignored"
+
+
+
+class Reason(StrEnum):
+    """Why a delivery was refused (or re-verify found nothing): the ``error`` sent back, the
+    ``reason`` counted in ``rejection_counts`` and on the ``rejections`` metric."""
+
+    MISSING_SIGNATURE = "missing_signature"
+    MALFORMED_SIGNATURE = "malformed_signature"
+    SIGNATURE_MISMATCH = "signature_mismatch"
+    TIMESTAMP_OUT_OF_TOLERANCE = "timestamp_out_of_tolerance"
+    URL_MISMATCH = "url_mismatch"
+    BAD_BASIC_AUTH = "bad_basic_auth"
+    MALFORMED_PAYLOAD = "malformed_payload"
+    PAYLOAD_TOO_LARGE = "payload_too_large"
+    REQUEST_TIMEOUT = "request_timeout"
+    UNKNOWN_ENDPOINT = "unknown_endpoint"
+    RATE_LIMITED = "rate_limited"
+    REPLAYED_SIGNATURE = "replayed_signature"
+    NOT_FOUND = "not_found"
