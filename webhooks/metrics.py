@@ -52,6 +52,9 @@ DURATION = Histogram(
     buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300),
 )
 RECOVERIES = Counter("webhooks_sweeper_recoveries", "Stranded events the sweeper queued again")
+RATE_LIMIT_FAILURES = Counter(
+    "webhooks_rate_limit_failures", "Rate-limit checks Redis could not answer (the per-process bucket decided)"
+)
 
 
 def process_exited(pid: int) -> None:
@@ -116,7 +119,8 @@ def exposition(rt: Runtime) -> tuple[bytes, str]:
 
         multiprocess.MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
     else:  # one process (tests, a bare `flask run`): its own metrics
-        for collector in (DELIVERIES, REJECTIONS, ENQUEUE_FAILURES, ATTEMPTS, DURATION, RECOVERIES):
+        for collector in (DELIVERIES, REJECTIONS, ENQUEUE_FAILURES, ATTEMPTS, DURATION, RECOVERIES,
+                          RATE_LIMIT_FAILURES):
             registry.register(collector)
     registry.register(ServiceCollector(rt))
     return generate_latest(registry), CONTENT_TYPE_LATEST

@@ -19,16 +19,14 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from prometheus_client import Counter
+from webhooks.metrics import RATE_LIMIT_FAILURES
 
 if TYPE_CHECKING:  # provider modules import TokenBucket, and they load no Redis client
     import redis
 
 log = logging.getLogger(__name__)
 PAUSE = 1.0  # seconds without Redis after it failed: an outage costs one timeout a second, not one a request
-FAILURES = Counter(
-    "webhooks_rate_limit_failures", "Rate-limit checks Redis could not answer (the per-process bucket decided)"
-)
+FAILURES = RATE_LIMIT_FAILURES
 # KEYS[1]: the bucket (a hash: tokens, stamp); ARGV: rate, capacity. Returns the wait as a string
 # (a Lua number would come back truncated to an integer); "0" when the request may pass.
 TAKE = """
