@@ -166,9 +166,9 @@ def process(cmd: list[str], env: dict[str, str], cwd: Path = ROOT, up: str | Non
 
 def gunicorn(app: str, env: dict[str, str], port: int, cwd: Path = ROOT,
              log: Path | None = None) -> contextlib.AbstractContextManager[subprocess.Popen[bytes]]:
-    """gunicorn with the Procfile's config (``webhooks.gunicorn_conf``) on 127.0.0.1:port."""
+    """gunicorn with the Procfile's config (``webhooks.gunicorn_conf``, no access log) on 127.0.0.1:port."""
     cmd = [str(BIN / "gunicorn"), app, "-c", "python:webhooks.gunicorn_conf", "--bind", f"127.0.0.1:{port}",
-           "--access-logfile", "/dev/null", "--no-control-socket"]
+           "--no-control-socket"]
     return process(cmd, env, cwd, up=f"http://127.0.0.1:{port}/", log=log)
 
 
