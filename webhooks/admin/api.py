@@ -17,6 +17,7 @@ from webhooks.admin.auth import WHO, check_auth, runtime
 from webhooks.admin.queries import FilterError, iso
 from webhooks.admin.replay import PENDING, ReplayError, replay_matching, replay_one
 from webhooks.models import Attempt, Event, Object, Replay
+from webhooks.words import Status
 
 bp = Blueprint("admin_api", __name__, url_prefix="/admin/api")
 bp.before_request(check_auth)
@@ -180,7 +181,7 @@ def _replay_event_by_query(provider: str) -> Any:
 def replay_event(provider: str, event_id: str) -> Any:
     reason = _body().get("reason")
     outcome = replay_one(runtime(), provider, event_id, who=WHO, reason=str(reason) if reason else None)
-    return jsonify(provider=provider, event_id=event_id, status="queued" if outcome.queued else "received",
+    return jsonify(provider=provider, event_id=event_id, status=Status.QUEUED if outcome.queued else Status.RECEIVED,
                    replay_id=outcome.replay_id, **_queued(outcome.queued)), 202
 
 

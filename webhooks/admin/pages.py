@@ -23,6 +23,7 @@ from webhooks.admin.queries import FilterError, Filters
 from webhooks.admin.replay import BULK_LIMIT, ReplayError, matching_count, replay_matching, replay_one
 from webhooks.models import STATUSES, Attempt, Event, Replay
 from webhooks.timestamps import aware
+from webhooks.words import Status
 
 bp = Blueprint("admin_pages", __name__, url_prefix="/admin", template_folder="templates",
                static_folder="static", static_url_path="/static")
@@ -141,7 +142,7 @@ def events() -> str:
 
 @bp.get("/dead")
 def dead_letter() -> str:
-    return _events_page(dataclasses.replace(_filters(), status="failed"), title="Dead letter")
+    return _events_page(dataclasses.replace(_filters(), status=Status.FAILED), title="Dead letter")
 
 
 def _events_page(filters: Filters, title: str) -> str:

@@ -24,6 +24,7 @@ from webhooks.errors import WebhooksError
 from webhooks.metrics import ENQUEUE_FAILURES
 from webhooks.models import Event, Replay
 from webhooks.runtime import Runtime
+from webhooks.words import Status
 
 log = logging.getLogger(__name__)
 NO_REASON = "(no reason given)"
@@ -68,8 +69,9 @@ def _mark(session: Session, ids: list[tuple[str, str]]) -> list[tuple[str, str]]
     for start in range(0, len(ids), CHUNK):
         marked += [(p, e) for p, e in session.execute(
             update(Event)
-            .where(tuple_(Event.provider, Event.event_id).in_(ids[start:start + CHUNK]), Event.status != "processing")
-            .values(status="queued", status_at=datetime.now(UTC))
+            .where(tuple_(Event.provider, Event.event_id).in_(ids[start:start + CHUNK]),
+                   Event.status != Status.PROCESSING)
+            .values(status=Status.QUEUED, status_at=datetime.now(UTC))
             .returning(Event.provider, Event.event_id)
         )]
     order = {pair: n for n, pair in enumerate(ids)}
@@ -100,8 +102,8 @@ def _leave_for_sweeper(rt: Runtime, ids: list[tuple[str, str]]) -> None:
                 session.execute(
                     update(Event)
                     .where(tuple_(Event.provider, Event.event_id).in_(ids[start:start + CHUNK]),
-                           Event.status == "queued")
-                    .values(status="received", status_at=datetime.now(UTC))
+                           Event.status == Status.QUEUED)
+                    .values(status=Status.RECEIVED, status_at=datetime.now(UTC))
                 )
     except Exception:  # the replay stands either way; the sweeper also takes `queued` rows
         log.warning("could not mark replayed events received; the sweeper finds them queued", exc_info=True)
@@ -116,9 +118,9 @@ def replay_one(rt: Runtime, provider: str, event_id: str, *, who: str, reason: s
         event = session.get(Event, (provider, event_id), with_for_update=True)
         if event is None:
             raise ReplayError("not_found", 404)
-        if event.status == "processing":
+        if event.status == Status.PROCESSING:
             raise ReplayError("in_progress", 409)
-        event.status, event.status_at = "queued", datetime.now(UTC)
+        event.status, event.status_at = Status.QUEUED, datetime.now(UTC)
         ids = [(provider, event_id)]
         replay_id = _audit(session, who, (reason or "").strip() or NO_REASON,
                            {"provider": provider, "event_id": event_id}, ids)
@@ -129,7 +131,7 @@ def matching_count(rt: Runtime, filters: Filters) -> int:
     """How many events a bulk replay of ``filters`` would replay now (the dry run)."""
     with rt.sessions() as session:
         query = select(func.count()).select_from(Event).where(
-            *conditions(filters, rt.settings.endpoints), Event.status != "processing"
+            *conditions(filters, rt.settings.endpoints), Event.status != Status.PROCESSING
         )
         return int(session.scalar(query) or 0)
 
@@ -149,7 +151,7 @@ def replay_matching(rt: Runtime, filters: Filters, *, who: str, reason: str | No
     with rt.sessions() as session:
         ids = [(p, e) for p, e in session.execute(
             select(Event.provider, Event.event_id)
-            .where(*conditions(filters, rt.settings.endpoints), Event.status != "processing")
+            .where(*conditions(filters, rt.settings.endpoints), Event.status != Status.PROCESSING)
             .order_by(Event.received_at, Event.provider, Event.event_id)  # oldest first, as they came
             .limit(BULK_LIMIT + 1)
         )]
