@@ -8,11 +8,9 @@ the sweeper and a replay may all call it for the same event at any time.
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 import random
 import threading
-import zlib
 from collections.abc import Callable
 from typing import Any
 
@@ -23,7 +21,6 @@ from rq.job import Job, JobStatus
 from rq.scheduler import RQScheduler
 from rq.scripts import _build_hset_args
 from rq.timeouts import TimerDeathPenalty
-from rq.utils import get_call_string, now, utcformat
 
 from webhooks.config import Settings, sentinels
 
@@ -81,12 +78,9 @@ def job_id(provider: str, event_id: str) -> str:
     return "wh-" + hashlib.sha256(f"{provider}\0{event_id}".encode()).hexdigest()[:40]
 
 
-_JITTER = random.Random()  # one generator: seeding one per job cost more than building the job
-
-
 def retry_intervals(settings: Settings, rng: random.Random | None = None) -> list[int]:
     """Exponential backoff with full jitter on the upper half: base·2^i, capped."""
-    rng = rng or _JITTER
+    rng = rng or random.Random()
     intervals = []
     for attempt in range(settings.max_attempts - 1):
         ceiling = min(settings.retry_max_seconds, settings.retry_base_seconds * 2**attempt)
@@ -108,8 +102,6 @@ class JobQueue:
             self.connection = fakeredis.FakeRedis(server=fakeredis.FakeServer())
         self.queue = Queue(settings.queue_name, connection=self.connection)
         self._enqueue_script = self.connection.register_script(ENQUEUE_MANY)
-        self._shape: dict[Any, Any] | None = None  # a job hash RQ built (see enqueue_many)
-        self._ttl = -1
         self.embedded: EmbeddedWorker | None = None
         self._start_lock = threading.Lock()
 
@@ -124,47 +116,23 @@ class JobQueue:
         Writes what RQ's unique enqueue writes (the job hash built by RQ's own ``Job``, its TTL, the
         queue's entry in ``rq:queues``, the id pushed on the queue), checked and written by one Lua
         script for the whole batch: RQ's per-call enqueue costs two round trips and a script call.
-        Each job's hash is the hash of a job RQ built once for this queue (``_shape``) with this
-        call's timestamps and the event's own ``data``, ``description`` and (jittered)
-        ``retry_intervals``, computed as RQ computes them: RQ's per-job build cost more than the rest.
         """
         if not events:
             return 0
-        if self._shape is None:
-            job = self._build("", "")
-            fields = _build_hset_args(job)
-            self._ttl = -1 if job.ttl is None else job.ttl
-            self._shape = dict(zip(fields[::2], fields[1::2], strict=True))
-        stamp = utcformat(now())
-        template = {**self._shape, "created_at": stamp, "enqueued_at": stamp}
-        keys, args = [self.queue.key, self.queue.redis_queues_keys], []
-        for provider, event_id in events:
-            jid = job_id(provider, event_id)
-            fields = [item for pair in self._fields(template, provider, event_id).items() for item in pair]
-            keys.append(Job.key_for(jid))
-            args += [jid, self._ttl, len(fields), *fields]
-        return int(self._enqueue_script(keys=keys, args=args))
-
-    def _build(self, provider: str, event_id: str) -> Job:
-        """The event's job as RQ builds it for ``enqueue``."""
         retries = self.settings.max_attempts - 1
         self.queue.get_redis_server_version()  # cached: once per queue (RQ stores it on the job)
-        job = self.queue.create_job(
-            JOB, args=(provider, event_id), job_id=job_id(provider, event_id),
-            retry=Retry(max=retries, interval=retry_intervals(self.settings)) if retries else None,
-            timeout=self.settings.job_timeout, result_ttl=500, failure_ttl=7 * 24 * 3600,
-        )
-        self.queue._prepare_for_queue(job)  # what RQ sets before saving: origin, enqueued_at, status
-        return job
-
-    def _fields(self, template: dict[Any, Any], provider: str, event_id: str) -> dict[Any, Any]:
-        """``template`` (another event's job hash, same batch) made the hash of this event's job."""
-        call: tuple[Any, ...] = (JOB, None, (provider, event_id), {})  # what Job.data serializes
-        fields = {**template, "data": zlib.compress(self.queue.serializer.dumps(call)),
-                  "description": get_call_string(JOB, (provider, event_id), {}, max_length=75)}
-        if "retry_intervals" in template:
-            fields["retry_intervals"] = json.dumps(retry_intervals(self.settings))
-        return fields
+        keys, args = [self.queue.key, self.queue.redis_queues_keys], []
+        for provider, event_id in events:
+            job = self.queue.create_job(
+                JOB, args=(provider, event_id), job_id=job_id(provider, event_id),
+                retry=Retry(max=retries, interval=retry_intervals(self.settings)) if retries else None,
+                timeout=self.settings.job_timeout, result_ttl=500, failure_ttl=7 * 24 * 3600,
+            )
+            self.queue._prepare_for_queue(job)  # what RQ sets before saving: origin, enqueued_at, status
+            fields = _build_hset_args(job)
+            keys.append(job.key)
+            args += [job.id, -1 if job.ttl is None else job.ttl, len(fields), *fields]
+        return int(self._enqueue_script(keys=keys, args=args))
 
     def _job(self, provider: str, event_id: str) -> Job | None:
         try:
