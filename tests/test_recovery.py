@@ -182,3 +182,23 @@ def test_a_job_taken_by_a_worker_killed_before_its_claim_is_requeued(any_app: Fl
     assert rt.sweep(now=later()) == 1
     drain(any_app)
     assert rows(any_app, "SELECT status, attempts FROM events") == [("processed", 1)]
+
+
+def test_a_job_started_by_a_worker_killed_before_its_claim_is_requeued(any_app: Flask) -> None:
+    """The next step of the same race: RQ marked the job `started`, then the worker died before
+    `process_event` claimed the row. The row is still `queued` with no attempt, past the sweep age:
+    no live worker is that slow to claim, so the sweeper requeues it instead of trusting `started`."""
+    from rq import Queue
+    from rq.job import JobStatus
+
+    post(any_app, "evt_started")
+    rt = runtime(any_app)
+    queue = rt.queue.queue
+    taken = Queue.lmove(queue.connection, queue.key, timeout=None)
+    assert taken is not None
+    job = queue.fetch_job(taken[1].decode() if isinstance(taken[1], bytes) else taken[1])
+    assert job is not None
+    job.set_status(JobStatus.STARTED)  # then SIGKILL, before the claim
+    assert rt.sweep(now=later()) == 1
+    drain(any_app)
+    assert rows(any_app, "SELECT status, attempts FROM events") == [("processed", 1)]

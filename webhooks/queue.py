@@ -140,12 +140,14 @@ class JobQueue:
         except NoSuchJobError:
             return None
 
-    def live(self, events: list[tuple[str, str]]) -> list[bool]:
+    def live(self, events: list[tuple[str, str]], *, unclaimed: bool = False) -> list[bool]:
         """For each (provider, event_id): whether its job is live — one Redis round trip for all.
 
         A job whose hash says ``queued`` is live only while its id is in the queue: a worker moves
         the id out (into RQ's intermediate list) before it marks the job ``started``, so a worker
         killed in between leaves a job that says ``queued`` and that nobody will ever run.
+        ``unclaimed``: the caller knows the rows were not claimed for longer than a live worker
+        takes to claim one, so a ``started`` job is a killed worker's, not a live one.
         """
         with self.connection.pipeline(transaction=False) as pipe:
             for provider, event_id in events:
@@ -153,7 +155,10 @@ class JobQueue:
                 pipe.hget(Job.key_for(jid), "status")
                 pipe.lpos(self.queue.key, jid)
             replies = pipe.execute()
-        return [_live(status, position) for status, position in zip(replies[::2], replies[1::2], strict=True)]
+        return [
+            _live(status, position) and not (unclaimed and status == JobStatus.STARTED.value.encode())
+            for status, position in zip(replies[::2], replies[1::2], strict=True)
+        ]
 
     def requeue(self, provider: str, event_id: str, *, force: bool = False) -> bool:
         """Enqueue a fresh job unless a live one exists; a finished or failed job is dropped first.

@@ -111,10 +111,13 @@ class Runtime:
                 break
             seen += len(rows)
             after = tuple(rows[-1][:3])  # type: ignore[assignment]
-            live = self.queue.live([(p, e) for _, p, e, _ in rows])
+            # These rows are not claimed yet: a job that says `started` for one of them past the
+            # sweep age belongs to a worker killed between taking it and claiming the row.
+            live = self.queue.live([(p, e) for _, p, e, _ in rows], unclaimed=True)
             for (_, provider, event_id, status), is_live in zip(rows, live, strict=True):
-                if is_live or not self.queue.requeue(provider, event_id):
+                if is_live:
                     continue
+                self.queue.requeue(provider, event_id, force=True)  # claim tokens make a race harmless
                 swept += 1
                 RECOVERIES.inc()
                 with self.sessions.begin() as session:
