@@ -13,6 +13,15 @@ from webhooks.config import load
 from webhooks.errors import ConfigError
 
 
+def refusal(tmp_path: Path, table: str) -> str:
+    """The start-up error for a webhooks.toml whose endpoint ``pay`` is ``table``."""
+    path = tmp_path / "webhooks.toml"
+    path.write_text(f"[endpoints.pay]\n{table}\n")
+    with pytest.raises(ConfigError) as caught:
+        load({"WEBHOOKS_CONFIG": str(path)})
+    return str(caught.value)
+
+
 @pytest.mark.parametrize(("table", "message"), [
     ('provider = "stripe"\nsecrets = ["whsec_a"]\ntolerance_second = 600',
      "endpoint 'pay': unknown key 'tolerance_second' (did you mean 'tolerance_seconds'?)"),
@@ -26,11 +35,7 @@ from webhooks.errors import ConfigError
      "endpoint 'pay': unknown key 'id_heder' (did you mean 'id_header'?)"),
 ])
 def test_a_misspelt_endpoint_key_stops_start_up(tmp_path: Path, table: str, message: str) -> None:
-    path = tmp_path / "webhooks.toml"
-    path.write_text(f"[endpoints.pay]\n{table}\n")
-    with pytest.raises(ConfigError) as caught:
-        load({"WEBHOOKS_CONFIG": str(path)})
-    assert str(caught.value) == message
+    assert refusal(tmp_path, table) == message
 
 
 def test_a_misspelt_top_level_table_stops_start_up(tmp_path: Path) -> None:
@@ -70,8 +75,4 @@ def test_the_cli_says_it_in_one_line(tmp_path: Path) -> None:
      "endpoint 'pay': reconcile_every: not a duration: 'often' (use e.g. 30d, 12h, 90m)"),
 ])
 def test_stripe_api_options_are_checked_at_start_up(tmp_path: Path, table: str, message: str) -> None:
-    path = tmp_path / "webhooks.toml"
-    path.write_text(f'[endpoints.pay]\nprovider = "stripe"\nsecrets = ["whsec_a"]\n{table}\n')
-    with pytest.raises(ConfigError) as caught:
-        load({"WEBHOOKS_CONFIG": str(path)})
-    assert str(caught.value) == message
+    assert refusal(tmp_path, f'provider = "stripe"\nsecrets = ["whsec_a"]\n{table}') == message
