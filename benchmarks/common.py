@@ -230,14 +230,17 @@ def prime(url: str, entries: list[tuple[str, str]], connections: int = 16) -> No
     assert all(s == 200 for s in statuses), "priming deliveries failed"
 
 
-def table(rows: list[dict[str, Any]], baseline: dict[int, dict[str, Any]]) -> str:
-    """A short table: req/s, p50, p99 and their ratios to the baseline at the same connections."""
-    head = f"{'case':<34}{'conns':>6}{'req/s':>9}{'× base':>8}{'p50 ms':>8}{'p99 ms':>8}{'p99 × base':>11}  answers"
-    lines = [head]
+def table(rows: list[dict[str, Any]]) -> str:
+    """A short table: req/s, p50, p99 and their ratios to the baseline row that precedes each case
+    (the baseline measured beside it); a case's ``ratios`` (each round's) are shown in brackets."""
+    head = f"{'case':<38}{'conns':>6}{'req/s':>9}{'× base':>8}{'p50 ms':>8}{'p99 ms':>8}{'p99 × base':>11}  answers"
+    lines, base = [head], rows[0]
     for r in rows:
-        b = baseline[r["connections"]]
+        if r["case"].startswith("baseline"):
+            base = r
         answers = "all 2xx" if not r["non2xx"] and not r["socket_errors"] else \
             f"{r['non2xx']} non-2xx, {r['socket_errors']} socket errors"
-        lines.append(f"{r['case']:<34}{r['connections']:>6}{r['rps']:>9.0f}{r['rps'] / b['rps']:>8.2f}"
-                     f"{r['p50_ms']:>8.1f}{r['p99_ms']:>8.1f}{r['p99_ms'] / b['p99_ms']:>11.2f}  {answers}")
+        spread = f"  {r['ratios']}" if "ratios" in r else ""
+        lines.append(f"{r['case']:<38}{r['connections']:>6}{r['rps']:>9.0f}{r['rps'] / base['rps']:>8.2f}"
+                     f"{r['p50_ms']:>8.1f}{r['p99_ms']:>8.1f}{r['p99_ms'] / base['p99_ms']:>11.2f}  {answers}{spread}")
     return "\n".join(lines)

@@ -1,6 +1,6 @@
 """Ingest: the receiver against bare gunicorn + Flask, measured in the same run.
 
-    .venv/bin/python benchmarks/ingest.py [--seconds 8] [--connections 16 64] [--json out.json]
+    .venv/bin/python benchmarks/ingest.py [--seconds 4] [--rounds 3] [--connections 16 64] [--json out.json]
     .venv/bin/python benchmarks/ingest.py --serve      # `webhooks serve` (SQLite, embedded queue)
 
 Cases, each at every connection count: the baseline (a Flask view answering 200 under the same
@@ -14,6 +14,7 @@ baseline; ``--json`` writes the numbers.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 from pathlib import Path
@@ -40,61 +41,76 @@ from common import (  # the script's folder is on sys.path
 NEW_PER_SECOND = 6000  # more than the receiver takes: a run never wraps round to a stored event
 
 
-def run_cases(url: str, work: Path, seconds: int, connections: list[int], label: str) -> list[dict[str, Any]]:
-    """New, duplicate and mixed runs against a receiver at ``url``."""
-    rows = []
-    stored = signed_events(2000, "dup")
-    prime(url, stored)
-    for c in connections:
-        new = lua_script(work / f"new{c}.lua", signed_events(seconds * NEW_PER_SECOND, f"n{c}"))
-        dup = lua_script(work / f"dup{c}.lua", stored)
-        mixed = lua_script(work / f"mixed{c}.lua", signed_events(seconds * NEW_PER_SECOND // 3, f"m{c}"), stored, 3)
-        for case, script in ((f"{label}: first deliveries", new), (f"{label}: duplicates", dup),
-                             (f"{label}: mixed 1 new : 2 dup", mixed)):
-            rows.append({"case": case, **wrk(url, script, seconds, c)})
-    return rows
+def interleaved(base_url: str, base_script: Path, url: str, scripts: list[Path], case: str, seconds: int,
+                connections: int) -> tuple[dict[str, Any], dict[str, Any]]:
+    """One round per script (a baseline run, then a run of the case with that script): each ratio is taken against the
+    baseline measured just before it, and the median round is reported, so load that comes and
+    goes on a shared machine moves both sides of a ratio alike."""
+    pairs = []
+    for script in scripts:
+        base = wrk(base_url, base_script, seconds, connections)
+        pairs.append((base, wrk(url, script, seconds, connections)))
+    pairs.sort(key=lambda pair: pair[1]["rps"] / pair[0]["rps"])
+    base, run = pairs[len(pairs) // 2]
+    spread = [round(r["rps"] / b["rps"], 2) for b, r in pairs]
+    return {"case": "baseline: bare gunicorn + Flask", **base}, {"case": case, **run, "ratios": spread}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--seconds", type=int, default=8)
+    parser.add_argument("--seconds", type=int, default=4, help="length of one wrk run")
+    parser.add_argument("--rounds", type=int, default=3, help="baseline/case pairs per case (median reported)")
     parser.add_argument("--connections", type=int, nargs="+", default=[16, 64])
     parser.add_argument("--serve", action="store_true", help="measure `webhooks serve` instead of gunicorn")
     parser.add_argument("--json", type=Path, help="write the results here")
     args = parser.parse_args()
     ensure_tools()
     work = workdir()
-    with scratch_database() as db:
+    stored = None
+    with scratch_database() as db, contextlib.ExitStack() as servers:
         # The baseline runs under the same gunicorn config, whose start-up waits for a migrated database.
         env = base_env(work, DATABASE_URL=db, REDIS_URL=REDIS)
-        baseline: dict[int, dict[str, Any]] = {}
-        port = free_port()
-        with gunicorn("baseline_app:app", env, port, work):
-            script = lua_script(work / "base.lua", signed_events(1000, "b"))
-            for c in args.connections:
-                baseline[c] = {"case": "baseline: bare gunicorn + Flask",
-                               **wrk(f"http://127.0.0.1:{port}/webhooks/stripe", script, args.seconds, c)}
-        port = free_port()
+        base_port, port = free_port(), free_port()
+        servers.enter_context(gunicorn("baseline_app:app", env, base_port, work))
+        base_url = f"http://127.0.0.1:{base_port}/webhooks/stripe"
         url = f"http://127.0.0.1:{port}/webhooks/stripe"
-        stored = None
         if args.serve:
+            label = "webhooks serve"
             serve_env = base_env(work, WEBHOOKS_HANDLERS="bench_handlers")
             for name in ("DATABASE_URL", "REDIS_URL"):
                 serve_env.pop(name, None)
-            with process([str(BIN / "webhooks"), "serve", "--port", str(port)], serve_env, cwd=work,
-                         up=f"http://127.0.0.1:{port}/"):
-                rows = run_cases(url, work, args.seconds, args.connections, "webhooks serve")
+            servers.enter_context(process([str(BIN / "webhooks"), "serve", "--port", str(port)], serve_env,
+                                          cwd=work, up=f"http://127.0.0.1:{port}/"))
         else:
-            with gunicorn("webhooks:create_app()", env, port):
-                rows = run_cases(url, work, args.seconds, args.connections, "receiver")
+            label = "receiver"
+            servers.enter_context(gunicorn("webhooks:create_app()", env, port))
+        base_script = lua_script(work / "base.lua", signed_events(1000, "b"))
+        stored_events = signed_events(2000, "dup")
+        prime(url, stored_events)
+        per_round = args.seconds * NEW_PER_SECOND
+        rows: list[dict[str, Any]] = []
+        for c in args.connections:
+            rounds = range(args.rounds)  # new events for every run: none wraps round to a stored one
+            scripts = {
+                "first deliveries": [lua_script(work / f"new{c}_{r}.lua", signed_events(per_round, f"n{c}"))
+                                     for r in rounds],
+                "duplicates": [lua_script(work / f"dup{c}.lua", stored_events)] * args.rounds,
+                "mixed 1 new : 2 dup": [lua_script(work / f"mixed{c}_{r}.lua", signed_events(per_round // 3, f"m{c}"),
+                                                   stored_events, 3) for r in rounds],
+            }
+            for case, case_scripts in scripts.items():
+                base, run = interleaved(base_url, base_script, url, case_scripts, f"{label}: {case}", args.seconds, c)
+                rows += [base, run]
+        if not args.serve:
             stored = scalar(db, "SELECT count(*) FROM events")
-    print(table([*baseline.values(), *rows], baseline))
+    print(table(rows))
     print(f"gunicorn {env['WEB_CONCURRENCY']} processes × {env['WEB_THREADS']} threads (WEB_CONCURRENCY, "
-          f"WEB_THREADS) for baseline and receiver; {os.cpu_count()} cores shared by everything")
+          f"WEB_THREADS) for baseline and receiver; {os.cpu_count()} cores shared by everything; "
+          f"each ratio is the median of {args.rounds} rounds (baseline run, then the case's), spread in brackets")
     if stored is not None:
         print(f"rows stored: {stored}")
     if args.json:
-        args.json.write_text(json.dumps({"baseline": list(baseline.values()), "cases": rows, "rows": stored}, indent=1))
+        args.json.write_text(json.dumps({"cases": rows, "rows": stored}, indent=1))
 
 
 if __name__ == "__main__":

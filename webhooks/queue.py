@@ -8,9 +8,11 @@ the sweeper and a replay may all call it for the same event at any time.
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import random
 import threading
+import zlib
 from collections.abc import Callable
 from typing import Any
 
@@ -21,6 +23,7 @@ from rq.job import Job, JobStatus
 from rq.scheduler import RQScheduler
 from rq.scripts import _build_hset_args
 from rq.timeouts import TimerDeathPenalty
+from rq.utils import get_call_string, now, utcformat
 
 from webhooks.config import Settings, sentinels
 
@@ -30,21 +33,30 @@ JOB = "webhooks.jobs.process.process_event"  # by dotted path: the web side neve
 LIVE = (JobStatus.QUEUED, JobStatus.STARTED, JobStatus.SCHEDULED, JobStatus.DEFERRED)
 
 
-# KEYS: the queue, RQ's set of queues, then one job hash per job. ARGV per job: id, TTL (-1: none),
-# the number of hash fields and values that follow, then those. A job whose hash exists is left
-# alone (RQ's unique=True: queued, running or recently finished — the database decides the rest).
+# KEYS: the queue, RQ's set of queues, then one job hash per job. ARGV: the TTL (-1: none); the
+# number of fields every job shares, then those fields and values; the number of fields each job
+# has of its own, then their names; then per job its id and those fields' values. A job whose hash
+# exists is left alone (RQ's unique=True: queued, running or recently finished — the database
+# decides the rest).
 ENQUEUE_MANY = """
 redis.call("SADD", KEYS[2], KEYS[1])
-local queued, a = 0, 1
+local ttl, n = tonumber(ARGV[1]), tonumber(ARGV[2])
+local m = tonumber(ARGV[3 + n])
+local fields = {}
+for i = 1, n do fields[2 * m + i] = ARGV[2 + i] end
+local queued, a = 0, 4 + n + m
 for k = 3, #KEYS do
-    local id, ttl, n = ARGV[a], tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2])
     if redis.call("EXISTS", KEYS[k]) == 0 then
-        redis.call("HSET", KEYS[k], unpack(ARGV, a + 3, a + 2 + n))
+        for i = 1, m do
+            fields[2 * i - 1] = ARGV[3 + n + i]
+            fields[2 * i] = ARGV[a + i]
+        end
+        redis.call("HSET", KEYS[k], unpack(fields))
         if ttl > 0 then redis.call("EXPIRE", KEYS[k], ttl) end
-        redis.call("RPUSH", KEYS[1], id)
+        redis.call("RPUSH", KEYS[1], ARGV[a])
         queued = queued + 1
     end
-    a = a + 3 + n
+    a = a + 1 + m
 end
 return queued
 """
@@ -78,9 +90,13 @@ def job_id(provider: str, event_id: str) -> str:
     return "wh-" + hashlib.sha256(f"{provider}\0{event_id}".encode()).hexdigest()[:40]
 
 
+_JITTER = random.Random()  # one generator: seeding one per job cost more than building the job
+OWN = ("data", "description", "retry_intervals")  # the job hash fields that differ between events
+
+
 def retry_intervals(settings: Settings, rng: random.Random | None = None) -> list[int]:
     """Exponential backoff with full jitter on the upper half: base·2^i, capped."""
-    rng = rng or random.Random()
+    rng = rng or _JITTER
     intervals = []
     for attempt in range(settings.max_attempts - 1):
         ceiling = min(settings.retry_max_seconds, settings.retry_base_seconds * 2**attempt)
@@ -102,6 +118,7 @@ class JobQueue:
             self.connection = fakeredis.FakeRedis(server=fakeredis.FakeServer())
         self.queue = Queue(settings.queue_name, connection=self.connection)
         self._enqueue_script = self.connection.register_script(ENQUEUE_MANY)
+        self._shared_fields: tuple[int, list[Any]] | None = None
         self.embedded: EmbeddedWorker | None = None
         self._start_lock = threading.Lock()
 
@@ -113,26 +130,51 @@ class JobQueue:
         """Queue each (provider, event_id)'s job unless a job with its id exists, in one round trip;
         returns how many were queued. Raises ``redis.RedisError`` (then none was queued).
 
-        Writes what RQ's unique enqueue writes (the job hash built by RQ's own ``Job``, its TTL, the
-        queue's entry in ``rq:queues``, the id pushed on the queue), checked and written by one Lua
-        script for the whole batch: RQ's per-call enqueue costs two round trips and a script call.
+        Writes what RQ's unique enqueue writes (the job hash, its TTL, the queue's entry in
+        ``rq:queues``, the id pushed on the queue), checked and written by one Lua script for the
+        whole batch: RQ's per-call enqueue costs two round trips and a script call. The hash is the
+        one RQ's own ``Job`` builds for this queue (``_shared``, built once), with this call's
+        timestamps and each event's ``data``, ``description`` and jittered ``retry_intervals``
+        computed as RQ computes them; the fields all jobs share are sent once per batch.
         """
         if not events:
             return 0
+        ttl, shared = self._shared()
+        stamp = utcformat(now())
+        common = [*shared, "created_at", stamp, "enqueued_at", stamp]
+        own = OWN if self.settings.max_attempts > 1 else OWN[:2]
+        keys, args = [self.queue.key, self.queue.redis_queues_keys], [ttl, len(common), *common, len(own), *own]
+        for provider, event_id in events:
+            jid = job_id(provider, event_id)
+            keys.append(Job.key_for(jid))
+            call = (provider, event_id)
+            args += [jid, zlib.compress(self.queue.serializer.dumps((JOB, None, call, {}))),
+                     get_call_string(JOB, call, {}, max_length=75)]
+            if len(own) == 3:
+                args.append(json.dumps(retry_intervals(self.settings)))
+        return int(self._enqueue_script(keys=keys, args=args))
+
+    def _shared(self) -> tuple[int, list[Any]]:
+        """The job TTL and the hash fields every event's job shares, from a job RQ built."""
+        if self._shared_fields is None:
+            job = self.build("", "")
+            flat = _build_hset_args(job)
+            skip = {*OWN, "created_at", "enqueued_at"}
+            fields = [item for k, v in zip(flat[::2], flat[1::2], strict=True) if k not in skip for item in (k, v)]
+            self._shared_fields = (-1 if job.ttl is None else job.ttl, fields)
+        return self._shared_fields
+
+    def build(self, provider: str, event_id: str) -> Job:
+        """The event's job as RQ builds it for ``enqueue`` (not saved)."""
         retries = self.settings.max_attempts - 1
         self.queue.get_redis_server_version()  # cached: once per queue (RQ stores it on the job)
-        keys, args = [self.queue.key, self.queue.redis_queues_keys], []
-        for provider, event_id in events:
-            job = self.queue.create_job(
-                JOB, args=(provider, event_id), job_id=job_id(provider, event_id),
-                retry=Retry(max=retries, interval=retry_intervals(self.settings)) if retries else None,
-                timeout=self.settings.job_timeout, result_ttl=500, failure_ttl=7 * 24 * 3600,
-            )
-            self.queue._prepare_for_queue(job)  # what RQ sets before saving: origin, enqueued_at, status
-            fields = _build_hset_args(job)
-            keys.append(job.key)
-            args += [job.id, -1 if job.ttl is None else job.ttl, len(fields), *fields]
-        return int(self._enqueue_script(keys=keys, args=args))
+        job = self.queue.create_job(
+            JOB, args=(provider, event_id), job_id=job_id(provider, event_id),
+            retry=Retry(max=retries, interval=retry_intervals(self.settings)) if retries else None,
+            timeout=self.settings.job_timeout, result_ttl=500, failure_ttl=7 * 24 * 3600,
+        )
+        self.queue._prepare_for_queue(job)  # what RQ sets before saving: origin, enqueued_at, status
+        return job
 
     def _job(self, provider: str, event_id: str) -> Job | None:
         try:
