@@ -1,8 +1,10 @@
 """The history of processing attempts, for the console: one row per attempt and its outcome.
 
-Written in its own short transaction after the attempt's own one, so a failed attempt (whose work
-was rolled back) still leaves its error and traceback behind. Best effort: losing a history row
-must never fail or retry the event, so database errors here are logged and swallowed.
+A successful attempt's row (``add``) joins the transaction that marks the event, so it commits
+with the mark at no extra commit. A failed attempt's row (``record``) is written in its own short
+transaction after the attempt's was rolled back, so it still leaves its error and traceback behind;
+best effort: losing that history row must never fail or retry the event, so database errors there
+are logged and swallowed.
 """
 
 from __future__ import annotations
@@ -11,11 +13,21 @@ import logging
 from datetime import UTC, datetime
 
 from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.orm import Session
 
 from webhooks.models import Attempt
 from webhooks.runtime import Runtime
 
 log = logging.getLogger(__name__)
+
+
+def add(session: Session, provider: str, event_id: str, number: int, started_at: datetime,
+        status: str) -> None:
+    """Add the row of attempt ``number`` (``processed`` or ``ignored``) to the session's transaction."""
+    session.add(Attempt(
+        provider=provider, event_id=event_id, number=number, started_at=started_at,
+        finished_at=datetime.now(UTC), status=status,
+    ))
 
 
 def record(

@@ -2,8 +2,10 @@
 
 Claim the row (committed, so a worker that dies still counts an attempt), then in one transaction:
 lock the row and check the claim is still ours, find the object and its version, serialize per
-object, apply the state only when newer, run the handlers, mark the row — so a failure leaves
-nothing half done. Errors are recorded on the row and re-raised for RQ to retry; after the last
+object, apply the state only when newer, run the handlers, mark the row and add the attempt's
+history row — so a failure leaves nothing half done. Two commits per event: on PostgreSQL both
+transactions run on one connection (one pool check-out), and the claim returns the row the
+provider's API call needs. Errors are recorded on the row and re-raised for RQ to retry; after the last
 try the row is ``failed``.
 
 Exactly once in effect: the claim's attempt number is a token. Two jobs of one event (a replay, a
@@ -35,17 +37,19 @@ handlers get its data as sent; ``state``, ``object_type`` and ``object_id`` are 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import time
 import traceback
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
 
 from rq import get_current_job
 from sqlalchemy import select, text, update
 from sqlalchemy.exc import OperationalError
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, sessionmaker
 
 from webhooks import metrics, providers, runtime
 from webhooks.config import Settings
@@ -68,16 +72,27 @@ def storable(ref: ObjectRef) -> ObjectRef:
     )
 
 
-def _claim(session: Session, provider: str, event_id: str) -> int | None:
-    """received/queued/failed (or an abandoned processing) → processing; returns the attempt
-    number (the claim's token), or None if there is nothing to do."""
-    claimed = session.execute(
+def _claim(session: Session, provider: str, event_id: str) -> Event | None:
+    """received/queued/failed (or an abandoned processing) → processing; returns the claimed row
+    (its ``attempts`` is the claim's token), or None if there is nothing to do."""
+    return session.scalars(
         update(Event)
         .where(Event.provider == provider, Event.event_id == event_id, Event.status.in_(CLAIMABLE))
         .values(status="processing", attempts=Event.attempts + 1, status_at=datetime.now(UTC))
-        .returning(Event.attempts)
+        .returning(Event),
+        execution_options={"populate_existing": True},
     ).first()
-    return None if claimed is None else int(claimed[0])
+
+
+@contextlib.contextmanager
+def _sessions(rt: runtime.Runtime) -> Iterator[sessionmaker[Session]]:
+    """Sessions for one event's claim and processing: on PostgreSQL on one connection (one pool
+    check-out and its ping instead of one per transaction); on SQLite the runtime's own."""
+    if rt.engine.dialect.name == "sqlite":
+        yield rt.sessions
+        return
+    with rt.engine.connect() as connection:
+        yield sessionmaker(connection, expire_on_commit=False)
 
 
 def _mine(session: Session, provider: str, event_id: str, attempt: int) -> Event | None:
@@ -127,12 +142,15 @@ def apply_state(session: Session, provider: str, event_id: str, ref: ObjectRef,
         set_={k: stmt.excluded[k] for k in ("version", "state", "last_event_id", "updated_at")},
         where=Object.version < stmt.excluded.version,
     )
-    session.execute(stmt)
-    current = session.scalars(
-        select(Object).where(
-            Object.provider == provider, Object.object_type == ref.type, Object.object_id == ref.id
-        ).execution_options(populate_existing=True)
-    ).one()
+    # The row written comes back; nothing comes back when a newer version is stored: read it.
+    options = {"populate_existing": True}
+    current = session.scalars(stmt.returning(Object), execution_options=options).first()
+    if current is None:
+        current = session.scalars(
+            select(Object).where(
+                Object.provider == provider, Object.object_type == ref.type, Object.object_id == ref.id
+            ).execution_options(**options)
+        ).one()
     return current, ref
 
 
@@ -168,33 +186,30 @@ def _run(session: Session, event: Event, settings: Settings, prepared: Prepared)
     return "processed" if ref is not None or found else "ignored"
 
 
-def _mark(event: Event, status: str) -> None:
+def _mark(session: Session, event: Event, status: str, started_at: datetime) -> None:
+    """Mark the row done and add the attempt's history row, in the caller's transaction."""
     event.status, event.status_at = status, datetime.now(UTC)
     event.processed_at, event.last_error, event.last_traceback = datetime.now(UTC), None, None
+    attempts.add(session, event.provider, event.event_id, event.attempts, started_at, status)
 
 
-def _process_locked(rt: runtime.Runtime, provider: str, event_id: str, attempt: int,
-                    prepared: Prepared | None = None) -> str:
+def _process_locked(rt: runtime.Runtime, sessions: sessionmaker[Session], claimed: Event,
+                    started_at: datetime, prepared: Prepared | None = None) -> str:
     """One transaction, holding the row lock (SQLite: the write lock) throughout; the provider's
-    API (if any) is called before it, on an unlocked read of the row."""
+    API (if any) is called before it, on the row as claimed (no lock held)."""
     if prepared is None:
-        with rt.deferred_sessions() as session, session.begin():
-            unlocked = session.get(Event, (provider, event_id))
-            if unlocked is None:
-                return "skipped"
-            session.expunge(unlocked)
-        prepared = _object(unlocked, rt.settings)
-    with rt.sessions() as session, session.begin():
-        event = _mine(session, provider, event_id, attempt)
+        prepared = _object(claimed, rt.settings)
+    with sessions() as session, session.begin():
+        event = _mine(session, claimed.provider, claimed.event_id, claimed.attempts)
         if event is None:
             return "skipped"  # a newer claim took over; it decides
         status = _run(session, event, rt.settings, prepared)
-        _mark(event, status)
+        _mark(session, event, status, started_at)
     return status
 
 
 def _finish(session: Session, provider: str, event_id: str, attempt: int, ref: ObjectRef | None,
-            status: str) -> bool:
+            status: str, started_at: datetime) -> bool:
     """Apply the state and mark the row, if the claim is still ours."""
     event = _mine(session, provider, event_id, attempt)
     if event is None:
@@ -202,7 +217,7 @@ def _finish(session: Session, provider: str, event_id: str, attempt: int, ref: O
     if ref is not None:
         _, ref = apply_state(session, provider, event_id, ref, event.kind)
         event.object_type, event.object_id, event.object_version = ref.type, ref.id, ref.version
-    _mark(event, status)
+    _mark(session, event, status, started_at)
     return True
 
 
@@ -215,8 +230,10 @@ def _changes(session: Session) -> int:
     return int(dbapi.total_changes)
 
 
-def _process_unlocked(rt: runtime.Runtime, provider: str, event_id: str, attempt: int) -> str:
+def _process_unlocked(rt: runtime.Runtime, sessions: sessionmaker[Session], claimed: Event,
+                      started_at: datetime) -> str:
     """SQLite: the handlers run without holding the write lock (see the module's doc)."""
+    provider, event_id, attempt = claimed.provider, claimed.event_id, claimed.attempts
     with rt.deferred_sessions() as session:
         with session.begin():
             event = _mine(session, provider, event_id, attempt)
@@ -249,17 +266,17 @@ def _process_unlocked(rt: runtime.Runtime, provider: str, event_id: str, attempt
                 session.flush()
                 wrote = _changes(session) != before
                 # A handler that wrote holds the write lock: the mark joins its writes.
-                if wrote and not _finish(session, provider, event_id, attempt, ref, status):
+                if wrote and not _finish(session, provider, event_id, attempt, ref, status, started_at):
                     raise _Superseded
         except _Superseded:
             return "skipped"
         except OperationalError as exc:
             if not is_busy(exc):
                 raise
-            return _process_locked(rt, provider, event_id, attempt, prepared)
+            return _process_locked(rt, sessions, claimed, started_at, prepared)
     if not wrote:
         with rt.sessions.begin() as session:
-            if not _finish(session, provider, event_id, attempt, ref, status):
+            if not _finish(session, provider, event_id, attempt, ref, status, started_at):
                 return "skipped"
     return status
 
@@ -288,16 +305,17 @@ def process_event(provider: str, event_id: str) -> str:
     started_at, clock = datetime.now(UTC), time.monotonic()
     run = _process_unlocked if rt.engine.dialect.name == "sqlite" else _process_locked
     label = metrics.endpoint_label(rt, provider)
-    with rt.processing():
-        with rt.sessions.begin() as session:
-            attempt = _claim(session, provider, event_id)
-        if attempt is None:
+    with rt.processing(), _sessions(rt) as sessions:
+        with sessions.begin() as session:
+            claimed = _claim(session, provider, event_id)
+        if claimed is None:
             return "skipped"
+        attempt = claimed.attempts
         try:
             # After the claim: a handler module that cannot be imported is a recorded, counted
             # attempt (and in the end a failed event), never a job that retries unseen forever.
             handlers.load(rt.settings.handler_modules)
-            status = run(rt, provider, event_id, attempt)
+            status = run(rt, sessions, claimed, started_at)
         except fetch.MismatchError as exc:
             # Not the provider's event: no handler ran, and no retry can change that.
             _fail(rt, provider, event_id, attempt, True, started_at, exc)
@@ -308,7 +326,6 @@ def process_event(provider: str, event_id: str) -> str:
             _measure(label, "failed" if last_try else "error", clock, event_id, attempt, exc)
             raise
     if status != "skipped":
-        attempts.record(rt, provider, event_id, attempt, started_at, status)
         _measure(label, status, clock, event_id, attempt)
     return status
 
