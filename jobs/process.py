@@ -3,10 +3,11 @@
 Claim the row (committed, so a worker that dies still counts an attempt), then in one transaction:
 lock the row and check the claim is still ours, find the object and its version, serialize per
 object, apply the state only when newer, run the handlers, mark the row and add the attempt's
-history row — so a failure leaves nothing half done. Two commits per event: on PostgreSQL both
-transactions run on one connection (one pool check-out), and the claim returns the row the
-provider's API call needs. Errors are recorded on the row and re-raised for RQ to retry; after the last
-try the row is ``failed``.
+history row — so a failure leaves nothing half done. Two commits per event, one of which waits
+for the disk: on PostgreSQL both transactions run on one connection (one pool check-out), the
+claim's commit does not wait for its WAL flush (``_unflushed``), and the claim returns the row the
+provider's API call needs. Errors are recorded on the row and re-raised for RQ to retry; after the
+last try the row is ``failed``.
 
 Exactly once in effect: the claim's attempt number is a token. Two jobs of one event (a replay, a
 sweeper recovering a job it believes dead) serialize on the row lock, and only the holder of the
@@ -93,6 +94,17 @@ def _sessions(rt: runtime.Runtime) -> Iterator[sessionmaker[Session]]:
         return
     with rt.engine.connect() as connection:
         yield sessionmaker(connection, expire_on_commit=False)
+
+
+def _unflushed(session: Session) -> None:
+    """This transaction's commit does not wait for its WAL to reach the disk (PostgreSQL's
+    ``synchronous_commit`` off, for this transaction only): for the claim, which is bookkeeping.
+    It is visible to every session at once; the processing transaction's commit, which does wait,
+    flushes it too (the WAL is written in order); a database crash before then loses only the
+    claim, and the row, still claimable, is requeued by the sweeper. One disk flush per event
+    instead of two."""
+    if session.get_bind().dialect.name == "postgresql":
+        session.execute(text("SET LOCAL synchronous_commit = off"))
 
 
 def _mine(session: Session, provider: str, event_id: str, attempt: int) -> Event | None:
@@ -307,6 +319,7 @@ def process_event(provider: str, event_id: str) -> str:
     label = metrics.endpoint_label(rt, provider)
     with rt.processing(), _sessions(rt) as sessions:
         with sessions.begin() as session:
+            _unflushed(session)
             claimed = _claim(session, provider, event_id)
         if claimed is None:
             return "skipped"

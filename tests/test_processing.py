@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import json
+from typing import Any
 
 import pytest
 from flask import Flask
@@ -156,3 +157,28 @@ def test_retries_with_backoff_are_run_by_the_scheduler(sqlite_url: str) -> None:
     event = wait_until(failed, timeout=90)  # backoff 1-2 s then 2-4 s, plus the ticker, on a loaded machine
     assert event["attempts"] == 3
     assert len(sample_handlers.DOWNSTREAM_CALLS) == 3
+
+
+def test_only_the_claim_commits_without_waiting_for_the_disk(pg_url: str, redis_url: str) -> None:
+    """PostgreSQL: the claim is bookkeeping (its commit skips the WAL flush), the processing
+    transaction that marks the event processed waits for the disk as every other commit does."""
+    import sqlalchemy as sa
+
+    from tests.conftest import base_config, make_app, runtime
+
+    app = make_app(base_config(pg_url, REDIS_URL=redis_url))
+    deliver_stripe(app, stripe_event("evt_flush"))
+    settings: list[str] = []
+
+    def on_commit(conn: sa.Connection) -> None:  # inside the transaction, just before COMMIT
+        dbapi: Any = conn.connection.dbapi_connection
+        settings.append(dbapi.execute("SHOW synchronous_commit").fetchone()[0])
+
+    engine = runtime(app).engine
+    sa.event.listen(engine, "commit", on_commit)
+    try:
+        drain(app)
+    finally:
+        sa.event.remove(engine, "commit", on_commit)
+    assert settings == ["off", "on"]  # the claim, then the processing transaction
+    assert rows(app, "SELECT status, attempts FROM events WHERE event_id = 'evt_flush'") == [("processed", 1)]
