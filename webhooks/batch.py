@@ -7,7 +7,8 @@ meanwhile wait for it to finish and form the next batch. One request at a time p
 
 The committer keeps one connection for its batches (one batch is written at a time): no pool
 check-out, pre-ping and reset per batch. A batch that fails drops it, so the next one connects
-afresh (through the pool's pre-ping: a restarted database is followed).
+afresh (through the pool's pre-ping: a restarted database is followed). On PostgreSQL a batch is
+one statement (``Rows``) that is its own transaction: one round trip, one disk flush.
 
 A batch that fails is not anyone's answer: each of its deliveries is stored again alone, so one
 delivery's bad row (or a connection dropped mid-batch) costs its batch-mates a second try, never a
@@ -24,7 +25,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import redis
-from sqlalchemy import JSON, Table, update
+from sqlalchemy import JSON, Engine, Table, update
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 
@@ -61,8 +62,10 @@ class GroupCommit:
         self._lock = threading.Lock()
         self._pending: list[Pending] = []
         self._writing = False
-        self._conn: Connection | None = None  # used by the batch writer only (one at a time)
-        self._insert: Insert | None = None
+        # Used by the batch writer only (one at a time): PostgreSQL through psycopg, else SQLAlchemy.
+        self._rows = Rows(rt.engine) if rt.engine.dialect.driver == "psycopg" else None
+        self._conn: Connection | None = None
+        self._insert: Any = None
 
     def store(self, item: Pending) -> Pending:
         """Store ``item``'s rows (alone or with others') and queue the new ones' jobs; returns it
@@ -118,24 +121,30 @@ class GroupCommit:
         from webhooks.receive import replayed  # receive imports this module
 
         rows = [row for item in batch for row in item.rows]
+        if self._rows is not None:
+            _sort(batch, self._rows(rows))  # committed
+            # Only a scheme with replay keys can have replayed a signature: checked after, rarely.
+            again = [item for item in batch if not item.new and item.verified.replay_key is not None]
+            if again:
+                with self.rt.engine.connect() as conn, conn.begin():
+                    for item in again:
+                        item.replayed = replayed(conn, item.endpoint, item.verified, datetime.now(UTC))
+            return
         if self._conn is None:
             self._conn = self.rt.engine.connect()
-        if self._insert is None:
-            self._insert = Insert(self._conn)
-        conn, insert = self._conn, self._insert
+            self._insert = upsert(self._conn, Event).on_conflict_do_nothing().returning(Event.provider, Event.event_id)
+        conn = self._conn
         with conn.begin():
-            created = insert(conn, rows)
+            _sort(batch, {(p, e) for p, e in conn.execute(self._insert, rows)})
             now = datetime.now(UTC)
             for item in batch:
-                # A key stored by this batch is new for the first delivery that carries it only.
-                keys = [(item.endpoint.name, e.event_id) for e in item.verified.events]
-                item.new = [e for p, e in keys if (p, e) in created]
-                created.difference_update(keys)
                 if not item.new:
                     item.replayed = replayed(conn, item.endpoint, item.verified, now)
 
     def _drop_connection(self) -> None:
         """Discard the batches' connection after a failure: the next batch connects afresh."""
+        if self._rows is not None:
+            self._rows.drop()
         conn, self._conn = self._conn, None
         if conn is not None:
             try:
@@ -163,50 +172,70 @@ class GroupCommit:
                 log.warning("could not mark events received; the sweeper finds them queued")
 
 
-class Insert:
-    """``INSERT … ON CONFLICT DO NOTHING RETURNING`` the key of each row stored, for a batch.
+def _sort(batch: list[Pending], created: set[tuple[str, str]]) -> None:
+    """Tell each delivery which of its events the batch stored: a key stored by this batch is new
+    for the first delivery that carries it only."""
+    for item in batch:
+        keys = [(item.endpoint.name, e.event_id) for e in item.verified.events]
+        item.new = [e for p, e in keys if (p, e) in created]
+        created.difference_update(keys)
 
-    On PostgreSQL through psycopg: one short statement for any batch size, sent with psycopg's
-    ``executemany`` (pipeline mode: one round trip) and prepared by the server after a few uses.
-    SQLAlchemy's multi-row ``VALUES`` is a new, long text for each batch size, which psycopg parses
-    again on every execution (it caches only short statements): a fifth of a duplicate's CPU.
-    Elsewhere (SQLite) SQLAlchemy's insert.
+
+class Rows:
+    """PostgreSQL (psycopg): a batch's rows in one ``INSERT … VALUES (…), (…) ON CONFLICT DO
+    NOTHING RETURNING`` the key of each row stored, on a connection in autocommit: one round trip,
+    one commit. Its text, written once per batch size with psycopg's own placeholders, is short
+    enough for psycopg to parse once and the server to prepare; SQLAlchemy's named placeholders
+    made a new long text that psycopg parsed on every execution (a fifth of a duplicate's CPU).
     """
 
-    def __init__(self, conn: Connection) -> None:
-        self.statement = upsert(conn, Event).on_conflict_do_nothing().returning(Event.provider, Event.event_id)
-        self.psycopg = conn.dialect.name == "postgresql" and conn.dialect.driver == "psycopg"
-        self._texts: dict[tuple[str, ...], str] = {}
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self._raw: Any = None
+        self._texts: dict[tuple[tuple[str, ...], int], str] = {}
+        self._json: dict[tuple[str, ...], tuple[bool, ...]] = {}
 
-    def __call__(self, conn: Connection, rows: list[dict[str, Any]]) -> set[tuple[str, str]]:
-        if not self.psycopg:
-            return {(p, e) for p, e in conn.execute(self.statement, rows)}
+    def _text(self, names: tuple[str, ...], count: int) -> str:
+        """The statement for ``count`` rows with these keys."""
+        found = self._texts.get((names, count))
+        if found is None:
+            table: Table = Event.__table__  # type: ignore[assignment]
+            keys = ", ".join(c.name for c in table.primary_key.columns)
+            row = f"({', '.join(['%s'] * len(names))})"
+            found = self._texts[names, count] = (
+                f"INSERT INTO {table.name} ({', '.join(table.c[n].name for n in names)}) "
+                f"VALUES {', '.join([row] * count)} ON CONFLICT DO NOTHING RETURNING {keys}"
+            )
+            self._json[names] = tuple(isinstance(table.c[n].type, JSON) for n in names)
+        return found
+
+    def __call__(self, rows: list[dict[str, Any]]) -> set[tuple[str, str]]:
         import psycopg
         from psycopg.types.json import Jsonb
 
         names = tuple(rows[0])
-        table: Table = Event.__table__  # type: ignore[assignment]
-        text = self._texts.get(names)
-        if text is None:
-            keys = ", ".join(c.name for c in table.primary_key.columns)
-            text = self._texts[names] = (
-                f"INSERT INTO {table.name} ({', '.join(table.c[n].name for n in names)}) "
-                f"VALUES ({', '.join(['%s'] * len(names))}) ON CONFLICT DO NOTHING RETURNING {keys}"
-            )
-        json_columns = {n for n in names if isinstance(table.c[n].type, JSON)}
-        params = [tuple(Jsonb(row[n]) if n in json_columns else row[n] for n in names) for row in rows]
-        cursor = conn.connection.driver_connection.cursor()  # type: ignore[union-attr]
+        text = self._text(names, len(rows))
+        json = self._json[names]
+        params = [Jsonb(v) if j and v is not None else v
+                  for row in rows for v, j in zip((row[n] for n in names), json, strict=True)]
         try:
-            cursor.executemany(text, params, returning=True)
-            created: set[tuple[str, str]] = set()
-            while True:
-                created.update(cursor.fetchall())
-                if not cursor.nextset():
-                    return created
+            if self._raw is None:
+                raw = self.engine.raw_connection()  # checked out (and pinged) once, kept
+                raw.driver_connection.autocommit = True  # type: ignore[union-attr]
+                self._raw = raw
+            with self._raw.driver_connection.cursor() as cursor:
+                return set(cursor.execute(text, params).fetchall())
         except psycopg.Error as exc:  # answered like any database error (503, batch stored alone)
             raise DBAPIError.instance(text, None, exc, psycopg.Error) from exc
-        finally:
-            cursor.close()
+
+    def drop(self) -> None:
+        """Discard the connection (after a failure): the next batch checks out a new one."""
+        raw, self._raw = self._raw, None
+        if raw is not None:
+            try:
+                raw.invalidate()
+            except Exception:  # a broken connection may fail to close: it is discarded either way
+                log.debug("discarding the batch connection failed", exc_info=True)
 
 
 def _mark_received(conn: Connection, events: list[tuple[str, str]]) -> None:
