@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from typing import Any
 from urllib.parse import quote, urlsplit
 
 import redis
@@ -14,6 +17,9 @@ from sqlalchemy import select, update
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
+from werkzeug.datastructures import EnvironHeaders
+from werkzeug.http import HTTP_STATUS_CODES
+from werkzeug.wsgi import get_content_length, get_host, get_input_stream
 
 from webhooks import batch, metrics, providers, quarantine
 from webhooks.db import is_storable, redact, upsert
@@ -31,23 +37,22 @@ KEY_WIDTH = 255  # events.event_id and event_type
 RECEIVED = b'{"received":true}\n'  # what jsonify(received=True) writes, without its cost per request
 
 
-def raw_url() -> str:
+def raw_url(environ: dict[str, Any]) -> str:
     """The request URL as the client sent it: escapes intact, unlike Werkzeug's ``request.url``.
 
     Schemes that sign the URL (Twilio) must see the bytes the sender signed; gunicorn and
     Werkzeug keep the request target in ``RAW_URI`` / ``REQUEST_URI``.
     """
-    env = request.environ
-    target = env.get("RAW_URI") or env.get("REQUEST_URI")
+    target = environ.get("RAW_URI") or environ.get("REQUEST_URI")
     if not target:
-        query = env.get("QUERY_STRING", "")
-        target = quote(env.get("SCRIPT_NAME", "") + env.get("PATH_INFO", "")) + (f"?{query}" if query else "")
+        query = environ.get("QUERY_STRING", "")
+        target = quote(environ.get("SCRIPT_NAME", "") + environ.get("PATH_INFO", "")) + (f"?{query}" if query else "")
     if not target.startswith("/"):  # absolute-form request target: keep only its path and query
         parts = urlsplit(target)
         target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
     # WSGI carries the raw bytes as latin-1; a client that sent raw UTF-8 gets it back as such.
     target = target.encode("latin-1", "replace").decode("utf-8", "replace")
-    return f"{request.scheme}://{request.host}{target}"
+    return f"{environ['wsgi.url_scheme']}://{get_host(environ)}{target}"
 
 
 def storable(value: str) -> bool:
@@ -76,23 +81,24 @@ def stored_headers(endpoint: Endpoint, verified: Verified, headers: dict[str, st
     names = {n.lower() for n in providers.get(endpoint.provider).signature_headers(endpoint)}
     return {k: ("[verified signature]" if k.lower() in names else v) for k, v in kept.items()}
 
-def read_body(limit: int, idle_timeout: float) -> bytes:
+def read_body(environ: dict[str, Any], limit: int, idle_timeout: float) -> bytes:
     """Read at most ``limit`` + 1 bytes; more is a 413 (checked while reading: chunked bodies too).
 
     Reads in a loop: a WSGI stream may return short reads before the end of the body. Under
     gunicorn a client that stops sending for ``idle_timeout`` seconds gets a 408 instead of
     holding a thread (a client that drips bytes needs a buffering proxy in front).
     """
-    length = request.content_length
+    length = get_content_length(environ)
     if length is not None and length > limit:
         raise VerificationError("payload_too_large", status=413)
-    client = request.environ.get("gunicorn.socket")
+    client = environ.get("gunicorn.socket")
     if client is not None and idle_timeout:
         client.settimeout(idle_timeout)  # gunicorn sets it blocking again for the next request
+    stream = get_input_stream(environ)  # what Werkzeug's ``request.stream`` is
     chunks, size = [], 0
     while size <= limit:
         try:
-            chunk = request.stream.read(min(CHUNK, limit + 1 - size))
+            chunk = stream.read(min(CHUNK, limit + 1 - size))
         except TimeoutError as exc:  # socket.timeout is TimeoutError
             raise VerificationError("request_timeout", f"no data for {idle_timeout} s", status=408) from exc
         if not chunk:
@@ -252,38 +258,80 @@ def deliver(rt: Runtime, name: str, headers: dict[str, str], body: bytes, url: s
     return Delivery(verified, new, replayed)
 
 
-@bp.post("/webhooks/<endpoint_name>")
-def receive(endpoint_name: str) -> Response | tuple[Response, int] | tuple[Response, int, dict[str, str]]:
-    rt: Runtime = current_app.extensions["webhooks"]
+Answer = tuple[int, list[tuple[str, str]], bytes]
+
+
+def _json(status: int, body: dict[str, str], *extra: tuple[str, str]) -> Answer:
+    """What Flask's ``jsonify`` writes (compact, a newline), with ``extra`` headers."""
+    data = json.dumps(body, separators=(",", ":")).encode() + b"\n"
+    return status, [("Content-Type", "application/json"), ("Content-Length", str(len(data))), *extra], data
+
+
+def handle(rt: Runtime, limits: RateLimits, endpoint_name: str, environ: dict[str, Any]) -> Answer:
+    """One delivery to ``POST /webhooks/<endpoint_name>``, from its WSGI environ to its answer."""
     started = time.monotonic()
     label = metrics.endpoint_label(rt, endpoint_name)
     endpoint = rt.settings.endpoints.get(endpoint_name)
     if endpoint is not None and endpoint.rate_limit:
-        wait = current_app.extensions["webhooks_rate_limits"].retry_after(endpoint.name, endpoint.rate_limit)
+        wait = limits.retry_after(endpoint.name, endpoint.rate_limit)
         if wait:  # before reading the body: a flood costs as little as possible
             _account(label, started, "rejected", reason="rate_limited")
-            return jsonify(error="rate_limited"), 429, {"Retry-After": str(wait)}
-    headers = dict(request.headers.items())
-    url = raw_url()
+            return _json(429, {"error": "rate_limited"}, ("Retry-After", str(wait)))
+    headers = dict(EnvironHeaders(environ).items())
+    url = raw_url(environ)
     body = b""
     try:
-        body = read_body(rt.settings.max_body_bytes, rt.settings.read_timeout)
+        body = read_body(environ, rt.settings.max_body_bytes, rt.settings.read_timeout)
         delivery = deliver(rt, endpoint_name, headers, body, url, now=time.time())
     except VerificationError as exc:
         _account(label, started, "rejected", reason=exc.reason)
         kept = b"" if exc.reason == "payload_too_large" else body
         quarantine.record(rt, endpoint_name, exc, headers, kept, url)
-        raise
+        return _json(exc.status, {"error": exc.reason})
     except UnavailableError:
         _account(label, started, "unavailable")
-        raise
+        return _json(503, {"error": "unavailable"}, ("Retry-After", "30"))
     verified = delivery.verified
     ids = [e.event_id for e in verified.events]
     _account(label, started, delivery.outcome, reason="replayed_signature" if delivery.replayed else None, ids=ids)
     if verified.reply is not None:
         reply = verified.reply
-        return Response(reply.body, status=reply.status, content_type=reply.content_type)
-    return Response(RECEIVED, status=200, content_type="application/json")
+        length = str(len(reply.body))
+        return reply.status, [("Content-Type", reply.content_type), ("Content-Length", length)], reply.body
+    return 200, [("Content-Type", "application/json"), ("Content-Length", str(len(RECEIVED)))], RECEIVED
+
+
+class Front:
+    """The app's WSGI entry: ``POST /webhooks/<name>`` is answered here, without Flask's request
+    context, URL map and response objects (over a third of a delivery's CPU went to them);
+    everything else (the console, health, other methods) goes on to Flask."""
+
+    PREFIX = "/webhooks/"
+
+    def __init__(self, app: Flask, rt: Runtime, limits: RateLimits) -> None:
+        self.flask, self.rt, self.limits = app.wsgi_app, rt, limits
+
+    def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+        path: str = environ.get("PATH_INFO", "")
+        name = path[len(self.PREFIX):]
+        if environ.get("REQUEST_METHOD") != "POST" or not path.startswith(self.PREFIX) or not name or "/" in name:
+            return self.flask(environ, start_response)
+        if self.rt.settings.embedded_queue and self.rt.queue.embedded is None:
+            self.rt.start_embedded_worker()  # as Flask's before_request does for other routes
+        # WSGI carries the path's bytes as latin-1; the route matches the UTF-8 name (as Werkzeug does).
+        status, headers, body = handle(self.rt, self.limits, name.encode("latin-1").decode("utf-8", "replace"), environ)
+        start_response(f"{status} {HTTP_STATUS_CODES.get(status, 'UNKNOWN').upper()}", headers)
+        return [body]
+
+
+@bp.post("/webhooks/<endpoint_name>")
+def receive(endpoint_name: str) -> Response:
+    """The same answer through Flask (``Front`` takes these requests first)."""
+    status, headers, body = handle(
+        current_app.extensions["webhooks"], current_app.extensions["webhooks_rate_limits"], endpoint_name,
+        request.environ,
+    )
+    return Response(body, status=status, headers=headers)
 
 
 def _account(
@@ -302,7 +350,8 @@ def init_app(app: Flask) -> None:
     app.register_blueprint(bp)
     rt: Runtime = app.extensions["webhooks"]
     # Service-wide on a real Redis; per process on the embedded default (its fakeredis is this process's).
-    app.extensions["webhooks_rate_limits"] = RateLimits(rt.queue.connection if rt.settings.redis_url else None)
+    limits = app.extensions["webhooks_rate_limits"] = RateLimits(rt.queue.connection if rt.settings.redis_url else None)
+    app.wsgi_app = Front(app, rt, limits)  # type: ignore[method-assign]
 
     @app.errorhandler(VerificationError)
     def _verification(exc: VerificationError) -> tuple[Response, int]:
