@@ -75,7 +75,7 @@ def main() -> None:
                     raise RuntimeError("workers did not finish")
                 time.sleep(0.5)
             drained = time.monotonic() - started
-        check = scalar(db, "SELECT count(*) = count(DISTINCT (provider, event_id)) AND max(attempts) = 1 FROM events")
+        check = scalar(db, "SELECT count(*) = count(DISTINCT (endpoint, event_id)) AND max(attempts) = 1 FROM events")
     for k, r in enumerate(results):
         print(f"instance {k + 1}: {r['rps']:.0f} req/s, p50 {r['p50_ms']:.1f} ms, p99 {r['p99_ms']:.1f} ms, "
               f"{r['non2xx']} non-2xx, {r['socket_errors']} socket errors")

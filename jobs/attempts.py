@@ -21,25 +21,25 @@ from webhooks.runtime import Runtime
 log = logging.getLogger(__name__)
 
 
-def add(session: Session, provider: str, event_id: str, number: int, started_at: datetime,
+def add(session: Session, endpoint: str, event_id: str, number: int, started_at: datetime,
         status: str) -> None:
     """Add the row of attempt ``number`` (``processed`` or ``ignored``) to the session's transaction."""
     session.add(Attempt(
-        provider=provider, event_id=event_id, number=number, started_at=started_at,
+        endpoint=endpoint, event_id=event_id, number=number, started_at=started_at,
         finished_at=datetime.now(UTC), status=status,
     ))
 
 
 def record(
-    rt: Runtime, provider: str, event_id: str, number: int, started_at: datetime, status: str,
+    rt: Runtime, endpoint: str, event_id: str, number: int, started_at: datetime, status: str,
     error: str | None = None, traceback: str | None = None,
 ) -> None:
     """Store attempt ``number`` of the event: ``processed``, ``ignored`` or ``error``."""
     try:
         with rt.sessions.begin() as session:
             session.add(Attempt(
-                provider=provider, event_id=event_id, number=number, started_at=started_at,
+                endpoint=endpoint, event_id=event_id, number=number, started_at=started_at,
                 finished_at=datetime.now(UTC), status=status, error=error, traceback=traceback,
             ))
     except SQLAlchemyError:
-        log.exception("could not record attempt %s of %s/%s", number, provider, event_id)
+        log.exception("could not record attempt %s of %s/%s", number, endpoint, event_id)

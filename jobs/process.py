@@ -1,4 +1,4 @@
-"""``process_event(provider, event_id)``: the RQ job that acts on one stored event.
+"""``process_event(endpoint, event_id)``: the RQ job that acts on one stored event.
 
 Claim the row (committed, so a worker that dies still counts an attempt), then in one transaction:
 lock the row and check the claim is still ours, find the object and its version, serialize per
@@ -73,12 +73,12 @@ def storable(ref: ObjectRef) -> ObjectRef:
     )
 
 
-def _claim(session: Session, provider: str, event_id: str) -> Event | None:
+def _claim(session: Session, endpoint: str, event_id: str) -> Event | None:
     """received/queued/failed (or an abandoned processing) → processing; returns the claimed row
     (its ``attempts`` is the claim's token), or None if there is nothing to do."""
     return session.scalars(
         update(Event)
-        .where(Event.provider == provider, Event.event_id == event_id, Event.status.in_(CLAIMABLE))
+        .where(Event.endpoint == endpoint, Event.event_id == event_id, Event.status.in_(CLAIMABLE))
         .values(status="processing", attempts=Event.attempts + 1, status_at=datetime.now(UTC))
         .returning(Event),
         execution_options={"populate_existing": True},
@@ -107,50 +107,50 @@ def _unflushed(session: Session) -> None:
         session.execute(text("SET LOCAL synchronous_commit = off"))
 
 
-def _mine(session: Session, provider: str, event_id: str, attempt: int) -> Event | None:
+def _mine(session: Session, endpoint: str, event_id: str, attempt: int) -> Event | None:
     """Lock the row for this transaction; None when another claim has superseded ours."""
     return session.scalars(
         select(Event)
-        .where(Event.provider == provider, Event.event_id == event_id,
+        .where(Event.endpoint == endpoint, Event.event_id == event_id,
                Event.status == "processing", Event.attempts == attempt)
         .with_for_update()
         .execution_options(populate_existing=True)
     ).first()
 
 
-def _lock_object(session: Session, provider: str, ref: ObjectRef) -> None:
+def _lock_object(session: Session, endpoint: str, ref: ObjectRef) -> None:
     """Serialize events of one object (PostgreSQL advisory lock; SQLite writers are serial)."""
     if session.get_bind().dialect.name == "postgresql":
-        key = json.dumps([provider, ref.type, ref.id])
+        key = json.dumps([endpoint, ref.type, ref.id])
         session.execute(text("SELECT pg_advisory_xact_lock(hashtextextended(:k, 0))"), {"k": key})
 
 
-def _folded(session: Session, provider: str, kind: str, ref: ObjectRef) -> tuple[ObjectRef, str | None]:
+def _folded(session: Session, endpoint: str, kind: str, ref: ObjectRef) -> tuple[ObjectRef, str | None]:
     """``ref`` merged into the stored state when the provider folds its events (else unchanged),
     and the id of the event the fold names as its latest."""
     fold = getattr(providers.get(kind), "fold", None)
     if fold is None:
         return ref, None
-    stored = session.get(Object, (provider, ref.type, ref.id), populate_existing=True)
+    stored = session.get(Object, (endpoint, ref.type, ref.id), populate_existing=True)
     merged: ObjectRef = storable(fold(None if stored is None else stored.state, ref))
     latest = merged.state.get("latest") if isinstance(merged.state, dict) else None
     return merged, latest if isinstance(latest, str) else None
 
 
-def apply_state(session: Session, provider: str, event_id: str, ref: ObjectRef,
+def apply_state(session: Session, endpoint: str, event_id: str, ref: ObjectRef,
                 kind: str | None = None) -> tuple[Object, ObjectRef]:
     """Conditional upsert: the stored state moves only to a strictly newer version; returns the
     stored object and the state offered. With ``kind`` a folding provider's state is merged
     first (the caller holds the object's lock)."""
     latest = None
     if kind is not None:
-        ref, latest = _folded(session, provider, kind, ref)
+        ref, latest = _folded(session, endpoint, kind, ref)
     stmt = upsert(session, Object).values(
-        provider=provider, object_type=ref.type, object_id=ref.id, version=ref.version,
+        endpoint=endpoint, object_type=ref.type, object_id=ref.id, version=ref.version,
         state=ref.state, last_event_id=storable_key(latest or event_id, 255), updated_at=datetime.now(UTC),
     )
     stmt = stmt.on_conflict_do_update(
-        index_elements=["provider", "object_type", "object_id"],
+        index_elements=["endpoint", "object_type", "object_id"],
         set_={k: stmt.excluded[k] for k in ("version", "state", "last_event_id", "updated_at")},
         where=Object.version < stmt.excluded.version,
     )
@@ -160,7 +160,7 @@ def apply_state(session: Session, provider: str, event_id: str, ref: ObjectRef,
     if current is None:
         current = session.scalars(
             select(Object).where(
-                Object.provider == provider, Object.object_type == ref.type, Object.object_id == ref.id
+                Object.endpoint == endpoint, Object.object_type == ref.type, Object.object_id == ref.id
             ).execution_options(**options)
         ).one()
     return current, ref
@@ -175,7 +175,7 @@ def _object(event: Event, settings: Settings) -> Prepared:
     provider = providers.get(event.kind)
     data = provider.event_data(event.payload, event.item_index)
     ref = provider.extract(event.event_type, data)
-    data, ref = fetch.current(provider, settings.endpoints.get(event.provider), event.event_type, data, ref)
+    data, ref = fetch.current(provider, settings.endpoints.get(event.endpoint), event.event_type, data, ref)
     return data, None if ref is None else storable(ref)
 
 
@@ -184,13 +184,13 @@ def _run(session: Session, event: Event, settings: Settings, prepared: Prepared)
     state: Any = None
     latest = True
     if ref is not None:
-        _lock_object(session, event.provider, ref)
-        current, ref = apply_state(session, event.provider, event.event_id, ref, event.kind)
+        _lock_object(session, event.endpoint, ref)
+        current, ref = apply_state(session, event.endpoint, event.event_id, ref, event.kind)
         state, latest = current.state, current.version == ref.version
         event.object_type, event.object_id, event.object_version = ref.type, ref.id, ref.version
-    found = handlers.handlers_for(event.provider, event.kind, event.event_type, settings.handler_modules)
+    found = handlers.handlers_for(event.endpoint, event.kind, event.event_type, settings.handler_modules)
     context = handlers.HandlerEvent(
-        event.provider, event.kind, event.event_id, event.event_type, data,
+        event.endpoint, event.kind, event.event_id, event.event_type, data,
         event.object_type, event.object_id, event.object_version, latest, event.attempts, session,
     )
     for handler in found:
@@ -202,7 +202,7 @@ def _mark(session: Session, event: Event, status: str, started_at: datetime) -> 
     """Mark the row done and add the attempt's history row, in the caller's transaction."""
     event.status, event.status_at = status, datetime.now(UTC)
     event.processed_at, event.last_error, event.last_traceback = datetime.now(UTC), None, None
-    attempts.add(session, event.provider, event.event_id, event.attempts, started_at, status)
+    attempts.add(session, event.endpoint, event.event_id, event.attempts, started_at, status)
 
 
 def _process_locked(rt: runtime.Runtime, sessions: sessionmaker[Session], claimed: Event,
@@ -212,7 +212,7 @@ def _process_locked(rt: runtime.Runtime, sessions: sessionmaker[Session], claime
     if prepared is None:
         prepared = _object(claimed, rt.settings)
     with sessions() as session, session.begin():
-        event = _mine(session, claimed.provider, claimed.event_id, claimed.attempts)
+        event = _mine(session, claimed.endpoint, claimed.event_id, claimed.attempts)
         if event is None:
             return "skipped"  # a newer claim took over; it decides
         status = _run(session, event, rt.settings, prepared)
@@ -220,14 +220,14 @@ def _process_locked(rt: runtime.Runtime, sessions: sessionmaker[Session], claime
     return status
 
 
-def _finish(session: Session, provider: str, event_id: str, attempt: int, ref: ObjectRef | None,
+def _finish(session: Session, endpoint: str, event_id: str, attempt: int, ref: ObjectRef | None,
             status: str, started_at: datetime) -> bool:
     """Apply the state and mark the row, if the claim is still ours."""
-    event = _mine(session, provider, event_id, attempt)
+    event = _mine(session, endpoint, event_id, attempt)
     if event is None:
         return False
     if ref is not None:
-        _, ref = apply_state(session, provider, event_id, ref, event.kind)
+        _, ref = apply_state(session, endpoint, event_id, ref, event.kind)
         event.object_type, event.object_id, event.object_version = ref.type, ref.id, ref.version
     _mark(session, event, status, started_at)
     return True
@@ -245,10 +245,10 @@ def _changes(session: Session) -> int:
 def _process_unlocked(rt: runtime.Runtime, sessions: sessionmaker[Session], claimed: Event,
                       started_at: datetime) -> str:
     """SQLite: the handlers run without holding the write lock (see the module's doc)."""
-    provider, event_id, attempt = claimed.provider, claimed.event_id, claimed.attempts
+    endpoint, event_id, attempt = claimed.endpoint, claimed.event_id, claimed.attempts
     with rt.deferred_sessions() as session:
         with session.begin():
-            event = _mine(session, provider, event_id, attempt)
+            event = _mine(session, endpoint, event_id, attempt)
         if event is None:
             return "skipped"
         session.expunge(event)  # read only: nothing of it is flushed with the handlers' writes
@@ -257,16 +257,16 @@ def _process_unlocked(rt: runtime.Runtime, sessions: sessionmaker[Session], clai
         latest = True
         if ref is not None:
             with session.begin():
-                view, _ = _folded(session, provider, event.kind, ref)  # a fold's preview
-                current = session.get(Object, (provider, ref.type, ref.id))
+                view, _ = _folded(session, endpoint, event.kind, ref)  # a fold's preview
+                current = session.get(Object, (endpoint, ref.type, ref.id))
             if current is not None and current.version >= view.version:
                 state, latest = current.state, current.version == view.version
             else:
                 state = view.state
-        found = handlers.handlers_for(provider, event.kind, event.event_type, rt.settings.handler_modules)
+        found = handlers.handlers_for(endpoint, event.kind, event.event_type, rt.settings.handler_modules)
         status = "processed" if ref is not None or found else "ignored"
         context = handlers.HandlerEvent(
-            provider, event.kind, event_id, event.event_type, data, ref.type if ref else event.object_type,
+            endpoint, event.kind, event_id, event.event_type, data, ref.type if ref else event.object_type,
             ref.id if ref else event.object_id, ref.version if ref else event.object_version, latest, attempt,
             session,
         )
@@ -278,7 +278,7 @@ def _process_unlocked(rt: runtime.Runtime, sessions: sessionmaker[Session], clai
                 session.flush()
                 wrote = _changes(session) != before
                 # A handler that wrote holds the write lock: the mark joins its writes.
-                if wrote and not _finish(session, provider, event_id, attempt, ref, status, started_at):
+                if wrote and not _finish(session, endpoint, event_id, attempt, ref, status, started_at):
                     raise _Superseded
         except _Superseded:
             return "skipped"
@@ -288,12 +288,12 @@ def _process_unlocked(rt: runtime.Runtime, sessions: sessionmaker[Session], clai
             return _process_locked(rt, sessions, claimed, started_at, prepared)
     if not wrote:
         with rt.sessions.begin() as session:
-            if not _finish(session, provider, event_id, attempt, ref, status, started_at):
+            if not _finish(session, endpoint, event_id, attempt, ref, status, started_at):
                 return "skipped"
     return status
 
 
-def _fail(rt: runtime.Runtime, provider: str, event_id: str, attempt: int, last_try: bool,
+def _fail(rt: runtime.Runtime, endpoint: str, event_id: str, attempt: int, last_try: bool,
           started_at: datetime, exc: Exception) -> None:
     """Record the error on the row (if the claim is still ours) and in the attempt history."""
     error = storable_text(f"{exc.__class__.__name__}: {exc}")[:2000]
@@ -301,26 +301,26 @@ def _fail(rt: runtime.Runtime, provider: str, event_id: str, attempt: int, last_
     with rt.sessions.begin() as session:
         session.execute(
             update(Event)
-            .where(Event.provider == provider, Event.event_id == event_id,
+            .where(Event.endpoint == endpoint, Event.event_id == event_id,
                    Event.status == "processing", Event.attempts == attempt)
             .values(status="failed" if last_try else "queued", status_at=datetime.now(UTC),
                     last_error=error, last_traceback=trace)
         )
-    attempts.record(rt, provider, event_id, attempt, started_at, "error", error, trace)
+    attempts.record(rt, endpoint, event_id, attempt, started_at, "error", error, trace)
 
 
-def process_event(provider: str, event_id: str) -> str:
+def process_event(endpoint: str, event_id: str) -> str:
     """Process one event; returns the final status (or ``skipped`` when there was nothing to do)."""
     rt = runtime.current()
     job = get_current_job()
     last_try = job is None or not job.retries_left
     started_at, clock = datetime.now(UTC), time.monotonic()
     run = _process_unlocked if rt.engine.dialect.name == "sqlite" else _process_locked
-    label = metrics.endpoint_label(rt, provider)
+    label = metrics.endpoint_label(rt, endpoint)
     with rt.processing(), _sessions(rt) as sessions:
         with sessions.begin() as session:
             _unflushed(session)
-            claimed = _claim(session, provider, event_id)
+            claimed = _claim(session, endpoint, event_id)
         if claimed is None:
             return "skipped"
         attempt = claimed.attempts
@@ -331,11 +331,11 @@ def process_event(provider: str, event_id: str) -> str:
             status = run(rt, sessions, claimed, started_at)
         except fetch.MismatchError as exc:
             # Not the provider's event: no handler ran, and no retry can change that.
-            _fail(rt, provider, event_id, attempt, True, started_at, exc)
+            _fail(rt, endpoint, event_id, attempt, True, started_at, exc)
             _measure(label, "failed", clock, event_id, attempt, exc)
             return "failed"
         except Exception as exc:
-            _fail(rt, provider, event_id, attempt, last_try, started_at, exc)
+            _fail(rt, endpoint, event_id, attempt, last_try, started_at, exc)
             _measure(label, "failed" if last_try else "error", clock, event_id, attempt, exc)
             raise
     if status != "skipped":

@@ -46,9 +46,28 @@ def filled(app: Flask) -> FlaskClient:
 def test_list_newest_first_with_fields(filled: FlaskClient) -> None:
     events = filled.get("/admin/api/events", headers=admin_headers()).get_json()["events"]
     assert [e["event_id"] for e in events] == ["evt_3", "evt_2", "evt_1", "evt_0"]
-    assert set(events[0]) == {"provider", "event_id", "type", "status", "attempts", "received_at",
+    assert set(events[0]) == {"provider", "endpoint", "event_id", "type", "status", "attempts", "received_at",
                               "processed_at", "last_error"}
     assert (events[0]["status"], events[1]["status"], events[1]["attempts"]) == ("queued", "processed", 1)
+
+
+def test_event_names_its_endpoint_as_provider_and_endpoint(sqlite_url: str) -> None:
+    """An endpoint named apart from its kind: ``provider`` (kept) and ``endpoint`` (added) both
+    hold the endpoint's name, in the list, the detail, the object's events and a replay."""
+    config = base_config(sqlite_url)
+    config["ENDPOINTS"]["stripe_connect"] = dict(config["ENDPOINTS"]["stripe"])
+    client = make_app(config).test_client()
+    body = stripe_event("evt_c1")
+    assert client.post("/webhooks/stripe_connect", data=body, headers=stripe_headers(body)).status_code == 200
+    drain(client.application)
+    listed = client.get("/admin/api/events?endpoint=stripe_connect", headers=admin_headers()).get_json()["events"]
+    detail = client.get("/admin/api/events/stripe_connect/evt_c1", headers=admin_headers()).get_json()
+    replayed = client.post("/admin/api/events/stripe_connect/evt_c1/replay", json={"reason": "test"},
+                           headers=admin_headers()).get_json()
+    for answer in (listed[0], detail, detail["object_events"][0], replayed):
+        assert (answer["provider"], answer["endpoint"]) == ("stripe_connect", "stripe_connect"), answer
+    assert detail["kind"] == "stripe"
+    assert client.get("/admin/api/events?provider=stripe", headers=admin_headers()).get_json()["events"] == []
 
 
 @pytest.mark.parametrize(

@@ -24,7 +24,7 @@ def test_postgres_urls_use_psycopg(url: str) -> None:
 def test_shorthands_define_endpoints() -> None:
     settings = load({"STRIPE_WEBHOOK_SECRET": "whsec_a", "ADYEN_HMAC_KEY": "AB12", "ADYEN_BASIC_AUTH": "u:p"})
     assert settings.endpoints["stripe"].secrets == ("whsec_a",)
-    assert settings.endpoints["adyen"].provider == "adyen"
+    assert settings.endpoints["adyen"].kind == "adyen"
     assert settings.endpoints["adyen"].basic_auth == "u:p"
 
 
@@ -36,7 +36,7 @@ def test_toml_file_with_env_references(tmp_path: Path, monkeypatch: pytest.Monke
     )
     settings = load({"WEBHOOKS_CONFIG": str(path), "OLD_SECRET": "whsec_old"})
     endpoint = settings.endpoints["payments"]
-    assert (endpoint.provider, endpoint.secrets, endpoint.tolerance_seconds) == (
+    assert (endpoint.kind, endpoint.secrets, endpoint.tolerance_seconds) == (
         "stripe", ("whsec_old", "whsec_new"), 600)
 
 

@@ -108,14 +108,14 @@ def test_dead_letter_lists_failed_only(failed: FlaskClient) -> None:
 
 SEED = {
     "postgresql": """
-        INSERT INTO events (provider, event_id, kind, event_type, status, attempts, received_at, status_at,
+        INSERT INTO events (endpoint, event_id, kind, event_type, status, attempts, received_at, status_at,
                             payload, headers, scheme, object_id)
         SELECT 'stripe', 'evt_seed_' || g, 'stripe', 'payment_intent.succeeded',
                CASE WHEN g % 100 = 0 THEN 'failed' ELSE 'processed' END, 1,
                now() - g * interval '1 second', now(), '\\x7b7d'::bytea, '{}'::jsonb, 'stripe-v1', 'pi_seed_' || g
         FROM generate_series(CAST(:start AS integer), CAST(:stop AS integer)) AS g""",
     "sqlite": """
-        INSERT INTO events (provider, event_id, kind, event_type, status, attempts, received_at, status_at,
+        INSERT INTO events (endpoint, event_id, kind, event_type, status, attempts, received_at, status_at,
                             payload, headers, scheme, object_id)
         WITH RECURSIVE seq(g) AS (SELECT :start UNION ALL SELECT g + 1 FROM seq WHERE g < :stop)
         SELECT 'stripe', 'evt_seed_' || g, 'stripe', 'payment_intent.succeeded',
@@ -193,13 +193,13 @@ def test_plans_use_the_feed_indexes_on_postgresql(pg_url: str) -> None:
     app = make_app(base_config(pg_url))
     seed(app, 1, 100_000)
     cursor = queries.decode_cursor(next_cursor(app.test_client()))
-    providers = ["stripe", "adyen"]
+    endpoints = ["stripe", "adyen"]
     plans = {
         "default": explain(app, queries.feed(queries.Filters()).limit(51)),
         "status": explain(app, queries.feed(queries.Filters(status="failed")).limit(51)),
         "next page": explain(app, queries.feed(queries.Filters()).where(
-            sa.tuple_(*[queries.Event.received_at, queries.Event.provider, queries.Event.event_id]) < cursor).limit(51)),
-        "search": explain(app, queries.feed(queries.Filters(q="pi_seed_77"), providers).limit(51)),
+            sa.tuple_(*[queries.Event.received_at, queries.Event.endpoint, queries.Event.event_id]) < cursor).limit(51)),
+        "search": explain(app, queries.feed(queries.Filters(q="pi_seed_77"), endpoints).limit(51)),
     }
     for name, plan in plans.items():
         assert "Seq Scan" not in plan and "Index" in plan, (name, plan)

@@ -160,8 +160,9 @@ def test_payments_with_gaps_are_listed_until_their_authorisation_arrives(adyen_a
     drain(adyen_app)
     listed = adyen_app.test_client().get("/admin/api/gaps", headers=admin_headers()).get_json()
     assert [(g["object_id"], g["applied"]) for g in listed["gaps"]] == [("GPAY", ["GCAP:CAPTURE:true", "GREF1:REFUND:true"])]
+    assert [(g["provider"], g["endpoint"]) for g in listed["gaps"]] == [("adyen", "adyen")]
     page = adyen_app.test_client().get("/admin/gaps", headers=admin_headers())
-    assert page.status_code == 200 and b"GPAY" in page.data
+    assert page.status_code == 200 and b"GPAY" in page.data and b"<td>adyen</td>" in page.data
     assert post(adyen_app, "/webhooks/adyen", adyen_body(adyen_item(**items[0])), {}) == 200
     drain(adyen_app)
     assert adyen_app.test_client().get("/admin/api/gaps", headers=admin_headers()).get_json()["gaps"] == []

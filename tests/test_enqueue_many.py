@@ -34,16 +34,16 @@ def test_every_job_of_a_batch_reads_back_as_rqs_own_build(attempts: str) -> None
     queue.connection.flushdb()
     assert queue.enqueue_many(EVENTS) == len(EVENTS)
     assert [j.decode() for j in queue.connection.lrange(queue.queue.key, 0, -1)] == [job_id(*e) for e in EVENTS]
-    for provider, event_id in EVENTS:
-        jid = job_id(provider, event_id)
+    for endpoint, event_id in EVENTS:
+        jid = job_id(endpoint, event_id)
         job = Job.fetch(jid, connection=queue.connection)
-        own = reference.build(provider, event_id)
+        own = reference.build(endpoint, event_id)
         expected = rqs_own(own)
         got = fields(queue, jid)
         assert set(got) == set(expected)
         for key in set(got) - {b"created_at", b"enqueued_at", b"retry_intervals"}:
             assert got[key] == expected[key], key
-        assert (job.func_name, job.args, job.kwargs) == (JOB, (provider, event_id), {})
+        assert (job.func_name, job.args, job.kwargs) == (JOB, (endpoint, event_id), {})
         assert (job.description, job.retries_left, job.timeout) == (own.description, own.retries_left, own.timeout)
         assert (job.result_ttl, job.failure_ttl, job.origin, job.get_status()) == (500, 7 * 24 * 3600, "default", "queued")
         if attempts == "1":

@@ -74,11 +74,10 @@ def test_status_check_survives_upgrade_downgrade_upgrade(db: str, request: pytes
     from sqlalchemy.exc import IntegrityError
 
     url = request.getfixturevalue(db)
-    insert = sa.text(
-        "INSERT INTO events (provider, event_id, kind, event_type, status, attempts, received_at, status_at,"
-        " payload, headers, scheme) VALUES ('p', :id, 'stripe', 't', :status, 0, :at, :at, :body, '{}', 's')")
-
-    def store(event_id: str, status: str) -> None:
+    def store(event_id: str, status: str, endpoint_column: str = "endpoint") -> None:
+        insert = sa.text(
+            f"INSERT INTO events ({endpoint_column}, event_id, kind, event_type, status, attempts, received_at,"
+            " status_at, payload, headers, scheme) VALUES ('p', :id, 'stripe', 't', :status, 0, :at, :at, :body, '{}', 's')")
         engine = sa.create_engine(url)
         try:
             with engine.begin() as conn:
@@ -101,7 +100,7 @@ def test_status_check_survives_upgrade_downgrade_upgrade(db: str, request: pytes
         store("evt_bogus", "done")
     command.downgrade(alembic_config(url), "0005")
     assert statuses() == {f"evt_{w}": w.value for w in Status}
-    store("evt_bogus", "done")  # no constraint at 0005
+    store("evt_bogus", "done", "provider")  # no constraint at 0005 (nor the 0007 column name)
     with pytest.raises(IntegrityError):
         command.upgrade(alembic_config(url), "head")  # a row outside the words stops the upgrade
     engine = sa.create_engine(url)
@@ -113,3 +112,54 @@ def test_status_check_survives_upgrade_downgrade_upgrade(db: str, request: pytes
     with pytest.raises(IntegrityError):
         store("evt_bogus", "done")
     command.check(alembic_config(url))
+
+
+@pytest.mark.parametrize("db", ["sqlite_url", "pg_url"])
+def test_endpoint_columns_renamed_with_data_kept_both_ways(db: str, request: pytest.FixtureRequest) -> None:
+    """0007: ``provider`` becomes ``endpoint`` in events, objects and attempts; the rows, the
+    primary keys and the unique replay-key index come through the upgrade and the downgrade."""
+    import sqlalchemy as sa
+    from sqlalchemy.exc import IntegrityError
+
+    url = request.getfixturevalue(db)
+    at = datetime(2024, 1, 1, tzinfo=UTC)
+    upgrade(url, "0006")
+    engine = sa.create_engine(url)
+    try:
+        with engine.begin() as conn:
+            conn.execute(sa.text(
+                "INSERT INTO events (provider, event_id, kind, event_type, status, attempts, received_at, status_at,"
+                " payload, headers, scheme, replay_key) VALUES ('stripe_connect', 'evt_1', 'stripe', 't', 'processed',"
+                " 1, :at, :at, :body, '{}', 's', 'k1')"), {"at": at, "body": b"{}"})
+            conn.execute(sa.text(
+                "INSERT INTO objects (provider, object_type, object_id, version, state, last_event_id, updated_at)"
+                " VALUES ('stripe_connect', 'payment_intent', 'pi_1', 7, '{}', 'evt_1', :at)"), {"at": at})
+            conn.execute(sa.text(
+                "INSERT INTO attempts (provider, event_id, number, started_at, finished_at, status)"
+                " VALUES ('stripe_connect', 'evt_1', 1, :at, :at, 'processed')"), {"at": at})
+
+        def stored(column: str) -> list[tuple[object, ...]]:
+            with engine.connect() as conn:
+                return [tuple(conn.execute(sa.text(sql.format(column))).one()) for sql in (
+                    "SELECT {}, event_id, replay_key FROM events",
+                    "SELECT {}, object_id, version FROM objects",
+                    "SELECT {}, event_id, number FROM attempts",
+                )]
+
+        expected = [("stripe_connect", "evt_1", "k1"), ("stripe_connect", "pi_1", 7), ("stripe_connect", "evt_1", 1)]
+        upgrade(url)
+        assert stored("endpoint") == expected
+        with pytest.raises(IntegrityError), engine.begin() as conn:  # the replay-key index followed the column
+            conn.execute(sa.text(
+                "INSERT INTO events (endpoint, event_id, kind, event_type, status, attempts, received_at, status_at,"
+                " payload, headers, scheme, replay_key) VALUES ('stripe_connect', 'evt_2', 'stripe', 't', 'queued',"
+                " 0, :at, :at, :body, '{}', 's', 'k1')"), {"at": at, "body": b"{}"})
+        engine.dispose()  # SQLite's batch mode replaces the tables: no connection may hold the old ones
+        command.downgrade(alembic_config(url), "0006")
+        assert stored("provider") == expected
+        engine.dispose()
+        upgrade(url)
+        assert stored("endpoint") == expected
+        command.check(alembic_config(url))
+    finally:
+        engine.dispose()

@@ -39,7 +39,7 @@ def app(tmp_path_factory: pytest.TempPathFactory) -> Flask:
 
 
 def stored(app: Flask) -> set[tuple[str, str]]:
-    return {(p, e) for p, e in rows(app, "SELECT provider, event_id FROM events")}
+    return {(p, e) for p, e in rows(app, "SELECT endpoint, event_id FROM events")}
 
 
 GENUINE: set[tuple[str, str]] = set()

@@ -121,7 +121,7 @@ def test_a_new_kind_from_one_module_is_verified_stored_processed_purged_and_show
 ) -> None:
     # Configuration: the kind's own shorthand variable makes its endpoint.
     settings = config.load({"ACME_SECRET": ACME_SECRET})
-    assert settings.endpoints["acme"].provider == "acme" and settings.endpoints["acme"].secrets == (ACME_SECRET,)
+    assert settings.endpoints["acme"].kind == "acme" and settings.endpoints["acme"].secrets == (ACME_SECRET,)
     app = make_app(base_config(sqlite_url, ACME_SECRET=ACME_SECRET))
     client = app.test_client()
 
@@ -138,14 +138,14 @@ def test_a_new_kind_from_one_module_is_verified_stored_processed_purged_and_show
     assert client.post("/webhooks/acme", data=body, headers=sign(body)).status_code == 200
 
     # Store: one row per batch item, under the kind.
-    stored = rows(app, "SELECT event_id, kind, item_index, status FROM events WHERE provider = 'acme' ORDER BY event_id")
+    stored = rows(app, "SELECT event_id, kind, item_index, status FROM events WHERE endpoint = 'acme' ORDER BY event_id")
     assert [(r.event_id, r.kind, r.item_index) for r in stored] == [("acme_1", "acme", 0), ("acme_2", "acme", 1)]
 
     # Process: the kind's event_data, extract and refetch run; the object ends in its latest state.
     drain(app)
     assert sorted(acme.REFETCHED) == ["acme_1", "acme_2"]
-    assert {r.status for r in rows(app, "SELECT status FROM events WHERE provider = 'acme'")} == {"processed"}
-    state = rows(app, "SELECT version, state FROM objects WHERE provider = 'acme' AND object_id = 'ord_1'")
+    assert {r.status for r in rows(app, "SELECT status FROM events WHERE endpoint = 'acme'")} == {"processed"}
+    state = rows(app, "SELECT version, state FROM objects WHERE endpoint = 'acme' AND object_id = 'ord_1'")
     assert state[0].version == 2 and json.loads(state[0].state)["status"] == "order.shipped"
 
     # Purge horizon: the kind's own, found from the events table even with no kind passed in.

@@ -187,8 +187,8 @@ def keyed(tmp_path_factory: pytest.TempPathFactory) -> Flask:
 @pytest.mark.parametrize("name", REPLAY_KEYED)
 def test_signatures_of_schemes_without_a_timestamp_are_not_shown(keyed: Flask, name: str) -> None:
     body, headers, path = genuine(keyed, name)
-    kind = keyed.extensions["webhooks"].settings.endpoints[name]
-    signed = {n.lower() for n in providers.get(kind.provider).signature_headers(kind)}
+    endpoint = keyed.extensions["webhooks"].settings.endpoints[name]
+    signed = {n.lower() for n in providers.get(endpoint.kind).signature_headers(endpoint)}
     values = {k: v for k, v in headers.items() if k.lower() in signed}
     assert values, headers
     response = keyed.test_client().post(path, data=body + b" ", headers=headers, base_url=f"https://{HOST}")

@@ -56,7 +56,7 @@ def post(app: Flask, path: str, body: bytes, headers: dict[str, str], host: str 
 
 
 def count(app: Flask, name: str) -> int:
-    return int(rows(app, "SELECT count(*) FROM events WHERE provider = :p", p=name)[0][0])
+    return int(rows(app, "SELECT count(*) FROM events WHERE endpoint = :p", p=name)[0][0])
 
 
 def replays_counted(app: Flask, name: str) -> int:
@@ -82,7 +82,7 @@ def test_a_relabelled_replay_is_a_duplicate_not_an_event(both: Flask, name: str,
     assert count(both, name) == 1
     assert post(both, path, body, headers | relabel) == 200  # answered like a duplicate
     assert count(both, name) == 1
-    stored_type = rows(both, "SELECT event_type FROM events WHERE provider = :p", p=name)[0][0]
+    stored_type = rows(both, "SELECT event_type FROM events WHERE endpoint = :p", p=name)[0][0]
     assert stored_type not in relabel.values()  # the attacker's topic never became an event type
     new_id = any(h in relabel for h in ("X-GitHub-Delivery", "X-Shopify-Webhook-Id", "I-Twilio-Idempotency-Token",
                                         "X-Event-Id"))

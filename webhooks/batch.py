@@ -132,7 +132,7 @@ class GroupCommit:
             return
         if self._conn is None:
             self._conn = self.rt.engine.connect()
-            self._insert = upsert(self._conn, Event).on_conflict_do_nothing().returning(Event.provider, Event.event_id)
+            self._insert = upsert(self._conn, Event).on_conflict_do_nothing().returning(Event.endpoint, Event.event_id)
         conn = self._conn
         with conn.begin():
             _sort(batch, {(p, e) for p, e in conn.execute(self._insert, rows)})
@@ -239,13 +239,13 @@ class Rows:
 
 
 def _mark_received(conn: Connection, events: list[tuple[str, str]]) -> None:
-    by_provider: dict[str, list[str]] = {}
-    for provider, event_id in events:
-        by_provider.setdefault(provider, []).append(event_id)
-    for provider, ids in by_provider.items():
+    by_endpoint: dict[str, list[str]] = {}
+    for endpoint, event_id in events:
+        by_endpoint.setdefault(endpoint, []).append(event_id)
+    for endpoint, ids in by_endpoint.items():
         conn.execute(
             update(Event)
-            .where(Event.provider == provider, Event.event_id.in_(ids), Event.status == "queued")
+            .where(Event.endpoint == endpoint, Event.event_id.in_(ids), Event.status == "queued")
             .values(status="received", status_at=datetime.now(UTC))
         )
 

@@ -50,7 +50,7 @@ class Base(DeclarativeBase):
 class Event(Base):
     __tablename__ = "events"
 
-    provider: Mapped[Name] = mapped_column(primary_key=True)
+    endpoint: Mapped[Name] = mapped_column(primary_key=True)  # the endpoint's name; ``kind``: its provider kind
     event_id: Mapped[Ident] = mapped_column(primary_key=True)
     kind: Mapped[str] = mapped_column(String(32))
     event_type: Mapped[Ident]
@@ -78,14 +78,14 @@ class Event(Base):
     replay_key: Mapped[str | None] = mapped_column(String(64))
 
     __table_args__ = (
-        # Keyset pagination, newest first: (received_at, provider, event_id) is the cursor, so both
+        # Keyset pagination, newest first: (received_at, endpoint, event_id) is the cursor, so both
         # the order and the seek come straight from an index, whatever the table size.
-        Index("ix_events_feed", "received_at", "provider", "event_id"),
-        Index("ix_events_status_feed", "status", "received_at", "provider", "event_id"),
+        Index("ix_events_feed", "received_at", "endpoint", "event_id"),
+        Index("ix_events_status_feed", "status", "received_at", "endpoint", "event_id"),
         Index("ix_events_status_status_at", "status", "status_at"),  # the sweeper
         Index("ix_events_object_id", "object_id"),  # console search, and "events that moved it"
         Index("ix_events_reference", "reference"),
-        Index("ux_events_replay_key", "provider", "replay_key", unique=True),
+        Index("ux_events_replay_key", "endpoint", "replay_key", unique=True),
         CheckConstraint(STATUS_CHECK, name="status"),
     )
 
@@ -128,7 +128,7 @@ class RejectionCount(Base):
 class Object(Base):
     __tablename__ = "objects"
 
-    provider: Mapped[Name] = mapped_column(primary_key=True)
+    endpoint: Mapped[Name] = mapped_column(primary_key=True)
     object_type: Mapped[Name] = mapped_column(primary_key=True)
     object_id: Mapped[Ident] = mapped_column(primary_key=True)
     version: Mapped[int] = mapped_column(BigInteger)
@@ -143,7 +143,7 @@ class Attempt(Base):
     __tablename__ = "attempts"
 
     id: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"), primary_key=True)
-    provider: Mapped[Name]
+    endpoint: Mapped[Name]
     event_id: Mapped[Ident]
     number: Mapped[int] = mapped_column(Integer)
     started_at: Mapped[Timestamp]
@@ -152,7 +152,7 @@ class Attempt(Base):
     error: Mapped[str | None] = mapped_column(Text)
     traceback: Mapped[str | None] = mapped_column(Text)
 
-    __table_args__ = (Index("ix_attempts_event", "provider", "event_id", "number"),)
+    __table_args__ = (Index("ix_attempts_event", "endpoint", "event_id", "number"),)
 
 
 class Replay(Base):

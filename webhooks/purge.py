@@ -82,11 +82,11 @@ def purge(sessions: sessionmaker[Session], plan: Plan, *, kinds: set[str], force
     while True:
         with sessions.begin() as session:
             keys = session.execute(
-                select(Event.provider, Event.event_id).where(condition).limit(plan.batch_size)
+                select(Event.endpoint, Event.event_id).where(condition).limit(plan.batch_size)
             ).all()
             if not keys:
                 return deleted
-            session.execute(delete(Event).where(tuple_(Event.provider, Event.event_id).in_([tuple(k) for k in keys])))
+            session.execute(delete(Event).where(tuple_(Event.endpoint, Event.event_id).in_([tuple(k) for k in keys])))
         deleted += len(keys)
         if progress is not None:
             progress(len(keys))
@@ -109,7 +109,7 @@ def purge_command(older_than: str, failed_older_than: str | None, batch_size: in
     except ConfigError as exc:
         raise click.UsageError(str(exc)) from exc
     engine = make_engine(settings.database_url)
-    kinds = {endpoint.provider for endpoint in settings.endpoints.values()}
+    kinds = {endpoint.kind for endpoint in settings.endpoints.values()}
     bars: list[Any] = []  # click's ProgressBar, opened once the count is known
 
     def start(count: int) -> None:

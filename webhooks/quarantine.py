@@ -102,7 +102,7 @@ def signature_headers(rt: Runtime, rejection: Rejection) -> set[str]:
     names: set[str] = set()
     config = rt.settings.endpoints.get(rejection.endpoint)
     if config is not None:
-        names.update(providers.get(config.provider).signature_headers(config))
+        names.update(providers.get(config.kind).signature_headers(config))
     if rejection.kind:
         try:
             names.update(providers.get(rejection.kind).signature_header_names)
@@ -140,7 +140,7 @@ def _row(config: Endpoint, error: VerificationError, headers: dict[str, str], bo
     if len(body) + len(url) + len(json.dumps(kept)) > max_bytes:
         notes.append(f"body of {len(body)} bytes not kept (over the quarantine budget)")
         body = b""
-    return {"endpoint": config.name[:100], "kind": config.provider, "reason": error.reason,
+    return {"endpoint": config.name[:100], "kind": config.kind, "reason": error.reason,
             "detail": "; ".join(notes)[:500], "http_status": error.status, "url": storable_text(url),
             "headers": kept, "body": body, "basic_auth_ok": basic_auth_ok(config, headers)}
 

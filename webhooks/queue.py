@@ -1,7 +1,7 @@
 """The work queue: RQ on Redis, or on an in-process fakeredis (the embedded default).
 
 The database is the source of truth; Redis only carries work. ``enqueue`` is idempotent (the job
-id is derived from ``(provider, event_id)`` and enqueued with ``unique=True``), so the receiver,
+id is derived from ``(endpoint, event_id)`` and enqueued with ``unique=True``), so the receiver,
 the sweeper and a replay may all call it for the same event at any time.
 """
 
@@ -85,9 +85,9 @@ def connect(url: str) -> redis.Redis:
     return master
 
 
-def job_id(provider: str, event_id: str) -> str:
+def job_id(endpoint: str, event_id: str) -> str:
     """RQ ids allow only ``[A-Za-z0-9_-]``; a hash keeps any event id safe and collision-free."""
-    return "wh-" + hashlib.sha256(f"{provider}\0{event_id}".encode()).hexdigest()[:40]
+    return "wh-" + hashlib.sha256(f"{endpoint}\0{event_id}".encode()).hexdigest()[:40]
 
 
 _JITTER = random.Random()  # one generator: seeding one per job cost more than building the job
@@ -122,12 +122,12 @@ class JobQueue:
         self.embedded: EmbeddedWorker | None = None
         self._start_lock = threading.Lock()
 
-    def enqueue(self, provider: str, event_id: str) -> None:
+    def enqueue(self, endpoint: str, event_id: str) -> None:
         """Queue the event's job unless a job with its id exists. Raises ``redis.RedisError``."""
-        self.enqueue_many([(provider, event_id)])
+        self.enqueue_many([(endpoint, event_id)])
 
     def enqueue_many(self, events: list[tuple[str, str]]) -> int:
-        """Queue each (provider, event_id)'s job unless a job with its id exists, in one round trip;
+        """Queue each (endpoint, event_id)'s job unless a job with its id exists, in one round trip;
         returns how many were queued. Raises ``redis.RedisError`` (then none was queued).
 
         Writes what RQ's unique enqueue writes (the job hash, its TTL, the queue's entry in
@@ -144,10 +144,10 @@ class JobQueue:
         common = [*shared, "created_at", stamp, "enqueued_at", stamp]
         own = OWN if self.settings.max_attempts > 1 else OWN[:2]
         keys, args = [self.queue.key, self.queue.redis_queues_keys], [ttl, len(common), *common, len(own), *own]
-        for provider, event_id in events:
-            jid = job_id(provider, event_id)
+        for endpoint, event_id in events:
+            jid = job_id(endpoint, event_id)
             keys.append(Job.key_for(jid))
-            call = (provider, event_id)
+            call = (endpoint, event_id)
             args += [jid, zlib.compress(self.queue.serializer.dumps((JOB, None, call, {}))),
                      get_call_string(JOB, call, {}, max_length=75)]
             if len(own) == 3:
@@ -164,26 +164,26 @@ class JobQueue:
             self._shared_fields = (-1 if job.ttl is None else job.ttl, fields)
         return self._shared_fields
 
-    def build(self, provider: str, event_id: str) -> Job:
+    def build(self, endpoint: str, event_id: str) -> Job:
         """The event's job as RQ builds it for ``enqueue`` (not saved)."""
         retries = self.settings.max_attempts - 1
         self.queue.get_redis_server_version()  # cached: once per queue (RQ stores it on the job)
         job = self.queue.create_job(
-            JOB, args=(provider, event_id), job_id=job_id(provider, event_id),
+            JOB, args=(endpoint, event_id), job_id=job_id(endpoint, event_id),
             retry=Retry(max=retries, interval=retry_intervals(self.settings)) if retries else None,
             timeout=self.settings.job_timeout, result_ttl=500, failure_ttl=7 * 24 * 3600,
         )
         self.queue._prepare_for_queue(job)  # what RQ sets before saving: origin, enqueued_at, status
         return job
 
-    def _job(self, provider: str, event_id: str) -> Job | None:
+    def _job(self, endpoint: str, event_id: str) -> Job | None:
         try:
-            return Job.fetch(job_id(provider, event_id), connection=self.connection)
+            return Job.fetch(job_id(endpoint, event_id), connection=self.connection)
         except NoSuchJobError:
             return None
 
     def live(self, events: list[tuple[str, str]], *, unclaimed: bool = False) -> list[bool]:
-        """For each (provider, event_id): whether its job is live — one Redis round trip for all.
+        """For each (endpoint, event_id): whether its job is live — one Redis round trip for all.
 
         A job whose hash says ``queued`` is live only while its id is in the queue: a worker moves
         the id out (into RQ's intermediate list) before it marks the job ``started``, so a worker
@@ -192,8 +192,8 @@ class JobQueue:
         takes to claim one, so a ``started`` job is a killed worker's, not a live one.
         """
         with self.connection.pipeline(transaction=False) as pipe:
-            for provider, event_id in events:
-                jid = job_id(provider, event_id)
+            for endpoint, event_id in events:
+                jid = job_id(endpoint, event_id)
                 pipe.hget(Job.key_for(jid), "status")
                 pipe.lpos(self.queue.key, jid)
             replies = pipe.execute()
@@ -202,19 +202,19 @@ class JobQueue:
             for status, position in zip(replies[::2], replies[1::2], strict=True)
         ]
 
-    def requeue(self, provider: str, event_id: str, *, force: bool = False) -> bool:
+    def requeue(self, endpoint: str, event_id: str, *, force: bool = False) -> bool:
         """Enqueue a fresh job unless a live one exists; a finished or failed job is dropped first.
 
         ``force`` drops a "live" job too: the caller has proven from the database that nobody runs
         it (a killed worker's job stays *started* in RQ until its timeout). Returns False when a
         live job was already there.
         """
-        job = self._job(provider, event_id)
+        job = self._job(endpoint, event_id)
         if job is not None:
-            if not force and self.live([(provider, event_id)])[0]:
+            if not force and self.live([(endpoint, event_id)])[0]:
                 return False
             job.delete()
-        self.enqueue(provider, event_id)
+        self.enqueue(endpoint, event_id)
         return True
 
     def start_embedded(self, bind: Callable[[], Any], on_tick: Callable[[], Any] | None = None) -> None:

@@ -78,7 +78,7 @@ def stored_headers(endpoint: Endpoint, verified: Verified, headers: dict[str, st
     kept = redact(headers)
     if verified.replay_key is None:
         return kept
-    names = {n.lower() for n in providers.get(endpoint.provider).signature_headers(endpoint)}
+    names = {n.lower() for n in providers.get(endpoint.kind).signature_headers(endpoint)}
     return {k: ("[verified signature]" if k.lower() in names else v) for k, v in kept.items()}
 
 def read_body(environ: dict[str, Any], limit: int, idle_timeout: float) -> bytes:
@@ -113,7 +113,7 @@ def read_body(environ: dict[str, Any], limit: int, idle_timeout: float) -> bytes
 def verify(endpoint: Endpoint, req: Request, now: float) -> Verified:
     """The provider's verdict; an unexpected exception is a forged or broken request, never a 500."""
     try:
-        return providers.get(endpoint.provider).verify(req, endpoint, now=now)
+        return providers.get(endpoint.kind).verify(req, endpoint, now=now)
     except (VerificationError, UnavailableError):
         raise
     except Exception as exc:
@@ -163,7 +163,7 @@ def replayed(conn: Connection, endpoint: Endpoint, verified: Verified, now: date
     if verified.replay_key is None:
         return False
     holder = conn.execute(
-        select(Event.event_id).where(Event.provider == endpoint.name, Event.replay_key == verified.replay_key)
+        select(Event.event_id).where(Event.endpoint == endpoint.name, Event.replay_key == verified.replay_key)
     ).scalar()
     if holder is None or holder in {e.event_id for e in verified.events}:
         return False
@@ -179,9 +179,9 @@ def event_rows(
     """The ``events`` rows of one verified delivery, status ``queued``."""
     return [
         {
-            "provider": endpoint.name,
+            "endpoint": endpoint.name,
             "event_id": e.event_id,
-            "kind": endpoint.provider,
+            "kind": endpoint.kind,
             "event_type": e.event_type,
             "status": "queued",
             "attempts": 0,
@@ -211,19 +211,19 @@ def _search_key(value: str | None) -> str | None:
     return value if storable(value) else None
 
 
-def enqueue(rt: Runtime, conn: Connection, provider: str, event_ids: list[str]) -> None:
+def enqueue(rt: Runtime, conn: Connection, endpoint: str, event_ids: list[str]) -> None:
     """Queue each new event's job; those Redis refused go back to ``received`` for the sweeper."""
     for position, event_id in enumerate(event_ids):
         try:
-            rt.queue.enqueue(provider, event_id)
+            rt.queue.enqueue(endpoint, event_id)
         except redis.RedisError as exc:
             # The rows are committed: answer 2xx anyway, the sweeper enqueues them later.
             log.warning("enqueue failed, left for the sweeper: %s", exc.__class__.__name__)
-            metrics.ENQUEUE_FAILURES.labels(provider).inc(len(event_ids) - position)
+            metrics.ENQUEUE_FAILURES.labels(endpoint).inc(len(event_ids) - position)
             with conn.begin():
                 conn.execute(
                     update(Event)
-                    .where(Event.provider == provider, Event.event_id.in_(event_ids[position:]),
+                    .where(Event.endpoint == endpoint, Event.event_id.in_(event_ids[position:]),
                            Event.status == "queued")
                     .values(status="received", status_at=datetime.now(UTC))
                 )

@@ -49,7 +49,7 @@ def endpoint_of(rt: Runtime, name: str) -> Endpoint:
     endpoint = rt.settings.endpoints.get(name)
     if endpoint is None:
         raise ConfigError(f"no endpoint {name!r}")
-    if endpoint.provider != "stripe" or not endpoint.options.get("api_key"):
+    if endpoint.kind != "stripe" or not endpoint.options.get("api_key"):
         raise ConfigError(f"endpoint {name!r}: reconciliation needs a stripe endpoint with an api_key")
     return endpoint
 

@@ -87,23 +87,23 @@ class Runtime:
         age = self.settings.sweep_age if age is None else age
         cutoff = (now or datetime.now(UTC)) - timedelta(seconds=age)
         swept = 0
-        for provider, event_id in self._abandoned(cutoff, limit):
-            self.queue.requeue(provider, event_id, force=True)
+        for endpoint, event_id in self._abandoned(cutoff, limit):
+            self.queue.requeue(endpoint, event_id, force=True)
             swept += 1
             RECOVERIES.inc()
         # Walk every stale row (keyset pages), checking their jobs a page per Redis round trip:
         # under a backlog most `queued` rows have live jobs, and a stranded row must not hide
         # behind them.
         base = (
-            select(Event.status_at, Event.provider, Event.event_id, Event.status)
+            select(Event.status_at, Event.endpoint, Event.event_id, Event.status)
             .where(Event.status.in_((Status.RECEIVED, Status.QUEUED)), Event.status_at < cutoff)
-            .order_by(Event.status_at, Event.provider, Event.event_id)
+            .order_by(Event.status_at, Event.endpoint, Event.event_id)
             .limit(SWEEP_PAGE)
         )
         after: tuple[datetime, str, str] | None = None
         seen = 0
         while seen < limit:
-            key = tuple_(Event.status_at, Event.provider, Event.event_id)
+            key = tuple_(Event.status_at, Event.endpoint, Event.event_id)
             query = base if after is None else base.where(key > after)
             with self.sessions() as session:
                 rows = session.execute(query).all()
@@ -114,16 +114,16 @@ class Runtime:
             # These rows are not claimed yet: a job that says `started` for one of them past the
             # sweep age belongs to a worker killed between taking it and claiming the row.
             live = self.queue.live([(p, e) for _, p, e, _ in rows], unclaimed=True)
-            for (_, provider, event_id, status), is_live in zip(rows, live, strict=True):
+            for (_, endpoint, event_id, status), is_live in zip(rows, live, strict=True):
                 if is_live:
                     continue
-                self.queue.requeue(provider, event_id, force=True)  # claim tokens make a race harmless
+                self.queue.requeue(endpoint, event_id, force=True)  # claim tokens make a race harmless
                 swept += 1
                 RECOVERIES.inc()
                 with self.sessions.begin() as session:
                     session.execute(
                         update(Event)
-                        .where(Event.provider == provider, Event.event_id == event_id, Event.status == status)
+                        .where(Event.endpoint == endpoint, Event.event_id == event_id, Event.status == status)
                         .values(status=Status.QUEUED, status_at=datetime.now(UTC))
                     )
         return swept
@@ -141,7 +141,7 @@ class Runtime:
     def _requeue_abandoned(self, cutoff: datetime, limit: int) -> list[tuple[str, str]]:
         now = datetime.now(UTC)
         query = (
-            select(Event.provider, Event.event_id, Event.attempts)
+            select(Event.endpoint, Event.event_id, Event.attempts)
             .where(Event.status == Status.PROCESSING, Event.status_at < cutoff)
             .order_by(Event.status_at)
             .limit(limit)
@@ -149,17 +149,17 @@ class Runtime:
         )
         requeue = []
         with self.sessions.begin() as session:
-            for provider, event_id, attempts in session.execute(query).all():
+            for endpoint, event_id, attempts in session.execute(query).all():
                 exhausted = attempts >= self.settings.max_attempts
                 values: dict[str, object] = {"status": Status.FAILED if exhausted else Status.QUEUED, "status_at": now}
                 if exhausted:
                     values["last_error"] = "AbandonedJobError: the worker died while processing this event"
                 else:
-                    requeue.append((provider, event_id))
+                    requeue.append((endpoint, event_id))
                 session.execute(
-                    update(Event).where(Event.provider == provider, Event.event_id == event_id).values(**values)
+                    update(Event).where(Event.endpoint == endpoint, Event.event_id == event_id).values(**values)
                 )
-                log.warning("sweeper: %s/%s abandoned by its worker, %s", provider, event_id,
+                log.warning("sweeper: %s/%s abandoned by its worker, %s", endpoint, event_id,
                             "failed" if exhausted else "requeued")
         return requeue
 

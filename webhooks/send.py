@@ -26,7 +26,7 @@ def send(endpoint: str, payload_file: Path, url: str | None, secret_index: int, 
     target_endpoint = settings.endpoints.get(endpoint)
     if target_endpoint is None:
         raise click.ClickException(f"no endpoint {endpoint!r} (configured: {', '.join(settings.endpoints)})")
-    provider = providers.get(target_endpoint.provider)
+    provider = providers.get(target_endpoint.kind)
     body = payload_file.read_bytes()
     target = provider.post_url(url or f"http://127.0.0.1:{os.environ.get('PORT', '8000')}/webhooks/{endpoint}", body)
     try:
@@ -34,7 +34,7 @@ def send(endpoint: str, payload_file: Path, url: str | None, secret_index: int, 
     except IndexError as exc:
         raise click.ClickException(f"no secret number {secret_index} on endpoint {endpoint!r}") from exc
     except (NotImplementedError, ValueError) as exc:
-        raise click.ClickException(f"cannot sign for {target_endpoint.provider}: {exc}") from exc
+        raise click.ClickException(f"cannot sign for {target_endpoint.kind}: {exc}") from exc
     for line in extra:
         name, _, value = line.partition(":")
         headers[name.strip()] = value.strip()

@@ -151,6 +151,6 @@ def test_storm(database: str, redis_server: Redis, tmp_path: Path, record_proper
         effects = dict(conn.execute(sa.text("SELECT n, count(*) FROM fault_effects GROUP BY n")).all())
         assert effects == {1: 2000}, effects
         stored = {(p, t, i): v for p, t, i, v in conn.execute(
-            sa.text("SELECT provider, object_type, object_id, version FROM objects"))}
+            sa.text("SELECT endpoint, object_type, object_id, version FROM objects"))}
     engine.dispose()
     assert stored == newest

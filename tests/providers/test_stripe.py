@@ -28,7 +28,7 @@ def test_sdk_signed_event_is_stored(client: FlaskClient) -> None:
     body = stripe_event("evt_sdk")
     response = post(client, body, stripe_headers(body))
     assert response.status_code == 200
-    (row,) = rows(client.application, "SELECT provider, event_id, event_type, status, payload FROM events")
+    (row,) = rows(client.application, "SELECT endpoint, event_id, event_type, status, payload FROM events")
     assert row[:4] == ("stripe", "evt_sdk", "payment_intent.succeeded", "queued")
     assert bytes(row[4]) == body
 

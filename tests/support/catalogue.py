@@ -85,8 +85,8 @@ def all_endpoints() -> dict[str, dict[str, Any]]:
 def genuine(app: Flask, name: str, payload: bytes | None = None) -> tuple[bytes, dict[str, str], str]:
     """One delivery exactly as the provider would sign it now: (body, headers, path with query)."""
     endpoint = app.extensions["webhooks"].settings.endpoints[name]
-    provider = providers.get(endpoint.provider)
-    kind = endpoint.provider
+    provider = providers.get(endpoint.kind)
+    kind = endpoint.kind
     raw = payload if payload is not None else (PAYLOADS / SENT[kind]).read_bytes()
     url = provider.post_url(PUBLIC_TWILIO if kind == "twilio" else f"https://{HOST}/webhooks/{name}", raw)
     body, headers = provider.sign(endpoint, raw, now=time.time(), url=url)

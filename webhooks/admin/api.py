@@ -58,7 +58,8 @@ def _event_id() -> str:
 
 def summary(event: Event) -> dict[str, Any]:
     return {
-        "provider": event.provider,
+        "provider": event.endpoint,  # the API's first name for the endpoint, kept
+        "endpoint": event.endpoint,
         "event_id": event.event_id,
         "type": event.event_type,
         "status": event.status,
@@ -125,7 +126,7 @@ def list_events() -> Any:
     rt = runtime()
     with rt.sessions() as session:
         events, cursor = queries.page(session, filters, limit=limit, cursor=request.args.get("cursor") or None,
-                                      providers=rt.settings.endpoints)
+                                      endpoints=rt.settings.endpoints)
         return jsonify(events=[summary(e) for e in events], next_cursor=cursor)
 
 
@@ -137,6 +138,7 @@ def counts() -> Any:
         return jsonify(counts=queries.status_counts(session, filters), cap=queries.COUNT_CAP)
 
 
+# Route variables keep the name ``provider`` for the endpoint's name: ``url_for`` takes ``endpoint``.
 @bp.get("/events/<provider>", endpoint="show_event_by_query")
 def _show_event_by_query(provider: str) -> Any:
     return show_event(provider, _event_id())
@@ -181,7 +183,8 @@ def _replay_event_by_query(provider: str) -> Any:
 def replay_event(provider: str, event_id: str) -> Any:
     reason = _body().get("reason")
     outcome = replay_one(runtime(), provider, event_id, who=WHO, reason=str(reason) if reason else None)
-    return jsonify(provider=provider, event_id=event_id, status=Status.QUEUED if outcome.queued else Status.RECEIVED,
+    status = Status.QUEUED if outcome.queued else Status.RECEIVED
+    return jsonify(provider=provider, endpoint=provider, event_id=event_id, status=status,
                    replay_id=outcome.replay_id, **_queued(outcome.queued)), 202
 
 

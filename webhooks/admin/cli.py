@@ -95,7 +95,7 @@ def list_events(limit: int, cursor: str | None, as_json: bool, **options: Any) -
     with rt.sessions() as session:
         try:
             found, next_cursor = queries.page(session, _filters(**options), limit=queries.parse_limit(limit),
-                                              cursor=cursor, providers=rt.settings.endpoints)
+                                              cursor=cursor, endpoints=rt.settings.endpoints)
         except FilterError as exc:
             raise option_error(exc) from exc
     if as_json:
@@ -104,7 +104,7 @@ def list_events(limit: int, cursor: str | None, as_json: bool, **options: Any) -
     if not found:
         click.echo("no events match")
         return
-    for line in table(HEADER, [(queries.iso(e.received_at) or "", e.status, e.provider, str(e.attempts),
+    for line in table(HEADER, [(queries.iso(e.received_at) or "", e.status, e.endpoint, str(e.attempts),
                                 e.event_type, e.event_id) for e in found]):
         click.echo(line)
     if next_cursor:
@@ -122,42 +122,42 @@ def table(header: tuple[str, ...], body: list[tuple[str, ...]]) -> list[str]:
 
 
 @events.command("show")
-@click.argument("provider")
+@click.argument("endpoint")
 @click.argument("event_id")
-def show(provider: str, event_id: str) -> None:
+def show(endpoint: str, event_id: str) -> None:
     """Everything about one event, as JSON (the API's detail)."""
     rt = _runtime()
     with rt.sessions() as session:
-        event = session.get(Event, (provider, event_id)) if queries.keys_fit((provider, event_id)) else None
+        event = session.get(Event, (endpoint, event_id)) if queries.keys_fit((endpoint, event_id)) else None
         if event is None:
-            raise click.ClickException(f"no event {provider}/{event_id}")
+            raise click.ClickException(f"no event {endpoint}/{event_id}")
         obj, _ = queries.object_history(session, event)
         out = detail(event) | {
-            "attempt_log": [attempt_json(a) for a in queries.attempts(session, provider, event_id)],
+            "attempt_log": [attempt_json(a) for a in queries.attempts(session, endpoint, event_id)],
             "object": object_json(obj) if obj else None,
         }
     click.echo(json.dumps(out, indent=2))
 
 
 @events.command("replay")
-@click.argument("provider", required=False)
+@click.argument("endpoint_name", metavar="[ENDPOINT]", required=False)  # --endpoint is a filter option
 @click.argument("event_id", required=False)
 @filter_options
 @click.option("--reason", default=None, help="why (written to the audit log); required for a bulk replay")
 @click.option("--dry-run", is_flag=True, help="only count what a bulk replay would queue")
 @click.option("--yes", is_flag=True, help="do not ask for confirmation")
-def replay(provider: str | None, event_id: str | None, reason: str | None, dry_run: bool, yes: bool,
+def replay(endpoint_name: str | None, event_id: str | None, reason: str | None, dry_run: bool, yes: bool,
            **options: Any) -> None:
-    """Replay one event (PROVIDER EVENT_ID) or every event matching the filter options."""
+    """Replay one event (ENDPOINT EVENT_ID) or every event matching the filter options."""
     rt = _runtime()
     try:
-        if provider and event_id:
-            single = replay_one(rt, provider, event_id, who=_who(), reason=reason)
-            click.echo(f"queued {provider}/{event_id}" if single.queued
-                       else f"recorded {provider}/{event_id} (audit #{single.replay_id}); {NOT_QUEUED}")
+        if endpoint_name and event_id:
+            single = replay_one(rt, endpoint_name, event_id, who=_who(), reason=reason)
+            click.echo(f"queued {endpoint_name}/{event_id}" if single.queued
+                       else f"recorded {endpoint_name}/{event_id} (audit #{single.replay_id}); {NOT_QUEUED}")
             return
-        if provider:
-            raise click.UsageError("give PROVIDER and EVENT_ID, or filter options only")
+        if endpoint_name:
+            raise click.UsageError("give ENDPOINT and EVENT_ID, or filter options only")
         filters = _filters(**options)
         count = replay_matching(rt, filters, who=_who(), reason=None, dry_run=True).count
         click.echo(f"{count} event(s) match {json.dumps(filters.as_dict())}")
@@ -173,8 +173,8 @@ def replay(provider: str | None, event_id: str | None, reason: str | None, dry_r
     except ReplayError as exc:
         if exc.reason == "bad_reason":
             raise option_error(FilterError("bad_reason")) from exc
-        words = {"not_found": f"no event {provider}/{event_id}",
-                 "in_progress": f"{provider}/{event_id} is being processed right now; try again in a moment",
+        words = {"not_found": f"no event {endpoint_name}/{event_id}",
+                 "in_progress": f"{endpoint_name}/{event_id} is being processed right now; try again in a moment",
                  "filter_required": "give at least one filter option (--endpoint, --status, --type, --since, "
                                     "--until, --q)",
                  "too_many": "too many events match: narrow the filter (--since/--until) and replay in steps"}

@@ -1,7 +1,7 @@
 """Adyen payments with gaps (a modification but no AUTHORISATION): ``/admin/api/gaps`` and ``/admin/gaps``.
 
 The fold (``providers.adyen.fold``) marks such a payment ``gap: true``; the list reads that flag
-from the stored state, newest first, in keyset pages of ``(updated_at, provider, object_id)``.
+from the stored state, newest first, in keyset pages of ``(updated_at, endpoint, object_id)``.
 """
 
 from __future__ import annotations
@@ -22,24 +22,24 @@ def _gaps() -> list[dict[str, Any]]:
     query = (
         select(Object)
         .where(Object.object_type == "payment", Object.state["gap"].as_boolean() == true())
-        .order_by(Object.updated_at.desc(), Object.provider.desc(), Object.object_id.desc())
+        .order_by(Object.updated_at.desc(), Object.endpoint.desc(), Object.object_id.desc())
         .limit(PAGE_SIZE)
     )
     if request.args.get("endpoint"):
-        query = query.where(Object.provider == request.args["endpoint"])
+        query = query.where(Object.endpoint == request.args["endpoint"])
     before = request.args.get("before_id")
     if before:
-        provider, _, object_id = before.partition("/")
+        endpoint, _, object_id = before.partition("/")
         with runtime().sessions() as session:
-            anchor = session.get(Object, (provider, "payment", object_id))
+            anchor = session.get(Object, (endpoint, "payment", object_id))
         if anchor is None:
             raise FilterError("bad_before")
-        key = tuple_(Object.updated_at, Object.provider, Object.object_id)
-        query = query.where(key < tuple_(anchor.updated_at, anchor.provider, anchor.object_id))
+        key = tuple_(Object.updated_at, Object.endpoint, Object.object_id)
+        query = query.where(key < tuple_(anchor.updated_at, anchor.endpoint, anchor.object_id))
     with runtime().sessions() as session:
         rows = session.scalars(query).all()
         return [
-            {"provider": r.provider, "object_id": r.object_id, "updated_at": iso(r.updated_at),
+            {"provider": r.endpoint, "endpoint": r.endpoint, "object_id": r.object_id, "updated_at": iso(r.updated_at),
              "status": r.state.get("status"), "applied": r.state.get("applied", []),
              "merchant_reference": r.state.get("merchantReference")}
             for r in rows
@@ -49,7 +49,7 @@ def _gaps() -> list[dict[str, Any]]:
 def list_gaps() -> Any:
     """Adyen payments whose AUTHORISATION has not arrived (``before_id``: ``endpoint/pspReference``)."""
     found = _gaps()
-    after = f"{found[-1]['provider']}/{found[-1]['object_id']}" if len(found) == PAGE_SIZE else None
+    after = f"{found[-1]['endpoint']}/{found[-1]['object_id']}" if len(found) == PAGE_SIZE else None
     return jsonify(gaps=found, next=after)
 
 

@@ -107,11 +107,11 @@ def _path_safe(event_id: str) -> bool:
     return "/" not in event_id and event_id not in ("", ".", "..")
 
 
-def event_url(provider: str, event_id: str, replay: bool = False, **query: str) -> str:
+def event_url(endpoint: str, event_id: str, replay: bool = False, **query: str) -> str:
     """The console URL of one event, exact whatever its id: ``/admin/events/<endpoint>/<id>``
     (each quoted whole), or ``/admin/events/<endpoint>?id=<id>`` for an id that a path would not
     carry unchanged. ``replay`` gives the replay form's action instead."""
-    base = url_for("admin_pages.events") + "events/" + quote(provider, safe="")
+    base = url_for("admin_pages.events") + "events/" + quote(endpoint, safe="")
     if _path_safe(event_id):
         base += "/" + quote(event_id, safe="")
     else:
@@ -152,7 +152,7 @@ def _events_page(filters: Filters, title: str) -> str:
     with rt.sessions() as session:
         counts = queries.status_counts(session, filters)
         found, next_cursor = queries.page(session, filters, limit=PAGE_SIZE, cursor=cursor,
-                                          providers=rt.settings.endpoints)
+                                          endpoints=rt.settings.endpoints)
         return render_template(
             "events.html", title=title, events=found, counts=counts, cap=queries.COUNT_CAP,
             filters=filters, shown=filters.as_dict(), next_cursor=next_cursor, cursor=cursor,
@@ -160,6 +160,7 @@ def _events_page(filters: Filters, title: str) -> str:
         )
 
 
+# Route variables keep the name ``provider`` for the endpoint's name: ``url_for`` takes ``endpoint``.
 @bp.get("/events/<provider>", endpoint="event_by_query")
 def _event_by_query(provider: str) -> Any:
     return event(provider, _event_id())

@@ -1,6 +1,6 @@
 """The console's reads, shared by the pages, the JSON API and the CLI (no Flask here).
 
-The events list is keyset-paginated on ``(received_at, provider, event_id)`` — the order of the
+The events list is keyset-paginated on ``(received_at, endpoint, event_id)`` — the order of the
 ``ix_events_feed`` / ``ix_events_status_feed`` indexes — so a page costs the same on the first
 page of ten rows and deep into millions: one seek, ``limit + 1`` rows read. Status counts are
 capped (``COUNT_CAP``), so they too read a bounded slice of an index whatever the table size.
@@ -44,7 +44,7 @@ class FilterError(WebhooksError, ValueError):
 class Filters:
     """What the operator asked for. ``q`` matches an event id, object id or provider reference."""
 
-    provider: str | None = None
+    endpoint: str | None = None
     status: str | None = None
     type: str | None = None
     since: datetime | None = None
@@ -52,9 +52,11 @@ class Filters:
     q: str | None = None
 
     def as_dict(self) -> dict[str, str]:
-        """The non-empty filters as strings (for links, the audit log and the CLI)."""
+        """The non-empty filters as strings (for links, the audit log and the CLI); the endpoint
+        under the name those have always given it, ``provider``."""
         out = {}
-        for key, value in asdict(self).items():
+        for field, value in asdict(self).items():
+            key = "provider" if field == "endpoint" else field
             if isinstance(value, datetime):
                 out[key] = iso(value) or ""
             elif value is not None:
@@ -102,7 +104,7 @@ def parse_filters(args: Mapping[str, Any]) -> Filters:
         raise FilterError("bad_status")
     since, until = text("since"), text("until")
     return Filters(
-        provider=text("provider") or text("endpoint"),
+        endpoint=text("provider") or text("endpoint"),
         status=status,
         type=text("type"),
         since=parse_time(since) if since else None,
@@ -166,7 +168,7 @@ def skew_seconds(event: Event) -> int | None:
 
 
 def encode_cursor(event: Event) -> str:
-    raw = json.dumps([iso(event.received_at), event.provider, event.event_id], separators=(",", ":"))
+    raw = json.dumps([iso(event.received_at), event.endpoint, event.event_id], separators=(",", ":"))
     return base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
 
 
@@ -175,13 +177,13 @@ def decode_cursor(cursor: str) -> tuple[datetime, str, str]:
     if len(cursor) > MAX_CURSOR:
         raise FilterError("bad_cursor")
     try:
-        at, provider, event_id = json.loads(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))
+        at, endpoint, event_id = json.loads(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))
     except (binascii.Error, ValueError, TypeError, RecursionError) as exc:
         raise FilterError("bad_cursor") from exc
-    if not all(isinstance(part, str) and storable(part) for part in (at, provider, event_id)):
+    if not all(isinstance(part, str) and storable(part) for part in (at, endpoint, event_id)):
         raise FilterError("bad_cursor")
     try:
-        return parse_time(at), provider, event_id
+        return parse_time(at), endpoint, event_id
     except FilterError as exc:
         raise FilterError("bad_cursor") from exc
 
@@ -189,12 +191,12 @@ def decode_cursor(cursor: str) -> tuple[datetime, str, str]:
 # -- queries -----------------------------------------------------------------------------------
 
 
-def conditions(filters: Filters, providers: Iterable[str] = ()) -> list[ColumnElement[bool]]:
-    """The WHERE terms of ``filters``. ``providers`` (the configured endpoint names) lets an
-    event-id search use the primary key, whose leading column is ``provider``."""
+def conditions(filters: Filters, endpoints: Iterable[str] = ()) -> list[ColumnElement[bool]]:
+    """The WHERE terms of ``filters``. ``endpoints`` (the configured endpoint names) lets an
+    event-id search use the primary key, whose leading column is ``endpoint``."""
     where: list[ColumnElement[bool]] = []
-    if filters.provider:
-        where.append(Event.provider == filters.provider)
+    if filters.endpoint:
+        where.append(Event.endpoint == filters.endpoint)
     if filters.status:
         where.append(Event.status == filters.status)
     if filters.type:
@@ -204,28 +206,28 @@ def conditions(filters: Filters, providers: Iterable[str] = ()) -> list[ColumnEl
     if filters.until:
         where.append(Event.received_at < filters.until)
     if filters.q:
-        names = [filters.provider] if filters.provider else sorted(set(providers))
-        by_id = and_(Event.provider.in_(names), Event.event_id == filters.q) if names else Event.event_id == filters.q
+        names = [filters.endpoint] if filters.endpoint else sorted(set(endpoints))
+        by_id = and_(Event.endpoint.in_(names), Event.event_id == filters.q) if names else Event.event_id == filters.q
         where.append(or_(by_id, Event.object_id == filters.q, Event.reference == filters.q))
     return where
 
 
-def feed(filters: Filters, providers: Iterable[str] = ()) -> Select[Any]:
+def feed(filters: Filters, endpoints: Iterable[str] = ()) -> Select[Any]:
     """Every matching event, newest first, in index order."""
     return (
         select(Event)
-        .where(*conditions(filters, providers))
-        .order_by(Event.received_at.desc(), Event.provider.desc(), Event.event_id.desc())
+        .where(*conditions(filters, endpoints))
+        .order_by(Event.received_at.desc(), Event.endpoint.desc(), Event.event_id.desc())
     )
 
 
 def page(
-    session: Session, filters: Filters, *, limit: int = 50, cursor: str | None = None, providers: Iterable[str] = ()
+    session: Session, filters: Filters, *, limit: int = 50, cursor: str | None = None, endpoints: Iterable[str] = ()
 ) -> tuple[list[Event], str | None]:
     """One page of the feed and the cursor of the next (None at the end). One query."""
-    query = feed(filters, providers)
+    query = feed(filters, endpoints)
     if cursor:
-        query = query.where(tuple_(Event.received_at, Event.provider, Event.event_id) < decode_cursor(cursor))
+        query = query.where(tuple_(Event.received_at, Event.endpoint, Event.event_id) < decode_cursor(cursor))
     events = list(session.scalars(query.limit(limit + 1)))
     more = len(events) > limit
     events = events[:limit]
@@ -238,7 +240,7 @@ def counts_query(filters: Filters) -> Any:
     Each status reads at most that many entries of ``ix_events_status_feed``: exact for the
     statuses an operator acts on (failed, queued), "10 000+" for the rest on a big table.
     """
-    scope = conditions(Filters(provider=filters.provider, since=filters.since, until=filters.until))
+    scope = conditions(Filters(endpoint=filters.endpoint, since=filters.since, until=filters.until))
     parts = []
     for status in STATUSES:
         capped = select(literal(1).label("one")).where(Event.status == status, *scope).limit(COUNT_CAP + 1)
@@ -256,10 +258,10 @@ def object_history(session: Session, event: Event, limit: int = 50) -> tuple[Obj
     """The current state of the event's object and the events that moved it, newest version first."""
     if not event.object_type or not event.object_id:
         return None, []
-    obj = session.get(Object, (event.provider, event.object_type, event.object_id))
+    obj = session.get(Object, (event.endpoint, event.object_type, event.object_id))
     moved = session.scalars(
         select(Event)
-        .where(Event.object_id == event.object_id, Event.provider == event.provider,
+        .where(Event.object_id == event.object_id, Event.endpoint == event.endpoint,
                Event.object_type == event.object_type)
         .order_by(Event.object_version.desc().nulls_last(), Event.received_at.desc())
         .limit(limit)
@@ -267,9 +269,9 @@ def object_history(session: Session, event: Event, limit: int = 50) -> tuple[Obj
     return obj, list(moved)
 
 
-def attempts(session: Session, provider: str, event_id: str) -> list[Attempt]:
+def attempts(session: Session, endpoint: str, event_id: str) -> list[Attempt]:
     return list(session.scalars(
-        select(Attempt).where(Attempt.provider == provider, Attempt.event_id == event_id).order_by(Attempt.number)
+        select(Attempt).where(Attempt.endpoint == endpoint, Attempt.event_id == event_id).order_by(Attempt.number)
     ))
 
 
@@ -277,14 +279,14 @@ def replays_of(session: Session, event: Event, limit: int = 100) -> list[Replay]
     """The replays that included ``event``, newest first: one query on the ``at`` index from the
     event's receipt, matching inside each record's ``event_ids`` with the database's JSON."""
     query = select(Replay).where(Replay.at >= event.received_at).order_by(Replay.at.desc(), Replay.id.desc())
-    pair = [event.provider, event.event_id]
+    pair = [event.endpoint, event.event_id]
     dialect = session.get_bind().dialect.name
     if dialect == "postgresql":
         query = query.where(type_coerce(Replay.event_ids, JSONB).contains([pair]))
     elif dialect == "sqlite":
         item = func.json_each(Replay.event_ids).table_valued("value").alias("item")
         query = query.where(exists(select(1).select_from(item).where(
-            func.json_extract(item.c.value, "$[0]") == event.provider,
+            func.json_extract(item.c.value, "$[0]") == event.endpoint,
             func.json_extract(item.c.value, "$[1]") == event.event_id,
         )))
     else:  # any other database: read the candidates and match here

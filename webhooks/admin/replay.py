@@ -69,10 +69,10 @@ def _mark(session: Session, ids: list[tuple[str, str]]) -> list[tuple[str, str]]
     for start in range(0, len(ids), CHUNK):
         marked += [(p, e) for p, e in session.execute(
             update(Event)
-            .where(tuple_(Event.provider, Event.event_id).in_(ids[start:start + CHUNK]),
+            .where(tuple_(Event.endpoint, Event.event_id).in_(ids[start:start + CHUNK]),
                    Event.status != Status.PROCESSING)
             .values(status=Status.QUEUED, status_at=datetime.now(UTC))
-            .returning(Event.provider, Event.event_id)
+            .returning(Event.endpoint, Event.event_id)
         )]
     order = {pair: n for n, pair in enumerate(ids)}
     return sorted(marked, key=order.__getitem__)
@@ -80,9 +80,9 @@ def _mark(session: Session, ids: list[tuple[str, str]]) -> list[tuple[str, str]]
 
 def _enqueue(rt: Runtime, ids: list[tuple[str, str]]) -> bool:
     """A fresh job for each committed id; False when Redis refused (the rest go back to ``received``)."""
-    for position, (provider, event_id) in enumerate(ids):
+    for position, (endpoint, event_id) in enumerate(ids):
         try:
-            rt.queue.requeue(provider, event_id)
+            rt.queue.requeue(endpoint, event_id)
         except redis.RedisError as exc:
             log.warning("replay recorded, enqueue failed (%s): the sweeper queues %d event(s) later",
                         exc.__class__.__name__, len(ids) - position)
@@ -94,14 +94,14 @@ def _enqueue(rt: Runtime, ids: list[tuple[str, str]]) -> bool:
 def _leave_for_sweeper(rt: Runtime, ids: list[tuple[str, str]]) -> None:
     """``queued`` → ``received``, as the receiver does when Redis refuses. Best effort: a row left
     ``queued`` without a job is found by the sweeper too."""
-    for provider, count in collections.Counter(provider for provider, _ in ids).items():
-        ENQUEUE_FAILURES.labels(provider).inc(count)
+    for endpoint, count in collections.Counter(endpoint for endpoint, _ in ids).items():
+        ENQUEUE_FAILURES.labels(endpoint).inc(count)
     try:
         with rt.sessions.begin() as session:
             for start in range(0, len(ids), CHUNK):
                 session.execute(
                     update(Event)
-                    .where(tuple_(Event.provider, Event.event_id).in_(ids[start:start + CHUNK]),
+                    .where(tuple_(Event.endpoint, Event.event_id).in_(ids[start:start + CHUNK]),
                            Event.status == Status.QUEUED)
                     .values(status=Status.RECEIVED, status_at=datetime.now(UTC))
                 )
@@ -109,21 +109,21 @@ def _leave_for_sweeper(rt: Runtime, ids: list[tuple[str, str]]) -> None:
         log.warning("could not mark replayed events received; the sweeper finds them queued", exc_info=True)
 
 
-def replay_one(rt: Runtime, provider: str, event_id: str, *, who: str, reason: str | None) -> Outcome:
+def replay_one(rt: Runtime, endpoint: str, event_id: str, *, who: str, reason: str | None) -> Outcome:
     """Replay one event. Raises ``ReplayError`` (404 unknown, 409 being processed, 400 ``bad_reason``)."""
     _check_reason(reason)
-    if not (storable(provider) and storable(event_id)):
+    if not (storable(endpoint) and storable(event_id)):
         raise ReplayError("not_found", 404)  # no database could hold it, so no such event
     with rt.sessions.begin() as session:
-        event = session.get(Event, (provider, event_id), with_for_update=True)
+        event = session.get(Event, (endpoint, event_id), with_for_update=True)
         if event is None:
             raise ReplayError("not_found", 404)
         if event.status == Status.PROCESSING:
             raise ReplayError("in_progress", 409)
         event.status, event.status_at = Status.QUEUED, datetime.now(UTC)
-        ids = [(provider, event_id)]
-        replay_id = _audit(session, who, (reason or "").strip() or NO_REASON,
-                           {"provider": provider, "event_id": event_id}, ids)
+        ids = [(endpoint, event_id)]
+        replay_id = _audit(session, who, (reason or "").strip() or NO_REASON,  # the filter as the API lists it
+                           {"provider": endpoint, "event_id": event_id}, ids)
     return Outcome(1, False, ids, replay_id, queued=_enqueue(rt, ids))
 
 
@@ -150,9 +150,9 @@ def replay_matching(rt: Runtime, filters: Filters, *, who: str, reason: str | No
         raise ReplayError("filter_required", 400)  # "replay everything" is never a misclick away
     with rt.sessions() as session:
         ids = [(p, e) for p, e in session.execute(
-            select(Event.provider, Event.event_id)
+            select(Event.endpoint, Event.event_id)
             .where(*conditions(filters, rt.settings.endpoints), Event.status != Status.PROCESSING)
-            .order_by(Event.received_at, Event.provider, Event.event_id)  # oldest first, as they came
+            .order_by(Event.received_at, Event.endpoint, Event.event_id)  # oldest first, as they came
             .limit(BULK_LIMIT + 1)
         )]
     if len(ids) > BULK_LIMIT:

@@ -29,7 +29,7 @@ class Endpoint:
     """One configured receiving endpoint (``POST /webhooks/<name>``)."""
 
     name: str
-    provider: str
+    kind: str  # the provider kind (``providers.PROVIDERS``); configured as ``provider``
     secrets: tuple[str, ...]
     tolerance_seconds: int = 300
     basic_auth: str | None = None
