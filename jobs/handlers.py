@@ -44,7 +44,7 @@ class HandlerEvent:
     ``jobs.process`` for values no database can store). On SQLite the first write takes the
     database's write lock until the mark: write last, after any slow call."""
 
-    provider: str
+    endpoint: str
     kind: str
     event_id: str
     type: str
@@ -55,6 +55,11 @@ class HandlerEvent:
     is_latest: bool
     attempt: int
     session: Session
+
+    @property
+    def provider(self) -> str:
+        """The endpoint's name under its former attribute name, for handlers written before."""
+        return self.endpoint
 
 
 def on(provider: str, *event_types: str) -> Callable[[Handler], Handler]:
@@ -92,22 +97,22 @@ def _enabled(handler: Handler, modules: Iterable[str]) -> bool:
     return any(name == m or name.startswith(m + ".") for m in modules)
 
 
-def handlers_for(provider: str, kind: str, event_type: str, modules: Iterable[str]) -> list[Handler]:
+def handlers_for(endpoint: str, kind: str, event_type: str, modules: Iterable[str]) -> list[Handler]:
     """Handlers for this event, from the configured modules (or their submodules) only."""
     modules = tuple(modules)
     found: list[Handler] = []
-    for key in dict.fromkeys(((provider, event_type), (kind, event_type), (provider, "*"), (kind, "*"))):
+    for key in dict.fromkeys(((endpoint, event_type), (kind, event_type), (endpoint, "*"), (kind, "*"))):
         found += [h for h in REGISTRY.get(key, ()) if h not in found and _enabled(h, modules)]
     return found
 
 
-def idempotency_key(provider: str, event_id: str, handler: Handler) -> str:
+def idempotency_key(endpoint: str, event_id: str, handler: Handler) -> str:
     name = f"{handler.__module__}.{handler.__qualname__}"
-    return "whk_" + hashlib.sha256(f"{provider}\0{event_id}\0{name}".encode()).hexdigest()[:32]
+    return "whk_" + hashlib.sha256(f"{endpoint}\0{event_id}\0{name}".encode()).hexdigest()[:32]
 
 
 def call(handler: Handler, event: HandlerEvent, state: Any) -> Any:
-    args = (event, state, idempotency_key(event.provider, event.event_id, handler))
+    args = (event, state, idempotency_key(event.endpoint, event.event_id, handler))
     try:
         params = inspect.signature(handler).parameters.values()
     except (TypeError, ValueError):

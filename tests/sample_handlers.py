@@ -18,7 +18,7 @@ calls = sa.Table(
     "test_handler_calls",
     metadata,
     sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
-    sa.Column("provider", sa.String(100)),
+    sa.Column("endpoint", sa.String(100)),
     sa.Column("event_id", sa.String(255)),
     sa.Column("idempotency_key", sa.String(64)),
 )
@@ -43,7 +43,7 @@ def reset() -> None:
 @on("adyen", "*")
 def record(event: HandlerEvent, state: Any, idempotency_key: str) -> None:
     event.session.execute(
-        calls.insert().values(provider=event.provider, event_id=event.event_id, idempotency_key=idempotency_key)
+        calls.insert().values(endpoint=event.endpoint, event_id=event.event_id, idempotency_key=idempotency_key)
     )
 
 

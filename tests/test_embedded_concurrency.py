@@ -32,7 +32,7 @@ def blocking(event: HandlerEvent) -> None:
     STARTED.set()
     RELEASE.wait(60)
     event.session.execute(sample_handlers.calls.insert().values(
-        provider=event.provider, event_id=event.event_id, idempotency_key="blocking"))
+        endpoint=event.endpoint, event_id=event.event_id, idempotency_key="blocking"))
 
 
 @on("stripe", "test.read_then_write")
@@ -43,7 +43,7 @@ def read_then_write(event: HandlerEvent) -> None:
     STARTED.set()
     RELEASE.wait(60)
     event.session.execute(sample_handlers.calls.insert().values(
-        provider=event.provider, event_id=event.event_id, idempotency_key="read_then_write"))
+        endpoint=event.endpoint, event_id=event.event_id, idempotency_key="read_then_write"))
 
 
 @pytest.fixture

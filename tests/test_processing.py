@@ -9,8 +9,18 @@ from typing import Any
 import pytest
 from flask import Flask
 
-from tests import sample_handlers
-from tests.conftest import admin_headers, adyen_body, adyen_item, drain, rows, stripe_event, stripe_headers
+from tests import sample_handlers, state_handlers
+from tests.conftest import (
+    admin_headers,
+    adyen_body,
+    adyen_item,
+    base_config,
+    drain,
+    make_app,
+    rows,
+    stripe_event,
+    stripe_headers,
+)
 
 ORDERS = list(itertools.permutations(range(3)))
 
@@ -90,7 +100,7 @@ def test_handlers_get_event_state_and_stable_key(any_app: Flask) -> None:
     deliver_stripe(any_app, body)
     deliver_stripe(any_app, body)  # a duplicate: no second job, no second call
     drain(any_app)
-    got = rows(any_app, "SELECT provider, event_id, idempotency_key FROM test_handler_calls")
+    got = rows(any_app, "SELECT endpoint, event_id, idempotency_key FROM test_handler_calls")
     assert len(got) == 1 and got[0][:2] == ("stripe", "evt_h") and got[0][2].startswith("whk_")
 
 
@@ -182,3 +192,17 @@ def test_only_the_claim_commits_without_waiting_for_the_disk(pg_url: str, redis_
         sa.event.remove(engine, "commit", on_commit)
     assert settings == ["off", "on"]  # the claim, then the processing transaction
     assert rows(app, "SELECT status, attempts FROM events WHERE event_id = 'evt_flush'") == [("processed", 1)]
+
+
+def test_a_handler_sees_the_endpoint_name_and_the_provider_kind(sqlite_url: str) -> None:
+    """``event.endpoint`` is the endpoint's name, ``event.kind`` its provider kind, and
+    ``event.provider`` (the attribute's former name) still the endpoint's name."""
+    config = base_config(sqlite_url, WEBHOOKS_HANDLERS="tests.state_handlers")
+    config["ENDPOINTS"]["stripe_connect"] = dict(config["ENDPOINTS"]["stripe"])
+    state_handlers.reset()
+    app = make_app(config)
+    body = stripe_event("evt_h1")
+    assert app.test_client().post("/webhooks/stripe_connect", data=body, headers=stripe_headers(body)).status_code == 200
+    drain(app)
+    (call,) = state_handlers.CALLS
+    assert (call["endpoint"], call["provider"], call["kind"]) == ("stripe_connect", "stripe_connect", "stripe")
