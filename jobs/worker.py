@@ -1,4 +1,7 @@
-"""The production worker: RQ's non-forking worker, plus the retry scheduler and the sweeper."""
+"""The production worker: RQ's non-forking worker, plus the retry scheduler and the sweeper.
+
+The worker owns its runtime and puts it in scope around each job (``runtime.current``).
+"""
 
 from __future__ import annotations
 
@@ -8,24 +11,32 @@ import signal
 import sys
 import threading
 import time
+from typing import Any
 
 import redis
-from rq import SimpleWorker
 from rq.exceptions import StopRequested
 
-from webhooks import reconcile
+from webhooks import config, reconcile
 from webhooks.config import Settings
 from webhooks.jobs import handlers
-from webhooks.queue import Ticker
+from webhooks.queue import ScopedWorker, Ticker
 from webhooks.runtime import Runtime
 
 log = logging.getLogger(__name__)
 
 
-class Worker(SimpleWorker):
+class Worker(ScopedWorker):
+    """Takes RQ's worker arguments, plus the ``runtime`` it performs jobs with; without one
+    (``rq worker -w webhooks.jobs.worker.Worker``) it builds its own from the environment."""
+
     # RQ backs off up to 60 s between attempts to reach a lost Redis; a few seconds keeps the
     # recovery after a Redis restart short at the cost of a few more connection attempts.
     max_connection_wait_time = 4.0
+
+    def __init__(self, *args: Any, runtime: Runtime | None = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.runtime = runtime or Runtime(config.load())
+        self.scope = self.runtime.scope
 
 
 def run(settings: Settings, *, burst: bool = False) -> bool:
@@ -33,7 +44,7 @@ def run(settings: Settings, *, burst: bool = False) -> bool:
     until it is empty. Survives Redis outages: RQ's loop gives up on some Redis errors, so it is
     started again until a stop is requested."""
     _alias_old_job_path()
-    rt = Runtime(settings).activate()
+    rt = Runtime(settings)
     handlers.load(settings.handler_modules)
     reconciles = reconcile.scheduled(rt)  # endpoints with reconcile_every
 
@@ -56,7 +67,7 @@ def run(settings: Settings, *, burst: bool = False) -> bool:
         try:
             # RQ's constructor talks to Redis (CLIENT SETNAME): inside the retry, or an outage at
             # this moment would end the process.
-            worker = Worker([rt.queue.queue], connection=rt.queue.connection)
+            worker = Worker([rt.queue.queue], connection=rt.queue.connection, runtime=rt)
             result = bool(worker.work(burst=burst))
         except (redis.RedisError, OSError) as exc:
             log.warning("worker: Redis unavailable (%s); retrying in 2 s", exc.__class__.__name__)

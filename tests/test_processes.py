@@ -123,14 +123,21 @@ def test_gunicorn_and_worker_process_both_providers(production: tuple[str, dict[
         assert worker.wait(timeout=60) == 0  # warm shutdown
 
 
-def test_a_plain_rq_worker_processes_events_too(production: tuple[str, dict[str, str]]) -> None:
-    """The Procfile's worker may be RQ's own CLI: it finds the jobs on its default queue."""
+def test_rq_own_worker_cli_processes_events_with_the_worker_class(production: tuple[str, dict[str, str]]) -> None:
+    """The Procfile's worker may be RQ's own CLI with our worker class (it builds the runtime the
+    jobs need); RQ's plain worker has none to give them: the job fails saying so, the row waits."""
     base, env = production
+    rq_worker = [str(BIN / "rq"), "worker", "--burst", "--url", env["REDIS_URL"]]
     body = stripe_event("evt_plain_rq")
     assert requests.post(f"{base}/webhooks/stripe", data=body, headers=stripe_headers(body)).ok
-    subprocess.run([str(BIN / "rq"), "worker", "--burst", "--url", env["REDIS_URL"]], env=env, check=True,
-                   capture_output=True, timeout=180)
-    assert event_status(base, "stripe", "evt_plain_rq") == "processed"
+    plain = subprocess.run(rq_worker, env=env, check=True, capture_output=True, text=True, timeout=180)
+    assert "NoRuntimeError: no webhooks runtime in scope" in plain.stdout + plain.stderr
+    assert event_status(base, "stripe", "evt_plain_rq") == "queued"
+    body = stripe_event("evt_rq_class")
+    assert requests.post(f"{base}/webhooks/stripe", data=body, headers=stripe_headers(body)).ok
+    subprocess.run([*rq_worker, "-w", "webhooks.jobs.worker.Worker"], env=env, check=True, capture_output=True,
+                   timeout=180)
+    assert event_status(base, "stripe", "evt_rq_class") == "processed"
 
 
 def read_response(sock: Any) -> str:

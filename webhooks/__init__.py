@@ -30,8 +30,8 @@ def create_app(config: Mapping[str, Any] | Settings | None = None) -> Flask:
 
     settings = config if isinstance(config, Settings) else load(config)
     app = Flask(__name__)
-    rt = Runtime(settings).activate()
-    app.extensions["webhooks"] = rt
+    rt = Runtime(settings)
+    app.extensions["webhooks"] = rt  # the app's own: nothing global, so apps never share one
     receive.init_app(app)
     health.init_app(app)
     admin.init_app(app)

@@ -175,7 +175,7 @@ def serve(host: str, port: int) -> None:
         rt = app.extensions["webhooks"]
         # The in-process queue starts empty: whatever the last run left unfinished is stranded now.
         rt.sweep(age=0)
-        rt.queue.start_embedded(rt.bind, rt.sweep)
+        rt.queue.start_embedded(rt.scope, rt.sweep)
         return app
 
     def ready(server: Any) -> None:

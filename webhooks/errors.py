@@ -5,12 +5,14 @@
     ├── VerificationError       a request that must not be stored; carries a reason code and status
     │   └── PayloadError        signed correctly but not parseable (``malformed_payload``)
     ├── UnavailableError        the database cannot take the event now (503, provider retries)
+    ├── NoRuntimeError          a job ran where no worker put a runtime in scope (fails the job)
     ├── PurgeRefusedError       (``purge.py``) the window would let a late retry in as new
     ├── FilterError             (``admin/queries.py``) a console filter value it cannot use (400)
     └── ReplayError             (``admin/replay.py``) a replay that cannot be done (its status)
 
 HTTP answers are given in two places: the receiver (``receive.py``) for ``VerificationError`` and
-``UnavailableError``, the console (``admin/errors.py`` and its blueprints) for the rest. Outside
+``UnavailableError``, the console (``admin/errors.py`` and its blueprints) for the rest but
+``NoRuntimeError`` (a worker's, never shown over HTTP). Outside
 this tree, on purpose: the worker's API clients (``providers.stripe_api.ApiError``,
 ``jobs.fetch.FetchError``/``MismatchError``) fail a job and are never shown over HTTP.
 """
@@ -50,3 +52,7 @@ class PayloadError(VerificationError):
 
 class UnavailableError(WebhooksError):
     """A backing service is down; the provider should retry later."""
+
+
+class NoRuntimeError(WebhooksError):
+    """A job ran outside any worker's runtime scope (e.g. under RQ's own worker class)."""

@@ -14,6 +14,7 @@ import random
 import threading
 import zlib
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from typing import Any
 
 import redis
@@ -31,6 +32,7 @@ log = logging.getLogger(__name__)
 
 JOB = "webhooks.jobs.process.process_event"  # by dotted path: the web side never imports jobs
 LIVE = (JobStatus.QUEUED, JobStatus.STARTED, JobStatus.SCHEDULED, JobStatus.DEFERRED)
+Scope = Callable[[], AbstractContextManager[object]]  # a worker's: its runtime in scope (``Runtime.scope``)
 
 
 # KEYS: the queue, RQ's set of queues, then one job hash per job. ARGV: the TTL (-1: none); the
@@ -217,21 +219,36 @@ class JobQueue:
         self.enqueue(endpoint, event_id)
         return True
 
-    def start_embedded(self, bind: Callable[[], Any], on_tick: Callable[[], Any] | None = None) -> None:
+    def start_embedded(self, scope: Scope, on_tick: Callable[[], Any] | None = None) -> None:
         """Run a worker thread (and the scheduler/sweeper ticker) inside this process.
 
-        ``bind`` runs first on each new thread (it makes the owning runtime current there).
+        ``scope`` wraps each job the worker performs (it makes the owning runtime current there).
         """
         with self._start_lock:  # two first requests at once must not start two workers
             if self.embedded is None:
-                self.embedded = EmbeddedWorker(self, bind, on_tick)
+                self.embedded = EmbeddedWorker(self, scope, on_tick)
                 self.embedded.start()
 
 
-class ThreadWorker(SimpleWorker):
-    """RQ's non-forking worker, usable off the main thread: no signals, a timer for timeouts."""
+class ScopedWorker(SimpleWorker):
+    """RQ's non-forking worker that performs each job inside ``scope()``: jobs take plain ids and
+    find the worker owner's runtime there (``runtime.current``)."""
+
+    scope: Scope
+
+    def perform_job(self, job: Job, queue: Queue) -> bool:
+        with self.scope():
+            return super().perform_job(job, queue)
+
+
+class ThreadWorker(ScopedWorker):
+    """A ``ScopedWorker`` usable off the main thread: no signals, a timer for timeouts."""
 
     death_penalty_class = TimerDeathPenalty
+
+    def __init__(self, queue: JobQueue, scope: Scope) -> None:
+        super().__init__([queue.queue], connection=queue.connection)
+        self.scope = scope
 
     def _install_signal_handlers(self) -> None:
         pass
@@ -272,15 +289,10 @@ class Ticker:
 class EmbeddedWorker:
     """A ``ThreadWorker`` and a ``Ticker`` on daemon threads, for ``webhooks serve`` and tests."""
 
-    def __init__(self, queue: JobQueue, bind: Callable[[], Any], on_tick: Callable[[], Any] | None) -> None:
-        self.worker = ThreadWorker([queue.queue], connection=queue.connection)
+    def __init__(self, queue: JobQueue, scope: Scope, on_tick: Callable[[], Any] | None) -> None:
+        self.worker = ThreadWorker(queue, scope)
         self.ticker = Ticker(queue, on_tick, queue.settings.sweep_interval)
-        self.bind = bind
-
-    def _run(self, target: Callable[[], Any]) -> None:
-        self.bind()
-        target()
 
     def start(self) -> None:
         for name, target in (("webhooks-worker", self.worker.work), ("webhooks-ticker", self.ticker.run)):
-            threading.Thread(target=self._run, args=(target,), name=name, daemon=True).start()
+            threading.Thread(target=target, name=name, daemon=True).start()

@@ -139,7 +139,7 @@ def reconcile_command(endpoint: str, since: str, undelivered: bool) -> None:
 
     try:
         start = int(time.time() - parse_age(since).total_seconds())
-        rt = Runtime(config.load()).activate()
+        rt = Runtime(config.load())
         endpoint_of(rt, endpoint)
     except ConfigError as exc:
         raise click.UsageError(str(exc)) from exc

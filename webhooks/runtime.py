@@ -1,23 +1,24 @@
 """The live parts built from ``Settings``: engine, sessions, queue. One per app or worker.
 
-Jobs take plain ids, so they find their runtime here: the one bound to the current thread (an
-embedded worker binds its app's), else the process-wide one, else one built from the environment.
+Each app and each worker owns its runtime; none is process-wide. Jobs take plain ids, so they find
+theirs with ``current()``: the one their worker put in scope around the job (``Runtime.scope``).
+A job run where none is in scope is an error, never a runtime guessed from the environment.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
-import threading
 from collections.abc import Iterator
+from contextvars import ContextVar
 from datetime import UTC, datetime, timedelta
 
 from sqlalchemy import Engine, select, tuple_, update
 from sqlalchemy.orm import Session, sessionmaker
 
-from webhooks import config
 from webhooks.config import Settings
 from webhooks.db import deferred, make_engine, make_sessionmaker, sqlite_lock
+from webhooks.errors import NoRuntimeError
 from webhooks.metrics import RECOVERIES
 from webhooks.models import Event
 from webhooks.queue import JobQueue
@@ -25,9 +26,7 @@ from webhooks.words import Status
 
 log = logging.getLogger(__name__)
 SWEEP_PAGE = 500
-_local = threading.local()
-_process: Runtime | None = None
-_lock = threading.Lock()
+_current: ContextVar[Runtime | None] = ContextVar("webhooks_runtime", default=None)
 
 
 class Runtime:
@@ -52,15 +51,18 @@ class Runtime:
         with self._processing_lock.hold(timeout) as held:
             yield held
 
-    def activate(self) -> Runtime:
-        """Make this the process-wide runtime."""
-        global _process
-        _process = self
-        return self
+    @contextlib.contextmanager
+    def scope(self) -> Iterator[Runtime]:
+        """Make this the current runtime inside the block (a worker: around each job it performs)."""
+        token = _current.set(self)
+        try:
+            yield self
+        finally:
+            _current.reset(token)
 
     def bind(self) -> None:
-        """Make this the runtime of the current thread."""
-        _local.runtime = self
+        """Make this the current runtime of this thread from now on (tests that run jobs by hand)."""
+        _current.set(self)
 
     def start_embedded_worker(self) -> None:
         if self.settings.embedded_queue and self.settings.embedded_worker:
@@ -72,7 +74,7 @@ class Runtime:
                 reconciles()
                 self.sweep()
 
-            self.queue.start_embedded(self.bind, tick)
+            self.queue.start_embedded(self.scope, tick)
 
     def sweep(self, now: datetime | None = None, limit: int = 20_000, age: float | None = None) -> int:
         """Re-enqueue events stranded on their way through the queue (outbox recovery); returns how many.
@@ -165,11 +167,11 @@ class Runtime:
 
 
 def current() -> Runtime:
-    bound: Runtime | None = getattr(_local, "runtime", None)
-    if bound is not None:
-        return bound
-    global _process
-    with _lock:
-        if _process is None:
-            _process = Runtime(config.load())
-        return _process
+    """The runtime in scope (``Runtime.scope``): the one of the worker performing this job."""
+    found = _current.get()
+    if found is None:
+        raise NoRuntimeError(
+            "no webhooks runtime in scope: run jobs with `webhooks worker` (or `rq worker -w "
+            "webhooks.jobs.worker.Worker`), whose worker puts its runtime in scope for each job"
+        )
+    return found
