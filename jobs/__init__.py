@@ -2,8 +2,8 @@
 
 ``jobs`` imports ``webhooks`` freely; ``webhooks`` imports ``jobs`` only lazily, inside functions,
 where the web side needs worker code: the CLI (``serve`` loads the handlers, ``worker`` runs the
-loop), ``webhooks.on`` / ``HandlerEvent``, and the Stripe and PayPal re-fetch. The app enqueues by
-dotted path (``queue.JOB``) and never imports it.
+loop), the app's embedded worker, ``webhooks.on`` / ``HandlerEvent``, and the Stripe and PayPal
+re-fetch. The app enqueues by dotted path (``queue.JOB``) and never imports it.
 
 The repository keeps them in its top-level ``jobs/`` folder; ``webhooks/jobs`` links to it, and
 the wheel installs them only under ``webhooks``, so an application's own ``jobs`` package is never

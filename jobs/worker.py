@@ -1,4 +1,5 @@
-"""The production worker: RQ's non-forking worker, plus the retry scheduler and the sweeper.
+"""The production worker: RQ's non-forking worker, plus the retry scheduler and the sweeper (and
+the same on threads of the web process, for the embedded queue).
 
 The worker owns its runtime and puts it in scope around each job (``runtime.current``).
 """
@@ -11,6 +12,7 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import redis
@@ -46,13 +48,7 @@ def run(settings: Settings, *, burst: bool = False) -> bool:
     _alias_old_job_path()
     rt = Runtime(settings)
     handlers.load(settings.handler_modules)
-    reconciles = reconcile.scheduled(rt)  # endpoints with reconcile_every
-
-    def tick() -> None:
-        reconciles()
-        rt.sweep()
-
-    ticker = Ticker(rt.queue, tick, settings.sweep_interval)
+    ticker = Ticker(rt.queue, tick(rt), settings.sweep_interval)
     if burst:
         rt.sweep()
         ticker.scheduler.acquire_locks()
@@ -83,6 +79,23 @@ def run(settings: Settings, *, burst: bool = False) -> bool:
             time.sleep(2)
         except StopRequested:  # SIGTERM while waiting: RQ's handler is still installed
             return result
+
+
+def tick(rt: Runtime) -> Callable[[], None]:
+    """A worker's periodic task: start the due reconciliations, then sweep."""
+    reconciles = reconcile.scheduled(rt)  # endpoints with reconcile_every
+
+    def run() -> None:
+        reconciles()
+        rt.sweep()
+
+    return run
+
+
+def start_embedded(rt: Runtime) -> None:
+    """Work ``rt``'s queue on threads of this process (the embedded queue: no Redis server), unless
+    they run already."""
+    rt.queue.start_embedded(rt.scope, tick(rt))
 
 
 def _alias_old_job_path() -> None:

@@ -14,10 +14,6 @@ from pathlib import Path
 import webhooks
 
 ROOT = Path(webhooks.__file__).parent
-# Cycles still hidden behind imports inside functions, in modules this change did not touch:
-# batch <-> receive (batch.replayed), runtime -> reconcile -> receive -> runtime (recovery).
-# A test that lists them keeps any new cycle from joining them unseen; shrink it, never grow it.
-KNOWN = frozenset({"webhooks.batch", "webhooks.receive", "webhooks.reconcile", "webhooks.runtime"})
 
 
 def modules() -> dict[str, Path]:
@@ -113,11 +109,21 @@ def test_module_level_imports_are_acyclic() -> None:
     assert cycles(graph(top_level_only=True)) == []
 
 
-def test_imports_inside_functions_hide_no_new_cycle() -> None:
-    found = cycles(graph(top_level_only=False))
-    assert all(c <= KNOWN for c in found), found
-    in_a_cycle = set().union(*found)
-    assert not in_a_cycle & {"webhooks.quarantine", "webhooks.providers.paypal", "webhooks.providers.paypal_certs"}
+def test_imports_inside_functions_hide_no_cycle() -> None:
+    assert cycles(graph(top_level_only=False)) == []
+
+
+def test_an_import_inside_a_function_that_closes_a_cycle_is_seen(tmp_path: Path) -> None:
+    """The check above would fail on the cycles it once listed: batch <-> receive, and
+    runtime -> reconcile -> receive -> runtime, each re-made by one late import."""
+    known = modules()
+    for module, late in (("webhooks.batch", "from webhooks.receive import store"),
+                         ("webhooks.runtime", "from webhooks import reconcile")):
+        copy = tmp_path / f"{module}.py"
+        copy.write_text(known[module].read_text(encoding="utf-8") + f"\n\ndef _late() -> None:\n    {late}\n")
+        g = graph(top_level_only=False)
+        g[module] = imports(module, copy, known, top_level_only=False)
+        assert any(module in c and "webhooks.receive" in c for c in cycles(g)), module
 
 
 def test_admin_modules_add_their_routes_only_when_the_package_registers_them() -> None:

@@ -7,7 +7,7 @@ provider module or running ``webhooks --help`` loads no web framework.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -15,6 +15,7 @@ if TYPE_CHECKING:
 
     from webhooks.config import Settings
     from webhooks.jobs.handlers import HandlerEvent, on
+    from webhooks.runtime import Runtime
 
 __all__ = ["HandlerEvent", "create_app", "on"]
 
@@ -35,10 +36,25 @@ def create_app(config: Mapping[str, Any] | Settings | None = None) -> Flask:
     receive.init_app(app)
     health.init_app(app)
     admin.init_app(app)
-    if settings.embedded_queue:
-        # Without Redis the work runs in this process; start it with the first request.
-        app.before_request(lambda: rt.start_embedded_worker())
+    if settings.embedded_queue and settings.embedded_worker:
+        # Without Redis the work runs in this process; start it with the first request (of any
+        # route: deliveries are answered by receive.Front, ahead of Flask).
+        app.wsgi_app = _StartingWorker(app.wsgi_app, rt)  # type: ignore[method-assign]  # Flask's way to add WSGI middleware
     return app
+
+
+class _StartingWorker:
+    """WSGI: starts the app's embedded worker with the first request, then passes it on."""
+
+    def __init__(self, wsgi: Callable[..., Iterable[bytes]], rt: Runtime) -> None:
+        self.wsgi, self.rt = wsgi, rt
+
+    def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+        if self.rt.queue.embedded is None:
+            from webhooks.jobs import worker  # worker code: loaded by the app that runs it, when it runs
+
+            worker.start_embedded(self.rt)
+        return self.wsgi(environ, start_response)
 
 
 def __getattr__(name: str) -> Any:

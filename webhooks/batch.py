@@ -25,14 +25,16 @@ from datetime import UTC, datetime
 from typing import Any
 
 import redis
-from sqlalchemy import JSON, Engine, Table, update
+from sqlalchemy import JSON, Engine, Table, select, update
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import DBAPIError, SQLAlchemyError
+from sqlalchemy.orm import Session
 
 from webhooks import metrics
 from webhooks.db import upsert
 from webhooks.models import Event
 from webhooks.providers.base import Endpoint, Verified
+from webhooks.quarantine import count as count_rejection
 from webhooks.runtime import Runtime
 
 log = logging.getLogger(__name__)
@@ -118,8 +120,6 @@ class GroupCommit:
             item.done = True
 
     def _commit(self, batch: list[Pending]) -> None:
-        from webhooks.receive import replayed  # receive imports this module
-
         rows = [row for item in batch for row in item.rows]
         if self._rows is not None:
             _sort(batch, self._rows(rows))  # committed
@@ -236,6 +236,23 @@ class Rows:
                 raw.invalidate()
             except Exception:  # a broken connection may fail to close: it is discarded either way
                 log.debug("discarding the batch connection failed", exc_info=True)
+
+
+def replayed(conn: Connection, endpoint: Endpoint, verified: Verified, now: datetime) -> bool:
+    """Inside the storing transaction, for a delivery that stored nothing: whether its replay key
+    is held by another event id (a captured signature re-sent with another id or topic, answered
+    as a duplicate), counted under ``replayed_signature``."""
+    if verified.replay_key is None:
+        return False
+    holder = conn.execute(
+        select(Event.event_id).where(Event.endpoint == endpoint.name, Event.replay_key == verified.replay_key)
+    ).scalar()
+    if holder is None or holder in {e.event_id for e in verified.events}:
+        return False
+    with Session(bind=conn) as session:
+        count_rejection(session, endpoint.name, "replayed_signature", now)
+        session.flush()
+    return True
 
 
 def _mark_received(conn: Connection, events: list[tuple[str, str]]) -> None:

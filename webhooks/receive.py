@@ -13,10 +13,9 @@ from urllib.parse import quote, urlsplit
 
 import redis
 from flask import Blueprint, Flask, Response, current_app, jsonify, request
-from sqlalchemy import select, update
+from sqlalchemy import update
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import SQLAlchemyError
-from sqlalchemy.orm import Session
 from werkzeug.datastructures import EnvironHeaders
 from werkzeug.http import HTTP_STATUS_CODES
 from werkzeug.wsgi import get_content_length, get_host, get_input_stream
@@ -26,7 +25,6 @@ from webhooks.db import is_storable, redact, upsert
 from webhooks.errors import PayloadError, UnavailableError, VerificationError
 from webhooks.models import Event
 from webhooks.providers.base import Endpoint, Request, Verified
-from webhooks.quarantine import count as count_rejection
 from webhooks.ratelimit import RateLimits
 from webhooks.runtime import Runtime
 
@@ -153,24 +151,7 @@ def store(
     stmt = upsert(conn, Event).on_conflict_do_nothing()
     with conn.begin():
         new = list(conn.execute(stmt.returning(Event.event_id), rows).scalars())
-        return new, bool(not new and replayed(conn, endpoint, verified, now))
-
-
-def replayed(conn: Connection, endpoint: Endpoint, verified: Verified, now: datetime) -> bool:
-    """Inside the storing transaction, for a delivery that stored nothing: whether its replay key
-    is held by another event id (a captured signature re-sent with another id or topic, answered
-    as a duplicate), counted under ``replayed_signature``."""
-    if verified.replay_key is None:
-        return False
-    holder = conn.execute(
-        select(Event.event_id).where(Event.endpoint == endpoint.name, Event.replay_key == verified.replay_key)
-    ).scalar()
-    if holder is None or holder in {e.event_id for e in verified.events}:
-        return False
-    with Session(bind=conn) as session:
-        count_rejection(session, endpoint.name, "replayed_signature", now)
-        session.flush()
-    return True
+        return new, bool(not new and batch.replayed(conn, endpoint, verified, now))
 
 
 def event_rows(
@@ -316,8 +297,6 @@ class Front:
         name = path[len(self.PREFIX):]
         if environ.get("REQUEST_METHOD") != "POST" or not path.startswith(self.PREFIX) or not name or "/" in name:
             return self.flask(environ, start_response)
-        if self.rt.settings.embedded_queue and self.rt.queue.embedded is None:
-            self.rt.start_embedded_worker()  # as Flask's before_request does for other routes
         # WSGI carries the path's bytes as latin-1; the route matches the UTF-8 name (as Werkzeug does).
         status, headers, body = handle(self.rt, self.limits, name.encode("latin-1").decode("utf-8", "replace"), environ)
         start_response(f"{status} {HTTP_STATUS_CODES.get(status, 'UNKNOWN').upper()}", headers)

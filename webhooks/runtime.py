@@ -64,18 +64,6 @@ class Runtime:
         """Make this the current runtime of this thread from now on (tests that run jobs by hand)."""
         _current.set(self)
 
-    def start_embedded_worker(self) -> None:
-        if self.settings.embedded_queue and self.settings.embedded_worker:
-            from webhooks import reconcile  # it imports this module
-
-            reconciles = reconcile.scheduled(self)  # endpoints with reconcile_every
-
-            def tick() -> None:
-                reconciles()
-                self.sweep()
-
-            self.queue.start_embedded(self.scope, tick)
-
     def sweep(self, now: datetime | None = None, limit: int = 20_000, age: float | None = None) -> int:
         """Re-enqueue events stranded on their way through the queue (outbox recovery); returns how many.
 
