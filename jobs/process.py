@@ -58,9 +58,10 @@ from webhooks.db import is_busy, storable_json, storable_key, storable_text, ups
 from webhooks.jobs import attempts, fetch, handlers
 from webhooks.models import Event, Object
 from webhooks.providers.base import ObjectRef
+from webhooks.words import Status
 
 log = logging.getLogger(__name__)
-CLAIMABLE = ("received", "queued", "processing", "failed")
+CLAIMABLE = (Status.RECEIVED, Status.QUEUED, Status.PROCESSING, Status.FAILED)
 TRACEBACK_LIMIT = 8000
 BIGINT = 2**63 - 1
 
@@ -79,7 +80,7 @@ def _claim(session: Session, endpoint: str, event_id: str) -> Event | None:
     return session.scalars(
         update(Event)
         .where(Event.endpoint == endpoint, Event.event_id == event_id, Event.status.in_(CLAIMABLE))
-        .values(status="processing", attempts=Event.attempts + 1, status_at=datetime.now(UTC))
+        .values(status=Status.PROCESSING, attempts=Event.attempts + 1, status_at=datetime.now(UTC))
         .returning(Event),
         execution_options={"populate_existing": True},
     ).first()
@@ -112,7 +113,7 @@ def _mine(session: Session, endpoint: str, event_id: str, attempt: int) -> Event
     return session.scalars(
         select(Event)
         .where(Event.endpoint == endpoint, Event.event_id == event_id,
-               Event.status == "processing", Event.attempts == attempt)
+               Event.status == Status.PROCESSING, Event.attempts == attempt)
         .with_for_update()
         .execution_options(populate_existing=True)
     ).first()
@@ -195,7 +196,7 @@ def _run(session: Session, event: Event, settings: Settings, prepared: Prepared)
     )
     for handler in found:
         handlers.call(handler, context, state)
-    return "processed" if ref is not None or found else "ignored"
+    return Status.PROCESSED if ref is not None or found else Status.IGNORED
 
 
 def _mark(session: Session, event: Event, status: str, started_at: datetime) -> None:
@@ -264,7 +265,7 @@ def _process_unlocked(rt: runtime.Runtime, sessions: sessionmaker[Session], clai
             else:
                 state = view.state
         found = handlers.handlers_for(endpoint, event.kind, event.event_type, rt.settings.handler_modules)
-        status = "processed" if ref is not None or found else "ignored"
+        status = Status.PROCESSED if ref is not None or found else Status.IGNORED
         context = handlers.HandlerEvent(
             endpoint, event.kind, event_id, event.event_type, data, ref.type if ref else event.object_type,
             ref.id if ref else event.object_id, ref.version if ref else event.object_version, latest, attempt,
@@ -302,8 +303,8 @@ def _fail(rt: runtime.Runtime, endpoint: str, event_id: str, attempt: int, last_
         session.execute(
             update(Event)
             .where(Event.endpoint == endpoint, Event.event_id == event_id,
-                   Event.status == "processing", Event.attempts == attempt)
-            .values(status="failed" if last_try else "queued", status_at=datetime.now(UTC),
+                   Event.status == Status.PROCESSING, Event.attempts == attempt)
+            .values(status=Status.FAILED if last_try else Status.QUEUED, status_at=datetime.now(UTC),
                     last_error=error, last_traceback=trace)
         )
     attempts.record(rt, endpoint, event_id, attempt, started_at, "error", error, trace)
@@ -332,11 +333,11 @@ def process_event(endpoint: str, event_id: str) -> str:
         except fetch.MismatchError as exc:
             # Not the provider's event: no handler ran, and no retry can change that.
             _fail(rt, endpoint, event_id, attempt, True, started_at, exc)
-            _measure(label, "failed", clock, event_id, attempt, exc)
-            return "failed"
+            _measure(label, Status.FAILED, clock, event_id, attempt, exc)
+            return Status.FAILED
         except Exception as exc:
             _fail(rt, endpoint, event_id, attempt, last_try, started_at, exc)
-            _measure(label, "failed" if last_try else "error", clock, event_id, attempt, exc)
+            _measure(label, Status.FAILED if last_try else "error", clock, event_id, attempt, exc)
             raise
     if status != "skipped":
         _measure(label, status, clock, event_id, attempt)

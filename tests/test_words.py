@@ -26,10 +26,53 @@ def test_every_reason_code_raised_in_the_package_is_a_reason() -> None:
     for path in ROOT.rglob("*.py"):
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "VerificationError"
-                    and node.args and isinstance(node.args[0], ast.Constant)):
-                raised.add(node.args[0].value)
+                    and node.args):
+                code = node.args[0]
+                if isinstance(code, ast.Constant):
+                    raised.add(code.value)
+                elif isinstance(code, ast.Attribute) and ast.unparse(code.value) == "Reason":
+                    raised.add(getattr(Reason, code.attr).value)  # an unknown member: AttributeError
     assert {"signature_mismatch", "unknown_endpoint", "payload_too_large"} <= raised  # the walk sees them
     assert raised <= {r.value for r in Reason}
+
+
+# Where events are stored, processed and counted, and where deliveries are refused, a status word
+# or reason code is spelled through its enum, never as a bare string (a typo would be a new word).
+SPELLED = ["jobs/process.py", "receive.py", "batch.py", "metrics.py",
+           *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "providers").glob("*.py"))]
+# The same strings meaning something else: Stripe's event-type suffixes (``invoice.payment.failed``).
+NOT_OURS = {("providers/stripe.py", "failed")}
+
+
+def bare_words(module: str, source: str) -> list[tuple[str, int, str]]:
+    """(module, line, word) for each string constant of the code (docstrings aside) that is a
+    status word or a reason code."""
+    words = {s.value for s in Status} | {r.value for r in Reason}
+    tree = ast.parse(source)
+    docstrings = {id(n.value) for n in ast.walk(tree) if isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant)}
+    return sorted(
+        (module, node.lineno, node.value) for node in ast.walk(tree)
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in words
+        and id(node) not in docstrings and (module, node.value) not in NOT_OURS
+    )
+
+
+def test_statuses_and_reasons_are_spelled_through_their_enums() -> None:
+    assert len(SPELLED) > 10 and all((ROOT / m).is_file() for m in SPELLED)
+    found = [hit for m in SPELLED for hit in bare_words(m, (ROOT / m).read_text(encoding="utf-8"))]
+    assert found == []
+
+
+def test_a_bare_status_or_reason_literal_is_found() -> None:
+    source = '''"""A docstring may say queued."""
+status = Status.QUEUED
+stmt = update(Event).where(Event.status == "processing").values(status="failed")
+raise VerificationError("payload_too_large", status=413)
+'''
+    assert bare_words("receive.py", source) == [
+        ("receive.py", 3, "failed"), ("receive.py", 3, "processing"), ("receive.py", 4, "payload_too_large"),
+    ]
+    assert bare_words("providers/stripe.py", 'TERMINAL = ("paid", "failed")') == []
 
 
 def test_a_verification_error_carries_a_reason_and_refuses_an_unknown_code() -> None:

@@ -36,6 +36,7 @@ from webhooks.models import Event
 from webhooks.providers.base import Endpoint, Verified
 from webhooks.quarantine import count as count_rejection
 from webhooks.runtime import Runtime
+from webhooks.words import Reason, Status
 
 log = logging.getLogger(__name__)
 MAX_DELIVERIES = 64  # per batch: bounds one statement's size and a batch's latency
@@ -250,7 +251,7 @@ def replayed(conn: Connection, endpoint: Endpoint, verified: Verified, now: date
     if holder is None or holder in {e.event_id for e in verified.events}:
         return False
     with Session(bind=conn) as session:
-        count_rejection(session, endpoint.name, "replayed_signature", now)
+        count_rejection(session, endpoint.name, Reason.REPLAYED_SIGNATURE, now)
         session.flush()
     return True
 
@@ -262,8 +263,8 @@ def _mark_received(conn: Connection, events: list[tuple[str, str]]) -> None:
     for endpoint, ids in by_endpoint.items():
         conn.execute(
             update(Event)
-            .where(Event.endpoint == endpoint, Event.event_id.in_(ids), Event.status == "queued")
-            .values(status="received", status_at=datetime.now(UTC))
+            .where(Event.endpoint == endpoint, Event.event_id.in_(ids), Event.status == Status.QUEUED)
+            .values(status=Status.RECEIVED, status_at=datetime.now(UTC))
         )
 
 

@@ -24,6 +24,7 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from webhooks.timestamps import aware
+from webhooks.words import Status
 
 if TYPE_CHECKING:
     from prometheus_client import Metric
@@ -33,7 +34,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 UNKNOWN = "unknown/*"  # every endpoint name that is not configured (as in rejection_counts)
 MULTIPROC = "PROMETHEUS_MULTIPROC_DIR"
-PENDING = ("received", "queued", "processing")
+PENDING = (Status.RECEIVED, Status.QUEUED, Status.PROCESSING)
 
 DELIVERIES = Counter(
     "webhooks_deliveries", "Deliveries by endpoint and outcome (stored, duplicate, rejected, unavailable)",
@@ -84,7 +85,7 @@ class ServiceCollector(Collector):
         up = GaugeMetricFamily("webhooks_up", "1 when the database or Redis answered this scrape", labels=["service"])
         try:
             with self.rt.engine.connect() as conn:
-                failed = conn.execute(select(func.count()).where(Event.status == "failed")).scalar_one()
+                failed = conn.execute(select(func.count()).where(Event.status == Status.FAILED)).scalar_one()
                 oldest = conn.execute(select(func.min(Event.received_at)).where(Event.status.in_(PENDING))).scalar()
             up.add_metric(["database"], 1)
         except SQLAlchemyError as exc:

@@ -27,6 +27,7 @@ from webhooks.models import Event
 from webhooks.providers.base import Endpoint, Request, Verified
 from webhooks.ratelimit import RateLimits
 from webhooks.runtime import Runtime
+from webhooks.words import Reason, Status
 
 log = logging.getLogger(__name__)
 bp = Blueprint("receive", __name__)
@@ -88,7 +89,7 @@ def read_body(environ: dict[str, Any], limit: int, idle_timeout: float) -> bytes
     """
     length = get_content_length(environ)
     if length is not None and length > limit:
-        raise VerificationError("payload_too_large", status=413)
+        raise VerificationError(Reason.PAYLOAD_TOO_LARGE, status=413)
     client = environ.get("gunicorn.socket")
     if client is not None and idle_timeout:
         client.settimeout(idle_timeout)  # gunicorn sets it blocking again for the next request
@@ -98,13 +99,13 @@ def read_body(environ: dict[str, Any], limit: int, idle_timeout: float) -> bytes
         try:
             chunk = stream.read(min(CHUNK, limit + 1 - size))
         except TimeoutError as exc:  # socket.timeout is TimeoutError
-            raise VerificationError("request_timeout", f"no data for {idle_timeout} s", status=408) from exc
+            raise VerificationError(Reason.REQUEST_TIMEOUT, f"no data for {idle_timeout} s", status=408) from exc
         if not chunk:
             break
         chunks.append(chunk)
         size += len(chunk)
     if size > limit:
-        raise VerificationError("payload_too_large", status=413)
+        raise VerificationError(Reason.PAYLOAD_TOO_LARGE, status=413)
     return b"".join(chunks)
 
 
@@ -164,7 +165,7 @@ def event_rows(
             "event_id": e.event_id,
             "kind": endpoint.kind,
             "event_type": e.event_type,
-            "status": "queued",
+            "status": Status.QUEUED,
             "attempts": 0,
             "received_at": now,
             "status_at": now,
@@ -205,8 +206,8 @@ def enqueue(rt: Runtime, conn: Connection, endpoint: str, event_ids: list[str]) 
                 conn.execute(
                     update(Event)
                     .where(Event.endpoint == endpoint, Event.event_id.in_(event_ids[position:]),
-                           Event.status == "queued")
-                    .values(status="received", status_at=datetime.now(UTC))
+                           Event.status == Status.QUEUED)
+                    .values(status=Status.RECEIVED, status_at=datetime.now(UTC))
                 )
             return
 
@@ -220,7 +221,7 @@ def deliver(rt: Runtime, name: str, headers: dict[str, str], body: bytes, url: s
     """``accept``, telling what became of the delivery."""
     endpoint = rt.settings.endpoints.get(name)
     if endpoint is None:
-        raise VerificationError("unknown_endpoint", status=404)
+        raise VerificationError(Reason.UNKNOWN_ENDPOINT, status=404)
     req = Request({k.lower(): v for k, v in headers.items()}, body, url)
     verified = verify(endpoint, req, now)
     check_storable(verified)
@@ -256,8 +257,8 @@ def handle(rt: Runtime, limits: RateLimits, endpoint_name: str, environ: dict[st
     if endpoint is not None and endpoint.rate_limit:
         wait = limits.retry_after(endpoint.name, endpoint.rate_limit)
         if wait:  # before reading the body: a flood costs as little as possible
-            _account(label, started, "rejected", reason="rate_limited")
-            return _json(429, {"error": "rate_limited"}, ("Retry-After", str(wait)))
+            _account(label, started, "rejected", reason=Reason.RATE_LIMITED)
+            return _json(429, {"error": Reason.RATE_LIMITED}, ("Retry-After", str(wait)))
     headers = dict(EnvironHeaders(environ).items())
     url = raw_url(environ)
     body = b""
@@ -266,7 +267,7 @@ def handle(rt: Runtime, limits: RateLimits, endpoint_name: str, environ: dict[st
         delivery = deliver(rt, endpoint_name, headers, body, url, now=time.time())
     except VerificationError as exc:
         _account(label, started, "rejected", reason=exc.reason)
-        kept = b"" if exc.reason == "payload_too_large" else body
+        kept = b"" if exc.reason == Reason.PAYLOAD_TOO_LARGE else body
         quarantine.record(rt, endpoint_name, exc, headers, kept, url)
         return _json(exc.status, {"error": exc.reason})
     except UnavailableError:
@@ -274,7 +275,7 @@ def handle(rt: Runtime, limits: RateLimits, endpoint_name: str, environ: dict[st
         return _json(503, {"error": "unavailable"}, ("Retry-After", "30"))
     verified = delivery.verified
     ids = [e.event_id for e in verified.events]
-    _account(label, started, delivery.outcome, reason="replayed_signature" if delivery.replayed else None, ids=ids)
+    _account(label, started, delivery.outcome, reason=Reason.REPLAYED_SIGNATURE if delivery.replayed else None, ids=ids)
     if verified.reply is not None:
         reply = verified.reply
         length = str(len(reply.body))

@@ -44,6 +44,7 @@ from webhooks.providers.base import (
     iso_ms,
     parse_json,
 )
+from webhooks.words import Reason
 
 SIGNED_FIELDS = ("pspReference", "originalReference", "merchantAccountCode", "merchantReference")
 STAGES = {
@@ -111,7 +112,7 @@ class Adyen(Provider):
         body = parse_json(request.body)
         items = body.get("notificationItems") if isinstance(body, dict) else None
         if not isinstance(items, list) or not items:
-            raise VerificationError("missing_signature", "no HmacSignature header and no notificationItems")
+            raise VerificationError(Reason.MISSING_SIGNATURE, "no HmacSignature header and no notificationItems")
         events = []
         for position, wrapper in enumerate(items):
             item = wrapper.get("NotificationRequestItem") if isinstance(wrapper, dict) else None
@@ -120,7 +121,7 @@ class Adyen(Provider):
             extra = item.get("additionalData")
             signature = extra.get("hmacSignature") if isinstance(extra, dict) else None
             if not isinstance(signature, str) or not signature:
-                raise VerificationError("missing_signature", f"item {position} has no hmacSignature")
+                raise VerificationError(Reason.MISSING_SIGNATURE, f"item {position} has no hmacSignature")
             signed = signed_string(item)
             index = first_match(
                 keys, lambda k, s=signed: hmac_digest(bytes.fromhex(k), s), [b64decode(signature)]  # type: ignore[misc]
@@ -147,7 +148,7 @@ class Adyen(Provider):
         except (binascii.Error, ValueError):
             given = b""
         if not hmac.compare_digest(given, endpoint.basic_auth.encode()):
-            raise VerificationError("bad_basic_auth", "wrong or missing basic auth", status=401)
+            raise VerificationError(Reason.BAD_BASIC_AUTH, "wrong or missing basic auth", status=401)
 
     def event_data(self, payload: bytes, index: int | None) -> Any:
         data = parse_json(payload)

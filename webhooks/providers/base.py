@@ -19,6 +19,7 @@ from datetime import datetime, timedelta
 from typing import Any, ClassVar
 
 from webhooks.errors import ConfigError, PayloadError, VerificationError
+from webhooks.words import Reason
 
 HOUR = timedelta(hours=1)
 DAY = timedelta(days=1)
@@ -166,7 +167,7 @@ class Provider:
 def require(request: Request, name: str) -> str:
     value = request.header(name)
     if value is None or not value.strip():
-        raise VerificationError("missing_signature", f"no {name} header")
+        raise VerificationError(Reason.MISSING_SIGNATURE, f"no {name} header")
     return value.strip()
 
 
@@ -192,9 +193,9 @@ def check_timestamp(raw: str, now: float, tolerance: int, *, both_ways: bool = T
     try:
         ts = int(raw)
     except ValueError as exc:
-        raise VerificationError("malformed_signature", "timestamp is not an integer") from exc
+        raise VerificationError(Reason.MALFORMED_SIGNATURE, "timestamp is not an integer") from exc
     if now - ts > tolerance or (both_ways and ts - now > tolerance):
-        raise VerificationError("timestamp_out_of_tolerance", f"skew {int(now - ts)} s")
+        raise VerificationError(Reason.TIMESTAMP_OUT_OF_TOLERANCE, f"skew {int(now - ts)} s")
     return ts
 
 
@@ -206,11 +207,11 @@ def prefixed_hex(value: str, prefix: str, header: str) -> bytes:
     """``<prefix>=<hex>`` (GitHub's ``sha256=…``, Slack's ``v0=…``) → the digest bytes."""
     scheme, sep, digest = value.partition("=")
     if not sep or scheme != prefix:
-        raise VerificationError("malformed_signature", f"{header} is not {prefix}=<hex>")
+        raise VerificationError(Reason.MALFORMED_SIGNATURE, f"{header} is not {prefix}=<hex>")
     try:
         return bytes.fromhex(digest)
     except ValueError as exc:
-        raise VerificationError("malformed_signature", "signature is not hex") from exc
+        raise VerificationError(Reason.MALFORMED_SIGNATURE, "signature is not hex") from exc
 
 
 def iso_ms(value: Any) -> int | None:
@@ -238,7 +239,7 @@ def b64decode(value: str) -> bytes:
     try:
         return base64.b64decode(value, validate=True)
     except (binascii.Error, ValueError) as exc:
-        raise VerificationError("malformed_signature", "not base64") from exc
+        raise VerificationError(Reason.MALFORMED_SIGNATURE, "not base64") from exc
 
 
 def replay_key(*parts: bytes | str) -> str:
@@ -260,7 +261,7 @@ def first_match(
     """
     wanted = list(candidates)
     if not wanted:
-        raise VerificationError("missing_signature", "no signature of a supported scheme")
+        raise VerificationError(Reason.MISSING_SIGNATURE, "no signature of a supported scheme")
     for index, secret in enumerate(secrets):
         digest = expected(secret)
         if not digest:
@@ -268,4 +269,4 @@ def first_match(
         # Compare against every candidate, so timing says nothing about which one matched.
         if sum(len(c) == len(digest) and hmac.compare_digest(digest, c) for c in wanted):
             return index
-    raise VerificationError("signature_mismatch", "no configured secret matches")
+    raise VerificationError(Reason.SIGNATURE_MISMATCH, "no configured secret matches")

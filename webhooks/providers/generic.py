@@ -34,6 +34,7 @@ from webhooks.providers.base import (
     replay_key,
     require,
 )
+from webhooks.words import Reason
 
 ALGORITHMS = ("sha1", "sha256", "sha512")
 ENCODINGS = ("hex", "base64")
@@ -61,7 +62,7 @@ def _decode(value: str, encoding: str) -> bytes:
     try:
         return bytes.fromhex(value) if encoding == "hex" else base64.b64decode(value, validate=True)
     except (ValueError, binascii.Error) as exc:
-        raise VerificationError("malformed_signature", f"signature is not {encoding}") from exc
+        raise VerificationError(Reason.MALFORMED_SIGNATURE, f"signature is not {encoding}") from exc
 
 
 class GenericHmac(Provider):
@@ -102,7 +103,7 @@ class GenericHmac(Provider):
         raw = require(request, o["header"])
         prefix = str(o.get("prefix", ""))
         if not raw.startswith(prefix):
-            raise VerificationError("malformed_signature", f"{o['header']} does not start with {prefix!r}")
+            raise VerificationError(Reason.MALFORMED_SIGNATURE, f"{o['header']} does not start with {prefix!r}")
         signature = _decode(raw[len(prefix):], str(o.get("encoding", "hex")))
         timestamp = require(request, o["timestamp_header"]) if o.get("timestamp_header") else ""
         signed = render(_template(o), timestamp, request.body)

@@ -39,6 +39,7 @@ from webhooks.providers.base import (
     parse_json,
     require,
 )
+from webhooks.words import Reason
 
 SIGNATURE = "X-Twilio-Email-Event-Webhook-Signature"
 TIMESTAMP = "X-Twilio-Email-Event-Webhook-Timestamp"
@@ -72,7 +73,7 @@ class SendGrid(Provider):
         signed = timestamp.encode() + request.body
         index = next((i for i, s in enumerate(endpoint.secrets) if self._valid(s, signature, signed)), None)
         if index is None:
-            raise VerificationError("signature_mismatch", "no configured public key verifies the signature")
+            raise VerificationError(Reason.SIGNATURE_MISMATCH, "no configured public key verifies the signature")
         if endpoint.options.get("check_timestamp"):
             signed_at: int | None = check_timestamp(timestamp, now, endpoint.tolerance_seconds)
         else:

@@ -37,6 +37,7 @@ from webhooks.providers.base import (
     parse_json,
     require,
 )
+from webhooks.words import Reason
 
 PUBLIC_PREFIX = "whpk_"
 SECRET_PREFIX = "whsec_"
@@ -101,7 +102,7 @@ class Standard(Provider):
         timestamp = require(request, f"{prefix}-timestamp")
         v1, v1a, entries = _parse(header)
         if not v1 and not v1a:
-            reason = "malformed_signature" if entries else "missing_signature"
+            reason = Reason.MALFORMED_SIGNATURE if entries else Reason.MISSING_SIGNATURE
             raise VerificationError(reason, f"{prefix}-signature has no usable v1 or v1a entry")
         signed = f"{msg_id}.{timestamp}.".encode() + request.body
         index, scheme = self._match(endpoint.secrets, signed, v1, v1a)
@@ -135,7 +136,7 @@ class Standard(Provider):
                     return index, "v1a"
                 except InvalidSignature:
                     pass
-        raise VerificationError("signature_mismatch", "no configured secret or public key matches")
+        raise VerificationError(Reason.SIGNATURE_MISMATCH, "no configured secret or public key matches")
 
     def sign(
         self, endpoint: Endpoint, body: bytes, *, now: float, secret_index: int = 0, url: str = ""

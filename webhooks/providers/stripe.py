@@ -35,6 +35,7 @@ from webhooks.providers.base import (
     parse_json,
     require,
 )
+from webhooks.words import Reason
 
 TERMINAL = (
     "succeeded", "canceled", "deleted", "paid", "failed", "payment_failed", "refunded",
@@ -98,9 +99,9 @@ class Stripe(Provider):
                 else:
                     unusable += 1
         if timestamp is None:
-            raise VerificationError("malformed_signature", "Stripe-Signature has no t=")
+            raise VerificationError(Reason.MALFORMED_SIGNATURE, "Stripe-Signature has no t=")
         if not signatures:
-            reason = "malformed_signature" if unusable else "missing_signature"
+            reason = Reason.MALFORMED_SIGNATURE if unusable else Reason.MISSING_SIGNATURE
             raise VerificationError(reason, "Stripe-Signature has no usable v1 signature")
         signed = timestamp.encode() + b"." + request.body
         index = first_match(

@@ -44,6 +44,7 @@ from webhooks.providers.base import (
     replay_key,
     require,
 )
+from webhooks.words import Reason
 
 SETTINGS = "X-Twilio-Webhooks-Signature-Settings"
 ALGORITHMS = {"HMAC_SHA1": "sha1", "HMAC_SHA256": "sha256"}
@@ -57,7 +58,7 @@ def algorithm(settings: str | None) -> str:
         name, sep, value = part.partition("=")
         if sep and name.strip() == "algorithm" and value.strip():
             if value.strip().upper() not in ALGORITHMS:
-                raise VerificationError("malformed_signature", f"unsupported algorithm {value.strip()!r}")
+                raise VerificationError(Reason.MALFORMED_SIGNATURE, f"unsupported algorithm {value.strip()!r}")
             return ALGORITHMS[value.strip().upper()]
     return "sha1"
 
@@ -78,7 +79,7 @@ def port_variants(url: str) -> list[str]:
         parts = urlsplit(url)
         port = parts.port
     except ValueError as exc:  # the Host header is the client's: "host:abc", "[::1"
-        raise VerificationError("url_mismatch", "request URL does not parse") from exc
+        raise VerificationError(Reason.URL_MISMATCH, "request URL does not parse") from exc
     default = DEFAULT_PORTS.get(parts.scheme)
     if port is not None:  # any port, as twilio-python's remove_port
         return [url, urlunsplit(parts._replace(netloc=parts.netloc.rsplit(":", 1)[0]))]
@@ -95,12 +96,12 @@ def json_url(url: str, body: bytes) -> str:
 def _signed_url(request: Request, endpoint: Endpoint) -> str:
     public = endpoint.options.get("public_url")
     if not public:  # validate() refuses this; never fall back to the client's Host
-        raise VerificationError("url_mismatch", f"endpoint {endpoint.name!r} has no options.public_url")
+        raise VerificationError(Reason.URL_MISMATCH, f"endpoint {endpoint.name!r} has no options.public_url")
     p = urlsplit(str(public))
     try:
         query = urlsplit(request.url).query
     except ValueError as exc:
-        raise VerificationError("url_mismatch", "request URL does not parse") from exc
+        raise VerificationError(Reason.URL_MISMATCH, "request URL does not parse") from exc
     return urlunsplit((p.scheme, p.netloc, p.path, query or p.query, ""))
 
 
@@ -146,10 +147,10 @@ class Twilio(Provider):
         if index is None:
             elsewhere = request.url and url != request.url
             if elsewhere and _match(endpoint.secrets, request.url, params, alg, signature) is not None:
-                raise VerificationError("url_mismatch", "request.url verifies but options.public_url does not")
-            raise VerificationError("signature_mismatch", "no configured secret matches")
+                raise VerificationError(Reason.URL_MISMATCH, "request.url verifies but options.public_url does not")
+            raise VerificationError(Reason.SIGNATURE_MISMATCH, "no configured secret matches")
         if body_hash and not hmac.compare_digest(hashlib.sha256(request.body).hexdigest(), body_hash[0].lower()):
-            raise VerificationError("signature_mismatch", "body does not match bodySHA256")
+            raise VerificationError(Reason.SIGNATURE_MISMATCH, "body does not match bodySHA256")
         event_id = request.header("I-Twilio-Idempotency-Token")
         if not event_id:
             event_id = content_id(url.encode() + b"\n" + request.body)
