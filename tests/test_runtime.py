@@ -70,7 +70,9 @@ def test_creating_an_app_changes_no_global_runtime_state(sqlite_url: str) -> Non
     assert dict(vars(runtime)) == before
 
 
-def test_a_job_run_with_no_runtime_in_scope_fails_naming_the_cause(app: Flask) -> None:
+def test_a_job_run_with_no_runtime_in_scope_fails_naming_the_cause(app: Flask, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Outside a worker, and not in a plain ``rq worker``'s environment (no ``REDIS_URL``)."""
+    monkeypatch.delenv("REDIS_URL", raising=False)
     post(app, "evt_unscoped")
 
     def unscoped() -> None:

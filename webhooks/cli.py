@@ -155,7 +155,7 @@ def serve(host: str, port: int) -> None:
     from gunicorn.app.base import BaseApplication  # type: ignore[import-untyped]
 
     from webhooks import create_app, gunicorn_conf
-    from webhooks.jobs import handlers
+    from webhooks.jobs import handlers, worker
 
     settings = load_settings()
     handlers.load(settings.handler_modules)  # refuse to start on a module it cannot import
@@ -175,7 +175,7 @@ def serve(host: str, port: int) -> None:
         rt = app.extensions["webhooks"]
         # The in-process queue starts empty: whatever the last run left unfinished is stranded now.
         rt.sweep(age=0)
-        rt.queue.start_embedded(rt.scope, rt.sweep)
+        worker.start_embedded(rt)  # the worker thread, and the ticker: due reconciliations, the sweep
         return app
 
     def ready(server: Any) -> None:

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
+import threading
 from collections.abc import Iterator
 from contextvars import ContextVar
 from datetime import UTC, datetime, timedelta
@@ -27,6 +29,8 @@ from webhooks.words import Status
 log = logging.getLogger(__name__)
 SWEEP_PAGE = 500
 _current: ContextVar[Runtime | None] = ContextVar("webhooks_runtime", default=None)
+_plain: Runtime | None = None  # the one a plain `rq worker`'s jobs build (see ``current``)
+_plain_lock = threading.Lock()
 
 
 class Runtime:
@@ -155,11 +159,27 @@ class Runtime:
 
 
 def current() -> Runtime:
-    """The runtime in scope (``Runtime.scope``): the one of the worker performing this job."""
+    """The runtime in scope (``Runtime.scope``): the one of the worker performing this job.
+
+    A plain ``rq worker`` (the Procfile may run RQ's own CLI) puts none in scope: nothing of ours
+    runs in it but the job. Its jobs share one runtime built from the environment, once per
+    process; only where the environment names the Redis (``REDIS_URL``) such a worker took the job
+    from, so a job run anywhere else fails naming the cause instead of guessing a database.
+    """
     found = _current.get()
-    if found is None:
-        raise NoRuntimeError(
-            "no webhooks runtime in scope: run jobs with `webhooks worker` (or `rq worker -w "
-            "webhooks.jobs.worker.Worker`), whose worker puts its runtime in scope for each job"
-        )
-    return found
+    if found is not None:
+        return found
+    global _plain
+    with _plain_lock:
+        if _plain is None:
+            if not os.environ.get("REDIS_URL"):
+                raise NoRuntimeError(
+                    "no webhooks runtime in scope: run jobs with `webhooks worker` (or `rq worker -w "
+                    "webhooks.jobs.worker.Worker`), whose worker puts its runtime in scope for each job, or "
+                    "with a plain `rq worker` where REDIS_URL and DATABASE_URL are set"
+                )
+            from webhooks import config
+
+            _plain = Runtime(config.load())
+            log.info("a plain rq worker: the runtime was built from the environment")
+        return _plain
