@@ -48,7 +48,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from rq import get_current_job
-from sqlalchemy import select, text, update
+from sqlalchemy import Connection, bindparam, select, text, update
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -74,27 +74,64 @@ def storable(ref: ObjectRef) -> ObjectRef:
     )
 
 
+# The statements every event runs, built once (building them cost more than running them).
+_CLAIM = (
+    update(Event)
+    .where(Event.endpoint == bindparam("b_endpoint"), Event.event_id == bindparam("b_event_id"),
+           Event.status.in_(CLAIMABLE))
+    .values(status=Status.PROCESSING, attempts=Event.attempts + 1, status_at=bindparam("b_now"))
+    .returning(Event)
+)
+_MINE = (
+    select(Event)
+    .where(Event.endpoint == bindparam("b_endpoint"), Event.event_id == bindparam("b_event_id"),
+           Event.status == Status.PROCESSING, Event.attempts == bindparam("b_attempt"))
+    .with_for_update()
+)
+_OBJECT = select(Object).where(
+    Object.endpoint == bindparam("b_endpoint"), Object.object_type == bindparam("b_type"),
+    Object.object_id == bindparam("b_id"),
+)
+_UPSERTS: dict[str, Any] = {}  # per dialect: apply_state's conditional upsert
+_FRESH = {"populate_existing": True}
+
+
 def _claim(session: Session, endpoint: str, event_id: str) -> Event | None:
     """received/queued/failed (or an abandoned processing) → processing; returns the claimed row
     (its ``attempts`` is the claim's token), or None if there is nothing to do."""
-    return session.scalars(
-        update(Event)
-        .where(Event.endpoint == endpoint, Event.event_id == event_id, Event.status.in_(CLAIMABLE))
-        .values(status=Status.PROCESSING, attempts=Event.attempts + 1, status_at=datetime.now(UTC))
-        .returning(Event),
-        execution_options={"populate_existing": True},
-    ).first()
+    params = {"b_endpoint": endpoint, "b_event_id": event_id, "b_now": datetime.now(UTC)}
+    # Nothing is loaded in the session yet: no in-session objects to synchronize.
+    return session.scalars(_CLAIM, params, execution_options={**_FRESH, "synchronize_session": False}).first()
+
+
+class _OnConnection:
+    """What processing needs of a sessionmaker (``()`` and ``begin()``), on one connection, with
+    the runtime's sessionmaker (a new sessionmaker per event builds a Session class each time)."""
+
+    def __init__(self, sessions: sessionmaker[Session], connection: Connection) -> None:
+        self._sessions, self._connection = sessions, connection
+
+    def __call__(self) -> Session:
+        return self._sessions(bind=self._connection)
+
+    @contextlib.contextmanager
+    def begin(self) -> Iterator[Session]:
+        with self() as session, session.begin():
+            yield session
+
+
+Sessions = sessionmaker[Session] | _OnConnection
 
 
 @contextlib.contextmanager
-def _sessions(rt: runtime.Runtime) -> Iterator[sessionmaker[Session]]:
+def _sessions(rt: runtime.Runtime) -> Iterator[Sessions]:
     """Sessions for one event's claim and processing: on PostgreSQL on one connection (one pool
     check-out and its ping instead of one per transaction); on SQLite the runtime's own."""
     if rt.engine.dialect.name == "sqlite":
         yield rt.sessions
         return
     with rt.engine.connect() as connection:
-        yield sessionmaker(connection, expire_on_commit=False)
+        yield _OnConnection(rt.sessions, connection)
 
 
 def _unflushed(session: Session) -> None:
@@ -110,13 +147,8 @@ def _unflushed(session: Session) -> None:
 
 def _mine(session: Session, endpoint: str, event_id: str, attempt: int) -> Event | None:
     """Lock the row for this transaction; None when another claim has superseded ours."""
-    return session.scalars(
-        select(Event)
-        .where(Event.endpoint == endpoint, Event.event_id == event_id,
-               Event.status == Status.PROCESSING, Event.attempts == attempt)
-        .with_for_update()
-        .execution_options(populate_existing=True)
-    ).first()
+    params = {"b_endpoint": endpoint, "b_event_id": event_id, "b_attempt": attempt}
+    return session.scalars(_MINE, params, execution_options=_FRESH).first()
 
 
 def _lock_object(session: Session, endpoint: str, ref: ObjectRef) -> None:
@@ -146,25 +178,32 @@ def apply_state(session: Session, endpoint: str, event_id: str, ref: ObjectRef,
     latest = None
     if kind is not None:
         ref, latest = _folded(session, endpoint, kind, ref)
-    stmt = upsert(session, Object).values(
-        endpoint=endpoint, object_type=ref.type, object_id=ref.id, version=ref.version,
-        state=ref.state, last_event_id=storable_key(latest or event_id, 255), updated_at=datetime.now(UTC),
-    )
-    stmt = stmt.on_conflict_do_update(
-        index_elements=["endpoint", "object_type", "object_id"],
-        set_={k: stmt.excluded[k] for k in ("version", "state", "last_event_id", "updated_at")},
-        where=Object.version < stmt.excluded.version,
-    )
+    key = {"b_endpoint": endpoint, "b_type": ref.type, "b_id": ref.id}
+    values = {"b_version": ref.version, "b_state": ref.state, "b_now": datetime.now(UTC),
+              "b_last": storable_key(latest or event_id, 255)}
     # The row written comes back; nothing comes back when a newer version is stored: read it.
-    options = {"populate_existing": True}
-    current = session.scalars(stmt.returning(Object), execution_options=options).first()
+    current = session.scalars(_upsert(session), key | values, execution_options=_FRESH).first()
     if current is None:
-        current = session.scalars(
-            select(Object).where(
-                Object.endpoint == endpoint, Object.object_type == ref.type, Object.object_id == ref.id
-            ).execution_options(**options)
-        ).one()
+        current = session.scalars(_OBJECT, key, execution_options=_FRESH).one()
     return current, ref
+
+
+def _upsert(session: Session) -> Any:
+    """``apply_state``'s statement for the session's database, built on first use."""
+    name = session.get_bind().dialect.name
+    stmt = _UPSERTS.get(name)
+    if stmt is None:
+        insert = upsert(session, Object).values(
+            endpoint=bindparam("b_endpoint"), object_type=bindparam("b_type"), object_id=bindparam("b_id"),
+            version=bindparam("b_version"), state=bindparam("b_state"), last_event_id=bindparam("b_last"),
+            updated_at=bindparam("b_now"),
+        )
+        stmt = _UPSERTS[name] = insert.on_conflict_do_update(
+            index_elements=["endpoint", "object_type", "object_id"],
+            set_={k: insert.excluded[k] for k in ("version", "state", "last_event_id", "updated_at")},
+            where=Object.version < insert.excluded.version,
+        ).returning(Object)
+    return stmt
 
 
 Prepared = tuple[Any, ObjectRef | None]
@@ -206,7 +245,7 @@ def _mark(session: Session, event: Event, status: str, started_at: datetime) -> 
     attempts.add(session, event.endpoint, event.event_id, event.attempts, started_at, status)
 
 
-def _process_locked(rt: runtime.Runtime, sessions: sessionmaker[Session], claimed: Event,
+def _process_locked(rt: runtime.Runtime, sessions: Sessions, claimed: Event,
                     started_at: datetime, prepared: Prepared | None = None) -> str:
     """One transaction, holding the row lock (SQLite: the write lock) throughout; the provider's
     API (if any) is called before it, on the row as claimed (no lock held)."""
@@ -243,7 +282,7 @@ def _changes(session: Session) -> int:
     return int(dbapi.total_changes)
 
 
-def _process_unlocked(rt: runtime.Runtime, sessions: sessionmaker[Session], claimed: Event,
+def _process_unlocked(rt: runtime.Runtime, sessions: Sessions, claimed: Event,
                       started_at: datetime) -> str:
     """SQLite: the handlers run without holding the write lock (see the module's doc)."""
     endpoint, event_id, attempt = claimed.endpoint, claimed.event_id, claimed.attempts
