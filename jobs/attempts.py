@@ -27,7 +27,7 @@ def add(session: Session, endpoint: str, event_id: str, number: int, started_at:
         status: str) -> None:
     """Add the row of attempt ``number`` (``processed`` or ``ignored``) to the session's transaction
     (a plain INSERT: nothing reads the row back, so no ORM object and no fetched id)."""
-    session.execute(_ADD, {
+    session.connection().execute(_ADD, {
         "endpoint": endpoint, "event_id": event_id, "number": number, "started_at": started_at,
         "finished_at": datetime.now(UTC), "status": status,
     })
