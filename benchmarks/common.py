@@ -31,7 +31,7 @@ import stripe
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
 PG = os.environ.get("TEST_DATABASE_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres")
-REDIS = os.environ.get("TEST_REDIS_URL", "redis://127.0.0.1:6379/12")
+REDIS = os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/14")  # flushed: never the tests' database
 SECRET = "whsec_bench"
 BASELINE_APP = '''
 from flask import Flask

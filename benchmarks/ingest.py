@@ -6,7 +6,7 @@
 Cases, each at every connection count: the baseline (a Flask view answering 200 under the same
 gunicorn config), first deliveries (verify, insert + commit, enqueue), duplicates (verify, an
 insert that finds the row), and a mixed storm (1 new : 2 duplicates). Production runs on a fresh
-PostgreSQL database and Redis (TEST_DATABASE_URL, TEST_REDIS_URL); ``--serve`` runs the embedded
+PostgreSQL database and Redis (TEST_DATABASE_URL, BENCH_REDIS_URL); ``--serve`` runs the embedded
 default on SQLite instead. Prints a table of requests/s and p50/p99 with their ratios to the
 baseline; ``--json`` writes the numbers.
 """

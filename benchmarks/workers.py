@@ -8,7 +8,7 @@ non-forking worker); (2) the same number of stored Stripe events processed by th
 ``webhooks worker`` processes with a no-op handler (claim, object-state upsert, handler, mark
 processed). Workers start first and idle on an empty queue; then every job is queued at once and
 the rate is jobs / (last job's end − the moment they were queued). Fresh PostgreSQL database and
-Redis (TEST_DATABASE_URL, TEST_REDIS_URL).
+Redis (TEST_DATABASE_URL, BENCH_REDIS_URL).
 """
 
 from __future__ import annotations
