@@ -162,7 +162,7 @@ class JobQueue:
             keys.append(Job.key_for(jid))
             call = (endpoint, event_id)
             args += [jid, zlib.compress(self.queue.serializer.dumps((JOB, None, call, {}))),
-                     get_call_string(JOB, call, {}, max_length=75)]
+                     get_call_string(JOB, call, {}, max_length=75) or ""]
             if len(own) == 3:
                 args.append(json.dumps(retry_intervals(self.settings)))
         return int(self._enqueue_script(keys=keys, args=args))
