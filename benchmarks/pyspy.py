@@ -1,6 +1,6 @@
 """Where a first delivery's time goes: py-spy samples one gunicorn worker under wrk load.
 
-    .venv/bin/python benchmarks/profile.py [--seconds 10] [--connections 16] [--case new|dup]
+    .venv/bin/python benchmarks/pyspy.py [--seconds 10] [--connections 16] [--case new|dup]
 
 One gunicorn process (WEB_CONCURRENCY=1, the Procfile's threads) on a fresh PostgreSQL database and
 Redis; py-spy (pip, installed when missing) records its threads while wrk posts. Prints the share
