@@ -24,11 +24,10 @@ import dataclasses
 import json
 import threading
 import time
-import urllib.error
 import urllib.parse
-import urllib.request
 from typing import Any
 
+from webhooks import outbound
 from webhooks.providers.base import Endpoint, ObjectRef, Provider
 from webhooks.providers.stripe_api import ApiError, retrieve, throttle
 
@@ -99,18 +98,20 @@ def paypal_event(endpoint: Endpoint, delivered: Any) -> Any:
 def _paypal_get(endpoint: Endpoint, base: str, url: str, timeout: float = 10) -> tuple[int, Any]:
     throttle(endpoint)
     token = _paypal_token(endpoint, base, timeout)
-    request = urllib.request.Request(url, headers={"Authorization": f"Bearer {token}"})
     try:
-        with urllib.request.urlopen(request, timeout=timeout) as response:
-            return response.status, json.loads(response.read())
-    except urllib.error.HTTPError as exc:
-        if exc.code == 404:
-            return 404, None
-        if exc.code == 401:  # revoked or expired early: the next attempt asks for a new token
-            _tokens.pop((endpoint.name, str(endpoint.options["client_id"])), None)
-        raise FetchError(f"PayPal {url} answered {exc.code}") from None
-    except (urllib.error.URLError, TimeoutError, ValueError) as exc:
-        raise FetchError(f"PayPal {url}: {exc.__class__.__name__}") from None
+        answer = outbound.call(url, headers={"Authorization": f"Bearer {token}"}, timeout=timeout)
+    except outbound.Unreachable as exc:
+        raise FetchError(f"PayPal {exc}") from None
+    if answer.status == 404:
+        return 404, None
+    if answer.status == 401:  # revoked or expired early: the next attempt asks for a new token
+        _tokens.pop((endpoint.name, str(endpoint.options["client_id"])), None)
+    if answer.status >= 300:
+        raise FetchError(f"PayPal {url} answered {answer.status}")
+    try:
+        return answer.status, json.loads(answer.body)
+    except ValueError:
+        raise FetchError(f"PayPal {url}: not JSON") from None
 
 
 def _paypal_token(endpoint: Endpoint, base: str, timeout: float) -> str:
@@ -120,17 +121,19 @@ def _paypal_token(endpoint: Endpoint, base: str, timeout: float) -> str:
     if cached is not None and cached[1] > time.monotonic():
         return cached[0]
     basic = base64.b64encode(f"{key[1]}:{endpoint.options['client_secret']}".encode()).decode()
-    request = urllib.request.Request(
-        f"{base}/v1/oauth2/token", data=b"grant_type=client_credentials", method="POST",
-        headers={"Authorization": f"Basic {basic}", "Content-Type": "application/x-www-form-urlencoded"},
-    )
     try:
-        with urllib.request.urlopen(request, timeout=timeout) as response:
-            answer = json.loads(response.read())
-        token, lifetime = str(answer["access_token"]), float(answer.get("expires_in", 300))
-    except urllib.error.HTTPError as exc:
-        raise FetchError(f"PayPal OAuth answered {exc.code}") from None
-    except (urllib.error.URLError, TimeoutError, ValueError, KeyError, TypeError) as exc:
+        answer = outbound.call(
+            f"{base}/v1/oauth2/token", method="POST", data=b"grant_type=client_credentials", timeout=timeout,
+            headers={"Authorization": f"Basic {basic}", "Content-Type": "application/x-www-form-urlencoded"},
+        )
+    except outbound.Unreachable as exc:
+        raise FetchError(f"PayPal OAuth: {exc}") from None
+    if answer.status >= 300:
+        raise FetchError(f"PayPal OAuth answered {answer.status}")
+    try:
+        granted = json.loads(answer.body)
+        token, lifetime = str(granted["access_token"]), float(granted.get("expires_in", 300))
+    except (ValueError, KeyError, TypeError) as exc:
         raise FetchError(f"PayPal OAuth: {exc.__class__.__name__}") from None
     _tokens[key] = (token, time.monotonic() + max(0.0, lifetime - 60))
     return token

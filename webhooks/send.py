@@ -4,13 +4,11 @@ from __future__ import annotations
 
 import os
 import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 
 import click
 
-from webhooks import providers
+from webhooks import outbound, providers
 from webhooks.cli import load_settings
 
 
@@ -38,14 +36,10 @@ def send(endpoint: str, payload_file: Path, url: str | None, secret_index: int, 
     for line in extra:
         name, _, value = line.partition(":")
         headers[name.strip()] = value.strip()
-    request = urllib.request.Request(target, data=body, headers=headers, method="POST")
     try:
-        with urllib.request.urlopen(request, timeout=30) as response:
-            status, answer = response.status, response.read()
-    except urllib.error.HTTPError as exc:
-        status, answer = exc.code, exc.read()
-    except urllib.error.URLError as exc:
-        raise click.ClickException(f"could not reach {target}: {exc.reason}") from exc
-    click.echo(f"{status} {answer.decode('utf-8', errors='replace')}")
-    if not 200 <= status < 300:
+        answer = outbound.call(target, method="POST", data=body, headers=headers, timeout=30)
+    except outbound.Unreachable as exc:
+        raise click.ClickException(f"could not reach {exc}") from exc
+    click.echo(f"{answer.status} {answer.body.decode('utf-8', errors='replace')}")
+    if not 200 <= answer.status < 300:
         raise SystemExit(1)

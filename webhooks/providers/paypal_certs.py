@@ -17,8 +17,6 @@ from __future__ import annotations
 
 import threading
 import time
-import urllib.error
-import urllib.request
 import warnings
 from collections import deque
 from collections.abc import Callable
@@ -31,6 +29,7 @@ from cryptography.x509 import DNSName
 from cryptography.x509.verification import PolicyBuilder, Store
 from cryptography.x509.verification import VerificationError as ChainError
 
+from webhooks import outbound
 from webhooks.errors import UnavailableError, VerificationError
 from webhooks.providers.paypal_hosts import is_paypal_cert_url
 from webhooks.words import Reason
@@ -38,11 +37,6 @@ from webhooks.words import Reason
 SUBJECTS = ("messageverificationcerts.paypal.com", "messageverificationcerts.sandbox.paypal.com")
 MAX_BYTES = 64 * 1024
 END = b"-----END CERTIFICATE-----"
-
-
-class _NoRedirect(urllib.request.HTTPRedirectHandler):
-    def redirect_request(self, *args: object, **kwargs: object) -> None:
-        return None  # a redirect could leave PayPal's hosts; treat it as an error
 
 
 def _fail(detail: str) -> VerificationError:
@@ -64,7 +58,6 @@ class CertLoader:
         self._failures: dict[str, tuple[Reason | None, str, float]] = {}  # url -> (reason, detail, until)
         self._fetches: deque[float] = deque()  # clock() of recent fetches
         self._lock = threading.Lock()
-        self._opener = urllib.request.build_opener(_NoRedirect)
 
     def __call__(self, url: str) -> bytes:
         now = time.time()
@@ -107,18 +100,17 @@ class CertLoader:
         raise VerificationError(reason, f"{detail} (remembered failure)")
 
     def _fetch(self, url: str) -> bytes:
-        try:
-            with self._opener.open(url, timeout=self.timeout) as response:
-                pem: bytes = response.read(MAX_BYTES + 1)
-        except urllib.error.HTTPError as exc:
-            if exc.code >= 500 or exc.code == 429:
-                raise UnavailableError(f"PayPal certificate host answered {exc.code}") from exc
-            raise _fail(f"PayPal certificate host answered {exc.code}") from exc
-        except (urllib.error.URLError, TimeoutError, OSError) as exc:
+        try:  # a redirect could leave PayPal's hosts: it is an answer of its own, refused below
+            answer = outbound.call(url, timeout=self.timeout, limit=MAX_BYTES, redirects=False)
+        except outbound.Unreachable as exc:
             raise UnavailableError("PayPal certificate host unreachable") from exc
-        if len(pem) > MAX_BYTES:
+        if answer.status >= 500 or answer.status == 429:
+            raise UnavailableError(f"PayPal certificate host answered {answer.status}")
+        if answer.status >= 300:
+            raise _fail(f"PayPal certificate host answered {answer.status}")
+        if len(answer.body) > MAX_BYTES:
             raise _fail("certificate response too large")
-        return pem
+        return answer.body
 
     def check(self, pem: bytes, now: datetime) -> float:
         """Raise unless ``pem`` is PayPal's signing certificate; return when the cache entry expires."""
