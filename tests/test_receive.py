@@ -147,3 +147,23 @@ def test_a_stranded_row_behind_a_backlog_of_live_jobs_is_found(app: Flask, monke
     Job.fetch(job_id("stripe", "evt_backlog_9"), connection=rt.queue.connection).delete()  # the newest: last page
     assert rt.sweep(now=datetime.now(UTC) + timedelta(minutes=5)) == 1
     assert rt.queue.live([("stripe", f"evt_backlog_{i}") for i in range(10)]) == [True] * 10
+
+
+def test_the_wsgi_front_answers_as_flask_did(app: Flask) -> None:
+    """Deliveries are answered by ``receive.Front`` ahead of Flask: the same bytes and headers as
+    Flask's ``jsonify``, and everything that is not a delivery still goes to Flask's routing."""
+    from flask import jsonify
+
+    client = app.test_client()
+    unknown = client.post("/webhooks/nope", data=b"{}")
+    with app.app_context():
+        flask_made = jsonify(error="unknown_endpoint")
+    assert (unknown.status_code, unknown.data, unknown.content_type) == (404, flask_made.data, flask_made.content_type)
+    assert unknown.headers["Content-Length"] == str(len(flask_made.data))
+    body = stripe_event("evt_front")
+    stored = client.post("/webhooks/stripe", data=body, headers=stripe_headers(body))
+    assert (stored.status_code, stored.get_json(), stored.content_type) == (200, {"received": True}, "application/json")
+    assert client.get("/webhooks/stripe").status_code == 405  # Flask's route: POST only
+    assert client.post("/webhooks/stripe/more", data=body, headers=stripe_headers(body)).status_code == 404
+    assert client.post("/webhooks/", data=body).status_code == 404
+    assert rows(app, "SELECT event_id FROM events") == [("evt_front",)]
