@@ -152,3 +152,25 @@ def test_enqueue_many_writes_jobs_rq_runs_and_refuses_existing_ids(pg_app: Flask
     statuses = {r[0] for r in rows(pg_app, "SELECT status FROM events")}
     assert statuses == {"processed"}
     assert Job.fetch(job_id("stripe", "evt_rq_2"), connection=rt.queue.connection).get_status() == JobStatus.FINISHED
+
+
+def test_a_failed_replay_check_after_the_commit_costs_nothing_stored(
+        pg_app: Flask, monkeypatch: pytest.MonkeyPatch) -> None:
+    """On PostgreSQL the batch commits before a delivery that stored nothing has its replay key
+    checked: if that check fails, the batch is still answered as committed (the new event queued
+    at once, never stored again as a duplicate), and only the replay's count is lost."""
+    import dataclasses
+
+    first = pending(pg_app, "evt_seen")
+    assert batch.GroupCommit(runtime(pg_app)).store(first).new == ["evt_seen"]
+    again = pending(pg_app, "evt_seen")
+    again.verified = dataclasses.replace(again.verified, replay_key="a" * 64)  # as a replay-key scheme's
+
+    def broken(*args: object) -> bool:
+        raise sa.exc.OperationalError("SELECT", {}, Exception("connection lost"))
+
+    monkeypatch.setattr(batch, "replayed", broken)
+    outcomes, sizes = store_as_one_batch(pg_app, [pending(pg_app, "evt_fresh"), again])
+    assert sizes == [2]  # not stored again one by one
+    assert outcomes[0].new == ["evt_fresh"] and (outcomes[1].new, outcomes[1].replayed) == ([], False)
+    assert job_id("stripe", "evt_fresh") in queued_jobs(pg_app)

@@ -126,10 +126,14 @@ class GroupCommit:
             _sort(batch, self._rows(rows))  # committed
             # Only a scheme with replay keys can have replayed a signature: checked after, rarely.
             again = [item for item in batch if not item.new and item.verified.replay_key is not None]
-            if again:
-                with self.rt.engine.connect() as conn, conn.begin():
-                    for item in again:
-                        item.replayed = replayed(conn, item.endpoint, item.verified, datetime.now(UTC))
+            try:
+                if again:
+                    with self.rt.engine.connect() as conn, conn.begin():
+                        for item in again:
+                            item.replayed = replayed(conn, item.endpoint, item.verified, datetime.now(UTC))
+            except SQLAlchemyError as exc:  # the rows are committed: only the replay's count is lost
+                log.warning("could not check replayed signatures (%s); answered as duplicates",
+                            exc.__class__.__name__)
             return
         if self._conn is None:
             self._conn = self.rt.engine.connect()
