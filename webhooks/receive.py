@@ -299,7 +299,8 @@ class Front:
         if environ.get("REQUEST_METHOD") != "POST" or not path.startswith(self.PREFIX) or not name or "/" in name:
             return self.flask(environ, start_response)
         # WSGI carries the path's bytes as latin-1; the route matches the UTF-8 name (as Werkzeug does).
-        status, headers, body = handle(self.rt, self.limits, name.encode("latin-1").decode("utf-8", "replace"), environ)
+        name = name.encode("latin-1", "replace").decode("utf-8", "replace")
+        status, headers, body = handle(self.rt, self.limits, name, environ)
         start_response(f"{status} {HTTP_STATUS_CODES.get(status, 'UNKNOWN').upper()}", headers)
         return [body]
 
