@@ -159,22 +159,25 @@ class GroupCommit:
                 log.debug("discarding the batch connection failed", exc_info=True)
 
     def _enqueue(self, stored: list[Pending]) -> None:
-        """One Redis round trip for every new event; if Redis refuses, the rows go back to
-        ``received`` for the sweeper (the deliveries are committed and answered 2xx anyway)."""
-        events = [(item.endpoint.name, event_id) for item in stored for event_id in item.new]
-        if not events:
-            return
+        enqueue(self.rt, [(item.endpoint.name, event_id) for item in stored for event_id in item.new])
+
+
+def enqueue(rt: Runtime, events: list[tuple[str, str]]) -> None:
+    """Queue the jobs of stored events in one Redis round trip; if Redis refuses, the rows go back
+    to ``received`` for the sweeper (they are committed: their deliveries are answered 2xx anyway)."""
+    if not events:
+        return
+    try:
+        rt.queue.enqueue_many(events)
+    except redis.RedisError as exc:
+        log.warning("enqueue failed, left for the sweeper: %s", exc.__class__.__name__)
+        for endpoint, _ in events:
+            metrics.ENQUEUE_FAILURES.labels(endpoint).inc()
         try:
-            self.rt.queue.enqueue_many(events)
-        except redis.RedisError as exc:
-            log.warning("enqueue failed, left for the sweeper: %s", exc.__class__.__name__)
-            for item in stored:
-                metrics.ENQUEUE_FAILURES.labels(item.endpoint.name).inc(len(item.new))
-            try:
-                with self.rt.engine.connect() as conn, conn.begin():
-                    _mark_received(conn, events)
-            except SQLAlchemyError:
-                log.warning("could not mark events received; the sweeper finds them queued")
+            with rt.engine.connect() as conn, conn.begin():
+                _mark_received(conn, events)
+        except SQLAlchemyError:
+            log.warning("could not mark events received; the sweeper finds them queued")
 
 
 def _sort(batch: list[Pending], created: set[tuple[str, str]]) -> None:

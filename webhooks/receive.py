@@ -11,19 +11,15 @@ from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import quote, urlsplit
 
-import redis
 from flask import Blueprint, Flask, Response, current_app, jsonify, request
-from sqlalchemy import update
-from sqlalchemy.engine import Connection
 from sqlalchemy.exc import SQLAlchemyError
 from werkzeug.datastructures import EnvironHeaders
 from werkzeug.http import HTTP_STATUS_CODES
 from werkzeug.wsgi import get_content_length, get_host, get_input_stream
 
 from webhooks import batch, metrics, providers, quarantine
-from webhooks.db import is_storable, redact, upsert
+from webhooks.db import is_storable, redact
 from webhooks.errors import PayloadError, UnavailableError, VerificationError
-from webhooks.models import Event
 from webhooks.providers.base import Endpoint, Request, Verified
 from webhooks.ratelimit import RateLimits
 from webhooks.runtime import Runtime
@@ -135,26 +131,6 @@ class Delivery:
         return "stored" if self.new else "duplicate"
 
 
-def store(
-    conn: Connection, endpoint: Endpoint, verified: Verified, body: bytes, headers: dict[str, str]
-) -> tuple[list[str], bool]:
-    """Insert-or-ignore one row per event and commit; returns the ids that were new, and whether
-    the delivery was a replayed signature.
-
-    Rows start ``queued``: the enqueue follows at once, and if it fails they are set back to
-    ``received``. A crash in between leaves ``queued`` rows with no job, which the sweeper
-    finds. (A second write per delivery to go ``received`` → ``queued`` cost about a third of
-    the receiver's time.)
-    """
-    now = datetime.now(UTC)
-    rows = event_rows(endpoint, verified, body, headers, now)
-    # No conflict target: a second id under a used replay key is ignored like a duplicate id.
-    stmt = upsert(conn, Event).on_conflict_do_nothing()
-    with conn.begin():
-        new = list(conn.execute(stmt.returning(Event.event_id), rows).scalars())
-        return new, bool(not new and batch.replayed(conn, endpoint, verified, now))
-
-
 def event_rows(
     endpoint: Endpoint, verified: Verified, body: bytes, headers: dict[str, str], now: datetime
 ) -> list[dict[str, object]]:
@@ -191,25 +167,6 @@ def _search_key(value: str | None) -> str | None:
         return None
     value = value[:KEY_WIDTH]
     return value if storable(value) else None
-
-
-def enqueue(rt: Runtime, conn: Connection, endpoint: str, event_ids: list[str]) -> None:
-    """Queue each new event's job; those Redis refused go back to ``received`` for the sweeper."""
-    for position, event_id in enumerate(event_ids):
-        try:
-            rt.queue.enqueue(endpoint, event_id)
-        except redis.RedisError as exc:
-            # The rows are committed: answer 2xx anyway, the sweeper enqueues them later.
-            log.warning("enqueue failed, left for the sweeper: %s", exc.__class__.__name__)
-            metrics.ENQUEUE_FAILURES.labels(endpoint).inc(len(event_ids) - position)
-            with conn.begin():
-                conn.execute(
-                    update(Event)
-                    .where(Event.endpoint == endpoint, Event.event_id.in_(event_ids[position:]),
-                           Event.status == Status.QUEUED)
-                    .values(status=Status.RECEIVED, status_at=datetime.now(UTC))
-                )
-            return
 
 
 def accept(rt: Runtime, name: str, headers: dict[str, str], body: bytes, url: str, *, now: float) -> Verified:

@@ -2,9 +2,9 @@
 
 ``webhooks reconcile <endpoint> --since 3d`` pages through Stripe's ``/v1/events`` (only the
 undelivered ones with ``--undelivered``: ``delivery_success=false``) with the endpoint's
-``api_key``, and stores each event exactly as the receiver stores a delivery (``receive.store``:
-insert-or-ignore on ``(endpoint, event id)``, so an event delivered before, during or after the
-run is stored once), then enqueues the new ones. Such rows have the scheme ``stripe-reconcile``:
+``api_key``, and stores and enqueues each event exactly as the receiver does a delivery (the group
+commit, ``batch.committer``: insert-or-ignore on ``(endpoint, event id)``, so an event delivered
+before, during or after the run is stored once, and only new ones are queued). Such rows have the scheme ``stripe-reconcile``:
 they were authenticated by Stripe's API answering our key, not by a signature. No database
 connection is held while a page is fetched.
 
@@ -21,6 +21,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 import click
@@ -68,7 +69,7 @@ def _verified(event: dict[str, Any]) -> Verified | None:
 def reconcile(rt: Runtime, name: str, since: int, *, undelivered: bool = False,
               progress: Callable[[dict[str, Any]], None] | None = None) -> Summary:
     """Store and enqueue every event of ``name`` created since ``since`` (unix s) that is missing."""
-    from webhooks import receive  # the receiver's own store and enqueue: "as if delivered"
+    from webhooks import batch, receive  # the receiver's own store and enqueue: "as if delivered"
 
     endpoint = endpoint_of(rt, name)
     summary = Summary()
@@ -79,10 +80,8 @@ def reconcile(rt: Runtime, name: str, since: int, *, undelivered: bool = False,
         summary.seen += 1
         body = json.dumps(event, separators=(",", ":")).encode()
         receive.check_storable(verified)
-        with rt.engine.connect() as conn:
-            new, _ = receive.store(conn, endpoint, verified, body, {})
-            if new:
-                receive.enqueue(rt, conn, endpoint.name, new)
+        rows = receive.event_rows(endpoint, verified, body, {}, datetime.now(UTC))
+        new = batch.committer(rt).store(batch.Pending(endpoint, verified, rows)).new
         summary.added += len(new)
         summary.stored += 1 - len(new)
         if progress is not None:
