@@ -167,3 +167,18 @@ def test_the_wsgi_front_answers_as_flask_did(app: Flask) -> None:
     assert client.post("/webhooks/stripe/more", data=body, headers=stripe_headers(body)).status_code == 404
     assert client.post("/webhooks/", data=body).status_code == 404
     assert rows(app, "SELECT event_id FROM events") == [("evt_front",)]
+
+
+def test_an_unexpected_error_while_storing_is_json_503_never_a_500_page(
+        app: Flask, monkeypatch: pytest.MonkeyPatch) -> None:
+    from webhooks import batch
+
+    def bug(self: object, item: object) -> object:
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr(batch.GroupCommit, "store", bug)
+    body = stripe_event("evt_bug")
+    response = app.test_client().post("/webhooks/stripe", data=body, headers=stripe_headers(body))
+    assert (response.status_code, response.get_json()) == (503, {"error": "unavailable"})
+    assert response.headers["Retry-After"] == "30"
+    assert rows(app, "SELECT count(*) FROM events") == [(0,)]  # nothing acknowledged, nothing stored

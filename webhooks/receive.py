@@ -230,6 +230,12 @@ def handle(rt: Runtime, limits: RateLimits, endpoint_name: str, environ: dict[st
     except UnavailableError:
         _account(label, started, "unavailable")
         return _json(503, {"error": "unavailable"}, ("Retry-After", "30"))
+    except Exception:
+        # A bug of ours, not the sender's: nothing was acknowledged, so the provider retries
+        # (never a 500 page); the traceback goes to the log.
+        log.exception("delivery to endpoint %r failed unexpectedly", endpoint_name)
+        _account(label, started, "unavailable")
+        return _json(503, {"error": "unavailable"}, ("Retry-After", "30"))
     verified = delivery.verified
     ids = [e.event_id for e in verified.events]
     _account(label, started, delivery.outcome, reason=Reason.REPLAYED_SIGNATURE if delivery.replayed else None, ids=ids)

@@ -4,9 +4,9 @@
 undelivered ones with ``--undelivered``: ``delivery_success=false``) with the endpoint's
 ``api_key``, and stores and enqueues each event exactly as the receiver does a delivery (the group
 commit, ``batch.committer``: insert-or-ignore on ``(endpoint, event id)``, so an event delivered
-before, during or after the run is stored once, and only new ones are queued). Such rows have the scheme ``stripe-reconcile``:
-they were authenticated by Stripe's API answering our key, not by a signature. No database
-connection is held while a page is fetched.
+before, during or after the run is stored once, and only new ones are queued). Such rows have the
+scheme ``stripe-reconcile``: they were authenticated by Stripe's API answering our key, not by a
+signature. No database connection is held while a page is fetched.
 
 ``reconcile_every = "15m"`` on the endpoint runs it from the workers (``scheduled``) over the
 last two intervals; a Redis key taken with ``SET NX EX`` makes one worker do each run.
