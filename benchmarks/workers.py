@@ -1,6 +1,6 @@
 """Workers: events processed end to end against no-op RQ jobs, same worker class, same run.
 
-    .venv/bin/python benchmarks/workers.py [--events 1500] [--workers 1 2] [--json out.json]
+    .venv/bin/python benchmarks/workers.py [--events 1000] [--workers 1 2] [--rounds 3] [--json out.json]
 
 For each worker count: (1) a no-op RQ job (RQ's own enqueue, a function that returns None) drained
 by that many processes of the production worker class (``webhooks.jobs.worker.Worker``, RQ's
@@ -8,7 +8,9 @@ non-forking worker); (2) the same number of stored Stripe events processed by th
 ``webhooks worker`` processes with a no-op handler (claim, object-state upsert, handler, mark
 processed). Workers start first and idle on an empty queue; then every job is queued at once and
 the rate is jobs / (last job's end − the moment they were queued). Fresh PostgreSQL database and
-Redis (TEST_DATABASE_URL, BENCH_REDIS_URL).
+Redis (TEST_DATABASE_URL, BENCH_REDIS_URL). Each round measures both, one after the other; the
+ratio printed is the median of the rounds' ratios (a single drain of a few seconds on a shared
+2-core machine varies by ±15 %).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import argparse
 import contextlib
 import json
 import signal
+import statistics
 import subprocess
 import time
 from collections.abc import Iterator
@@ -132,8 +135,9 @@ def events(count: int, n: int, env: dict[str, str], work: Path, profile: Path | 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--events", type=int, default=1500)
+    parser.add_argument("--events", type=int, default=1000)
     parser.add_argument("--workers", type=int, nargs="+", default=[1, 2])
+    parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--json", type=Path)
     parser.add_argument("--profile", type=Path, help="py-spy (GIL holders) of one `webhooks worker`, raw stacks")
     args = parser.parse_args()
@@ -141,13 +145,21 @@ def main() -> None:
     env = base_env(work)
     results = []
     for count in args.workers:
-        base = rq_noop(count, args.events, env, work)
-        ours = events(count, args.events, env, work, args.profile if count == args.workers[0] else None)
-        results.append({"workers": count, "rq_noop_per_s": base, "events_per_s": ours, "ratio": ours / base})
-    print(f"{'worker processes':<18}{'no-op RQ jobs/s':>16}{'events/s':>10}{'× no-op':>9}")
-    for r in results:
-        print(f"{r['workers']:<18}{r['rq_noop_per_s']:>16.0f}{r['events_per_s']:>10.0f}{r['ratio']:>9.2f}")
-    print(f"{args.events} jobs per case; worker class webhooks.jobs.worker.Worker (RQ SimpleWorker)")
+        rounds = []
+        for r in range(args.rounds):
+            base = rq_noop(count, args.events, env, work)
+            profile = args.profile if count == args.workers[0] and r == 0 else None
+            ours = events(count, args.events, env, work, profile)
+            rounds.append({"rq_noop_per_s": base, "events_per_s": ours, "ratio": ours / base})
+        results.append({"workers": count, "rounds": rounds,
+                        "ratio": statistics.median(r["ratio"] for r in rounds)})
+    print(f"{'worker processes':<18}{'no-op RQ jobs/s':>18}{'events/s':>16}{'× no-op (rounds)':>26}{'median':>8}")
+    for res in results:
+        columns = {key: " ".join(f"{r[key]:{spec}}" for r in res["rounds"])
+                   for key, spec in (("rq_noop_per_s", ".0f"), ("events_per_s", ".0f"), ("ratio", ".2f"))}
+        print(f"{res['workers']:<18}{columns['rq_noop_per_s']:>18}{columns['events_per_s']:>16}"
+              f"{columns['ratio']:>26}{res['ratio']:>8.2f}")
+    print(f"{args.events} jobs per case and round; worker class webhooks.jobs.worker.Worker (RQ SimpleWorker)")
     if args.json:
         args.json.write_text(json.dumps(results, indent=1))
 

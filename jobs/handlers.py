@@ -18,6 +18,7 @@ apps in one process do not run each other's handlers.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib
 import inspect
@@ -114,10 +115,20 @@ def idempotency_key(endpoint: str, event_id: str, handler: Handler) -> str:
 def call(handler: Handler, event: HandlerEvent, state: Any) -> Any:
     args = (event, state, idempotency_key(event.endpoint, event.event_id, handler))
     try:
+        arity = _arity(handler)
+    except TypeError:  # an unhashable callable: not cached
+        arity = _arity.__wrapped__(handler)
+    return handler(*args[:arity])
+
+
+@functools.lru_cache(maxsize=1024)
+def _arity(handler: Handler) -> int:
+    """How many of (event, state, idempotency key) the handler takes (all three with ``*args``):
+    read once per handler (``inspect.signature`` cost more than a no-op handler's whole run)."""
+    try:
         params = inspect.signature(handler).parameters.values()
     except (TypeError, ValueError):
-        return handler(*args)
+        return 3
     if any(p.kind is p.VAR_POSITIONAL for p in params):
-        return handler(*args)
-    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
-    return handler(*args[: len(positional)])
+        return 3
+    return len([p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)])

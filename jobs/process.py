@@ -4,10 +4,13 @@ Claim the row (committed, so a worker that dies still counts an attempt), then i
 lock the row and check the claim is still ours, find the object and its version, serialize per
 object, apply the state only when newer, run the handlers, mark the row and add the attempt's
 history row — so a failure leaves nothing half done. Two commits per event, one of which waits
-for the disk: on PostgreSQL both transactions run on one connection (one pool check-out), the
-claim's commit does not wait for its WAL flush (``_unflushed``), and the claim returns the row the
-provider's API call needs. Errors are recorded on the row and re-raised for RQ to retry; after the
-last try the row is ``failed``.
+for the disk: the claim's commit does not wait for its WAL flush (it is bookkeeping: a crash
+before the processing commit, which flushes it too, loses only the claim, and the sweeper requeues
+the row), and the claim returns the row the provider's API call needs. On PostgreSQL
+(``_on_postgres``) this is three messages on one connection: the claim, the locks with the state
+applied, the mark with its commit (``jobs.postgres``); two when no handler runs in between.
+Errors are recorded on the row and re-raised for RQ to retry; after the last try the row is
+``failed``.
 
 Exactly once in effect: the claim's attempt number is a token. Two jobs of one event (a replay, a
 sweeper recovering a job it believes dead) serialize on the row lock, and only the holder of the
@@ -26,7 +29,8 @@ again the old way, inside the write lock. The runtime's processing lock, held fr
 the mark, serializes processing (per-object order) and tells the sweeper no job is live.
 
 Provider APIs (``jobs.fetch``: Stripe re-fetch, PayPal's copy) are called after the claim and
-before any lock: the locked path reads the row unlocked first, then locks it. A provider whose
+before any lock: from the row as claimed, before the lock step (SQLite: before the write
+transaction). A provider whose
 object state is a fold of its events (Adyen payments: ``fold``) merges under the object lock
 (SQLite: inside the write transaction that applies it), so the fold sees every earlier event.
 
@@ -48,20 +52,19 @@ from datetime import UTC, datetime
 from typing import Any
 
 from rq import get_current_job
-from sqlalchemy import Connection, bindparam, select, text, update
+from sqlalchemy import bindparam, select, update
 from sqlalchemy.exc import OperationalError
-from sqlalchemy.orm import Session, sessionmaker
+from sqlalchemy.orm import Session
 
 from webhooks import metrics, providers, runtime
 from webhooks.config import Settings
 from webhooks.db import is_busy, storable_json, storable_key, storable_text, upsert
-from webhooks.jobs import attempts, fetch, handlers
+from webhooks.jobs import attempts, fetch, handlers, postgres
 from webhooks.models import Event, Object
 from webhooks.providers.base import ObjectRef
-from webhooks.words import Status
+from webhooks.words import CLAIMABLE, Status
 
 log = logging.getLogger(__name__)
-CLAIMABLE = (Status.RECEIVED, Status.QUEUED, Status.PROCESSING, Status.FAILED)
 TRACEBACK_LIMIT = 8000
 BIGINT = 2**63 - 1
 
@@ -104,58 +107,10 @@ def _claim(session: Session, endpoint: str, event_id: str) -> Event | None:
     return session.scalars(_CLAIM, params, execution_options={**_FRESH, "synchronize_session": False}).first()
 
 
-class _OnConnection:
-    """What processing needs of a sessionmaker (``()`` and ``begin()``), on one connection, with
-    the runtime's sessionmaker (a new sessionmaker per event builds a Session class each time)."""
-
-    def __init__(self, sessions: sessionmaker[Session], connection: Connection) -> None:
-        self._sessions, self._connection = sessions, connection
-
-    def __call__(self) -> Session:
-        return self._sessions(bind=self._connection)
-
-    @contextlib.contextmanager
-    def begin(self) -> Iterator[Session]:
-        with self() as session, session.begin():
-            yield session
-
-
-Sessions = sessionmaker[Session] | _OnConnection
-
-
-@contextlib.contextmanager
-def _sessions(rt: runtime.Runtime) -> Iterator[Sessions]:
-    """Sessions for one event's claim and processing: on PostgreSQL on one connection (one pool
-    check-out and its ping instead of one per transaction); on SQLite the runtime's own."""
-    if rt.engine.dialect.name == "sqlite":
-        yield rt.sessions
-        return
-    with rt.engine.connect() as connection:
-        yield _OnConnection(rt.sessions, connection)
-
-
-def _unflushed(session: Session) -> None:
-    """This transaction's commit does not wait for its WAL to reach the disk (PostgreSQL's
-    ``synchronous_commit`` off, for this transaction only): for the claim, which is bookkeeping.
-    It is visible to every session at once; the processing transaction's commit, which does wait,
-    flushes it too (the WAL is written in order); a database crash before then loses only the
-    claim, and the row, still claimable, is requeued by the sweeper. One disk flush per event
-    instead of two."""
-    if session.get_bind().dialect.name == "postgresql":
-        session.execute(text("SET LOCAL synchronous_commit = off"))
-
-
 def _mine(session: Session, endpoint: str, event_id: str, attempt: int) -> Event | None:
     """Lock the row for this transaction; None when another claim has superseded ours."""
     params = {"b_endpoint": endpoint, "b_event_id": event_id, "b_attempt": attempt}
     return session.scalars(_MINE, params, execution_options=_FRESH).first()
-
-
-def _lock_object(session: Session, endpoint: str, ref: ObjectRef) -> None:
-    """Serialize events of one object (PostgreSQL advisory lock; SQLite writers are serial)."""
-    if session.get_bind().dialect.name == "postgresql":
-        key = json.dumps([endpoint, ref.type, ref.id])
-        session.execute(text("SELECT pg_advisory_xact_lock(hashtextextended(:k, 0))"), {"k": key})
 
 
 def _folded(session: Session, endpoint: str, kind: str, ref: ObjectRef) -> tuple[ObjectRef, str | None]:
@@ -165,7 +120,13 @@ def _folded(session: Session, endpoint: str, kind: str, ref: ObjectRef) -> tuple
     if fold is None:
         return ref, None
     stored = session.get(Object, (endpoint, ref.type, ref.id), populate_existing=True)
-    merged: ObjectRef = storable(fold(None if stored is None else stored.state, ref))
+    return _merge(fold, None if stored is None else stored.state, ref)
+
+
+def _merge(fold: Any, stored: Any, ref: ObjectRef) -> tuple[ObjectRef, str | None]:
+    """A folding provider's ``ref`` merged into the ``stored`` state, and the id of the event the
+    fold names as its latest."""
+    merged: ObjectRef = storable(fold(stored, ref))
     latest = merged.state.get("latest") if isinstance(merged.state, dict) else None
     return merged, latest if isinstance(latest, str) else None
 
@@ -209,7 +170,7 @@ def _upsert(session: Session) -> Any:
 Prepared = tuple[Any, ObjectRef | None]
 
 
-def _object(event: Event, settings: Settings) -> Prepared:
+def _object(event: Event | postgres.Claimed, settings: Settings) -> Prepared:
     """The event's data and the object it moves, as handlers must see them (re-fetched from the
     provider's API when configured: called holding no database lock), storable."""
     provider = providers.get(event.kind)
@@ -224,7 +185,6 @@ def _run(session: Session, event: Event, settings: Settings, prepared: Prepared)
     state: Any = None
     latest = True
     if ref is not None:
-        _lock_object(session, event.endpoint, ref)
         current, ref = apply_state(session, event.endpoint, event.event_id, ref, event.kind)
         state, latest = current.state, current.version == ref.version
         event.object_type, event.object_id, event.object_version = ref.type, ref.id, ref.version
@@ -245,13 +205,10 @@ def _mark(session: Session, event: Event, status: str, started_at: datetime) -> 
     attempts.add(session, event.endpoint, event.event_id, event.attempts, started_at, status)
 
 
-def _process_locked(rt: runtime.Runtime, sessions: Sessions, claimed: Event,
-                    started_at: datetime, prepared: Prepared | None = None) -> str:
-    """One transaction, holding the row lock (SQLite: the write lock) throughout; the provider's
-    API (if any) is called before it, on the row as claimed (no lock held)."""
-    if prepared is None:
-        prepared = _object(claimed, rt.settings)
-    with sessions() as session, session.begin():
+def _process_locked(rt: runtime.Runtime, claimed: Event, started_at: datetime, prepared: Prepared) -> str:
+    """SQLite, when the unlocked path met a busy database: one transaction holding the write lock
+    throughout (the provider's API, if any, was called before it)."""
+    with rt.sessions.begin() as session:
         event = _mine(session, claimed.endpoint, claimed.event_id, claimed.attempts)
         if event is None:
             return "skipped"  # a newer claim took over; it decides
@@ -282,8 +239,7 @@ def _changes(session: Session) -> int:
     return int(dbapi.total_changes)
 
 
-def _process_unlocked(rt: runtime.Runtime, sessions: Sessions, claimed: Event,
-                      started_at: datetime) -> str:
+def _process_unlocked(rt: runtime.Runtime, claimed: Event, started_at: datetime) -> str:
     """SQLite: the handlers run without holding the write lock (see the module's doc)."""
     endpoint, event_id, attempt = claimed.endpoint, claimed.event_id, claimed.attempts
     with rt.deferred_sessions() as session:
@@ -325,7 +281,7 @@ def _process_unlocked(rt: runtime.Runtime, sessions: Sessions, claimed: Event,
         except OperationalError as exc:
             if not is_busy(exc):
                 raise
-            return _process_locked(rt, sessions, claimed, started_at, prepared)
+            return _process_locked(rt, claimed, started_at, prepared)
     if not wrote:
         with rt.sessions.begin() as session:
             if not _finish(session, endpoint, event_id, attempt, ref, status, started_at):
@@ -349,18 +305,88 @@ def _fail(rt: runtime.Runtime, endpoint: str, event_id: str, attempt: int, last_
     attempts.record(rt, endpoint, event_id, attempt, started_at, "error", error, trace)
 
 
+def _on_postgres(rt: runtime.Runtime, wire: postgres.Wire, claimed: postgres.Claimed,
+                 started_at: datetime) -> str:
+    """PostgreSQL, after the claim: one round trip to lock the row and the object and apply the
+    state, the handlers, then one to mark the row and commit; without handlers these are one."""
+    data, ref = _object(claimed, rt.settings)
+    endpoint, event_id, attempt = claimed.endpoint, claimed.event_id, claimed.attempts
+    found = handlers.handlers_for(endpoint, claimed.kind, claimed.event_type, rt.settings.handler_modules)
+    status = Status.PROCESSED if ref is not None or found else Status.IGNORED
+    params: dict[str, Any] = {
+        "endpoint": endpoint, "event_id": event_id, "attempt": attempt,
+        "status": status.value, "started": started_at, "now": datetime.now(UTC), "type": None, "id": None,
+        "version": None,
+    }
+    lock: list[postgres.Step] = [postgres.BEGIN, postgres.LOCK_ROW]
+    if ref is not None:
+        params |= {"lock": json.dumps([endpoint, ref.type, ref.id]), "type": ref.type, "id": ref.id}
+        lock.append(postgres.LOCK_OBJECT)
+        latest = None
+        fold = getattr(providers.get(claimed.kind), "fold", None)
+        if fold is not None:  # merged with the stored state read under the object's lock
+            got = wire.send(*lock, postgres.READ_OBJECT, **params)
+            if not _ours(got, attempt):
+                return "skipped"
+            stored = got[postgres.READ_OBJECT]
+            ref, latest = _merge(fold, stored[0][0] if stored else None, ref)
+            lock = []
+        params |= {"version": ref.version, "state": postgres.json_param(ref.state),
+                   "last": storable_key(latest or event_id, 255)}
+        lock.append(postgres.UPSERT)
+    if not found:  # nothing runs between the lock and the mark
+        return status if wire.send(*lock, postgres.MARK, postgres.COMMIT, **params)[postgres.MARK] else "skipped"
+    got = wire.send(*lock, **params)
+    if postgres.LOCK_ROW in got and not _ours(got, attempt):
+        return "skipped"  # a newer claim took over; it decides
+    state: Any = None
+    is_latest = True
+    if ref is not None:
+        [(version, state)] = got[postgres.UPSERT]
+        is_latest = version == ref.version
+    with rt.sessions(bind=wire.connection) as session:  # the handlers' writes join the transaction
+        context = handlers.HandlerEvent(
+            endpoint, claimed.kind, event_id, claimed.event_type, data, params["type"] or claimed.object_type,
+            params["id"] or claimed.object_id, claimed.object_version if ref is None else ref.version, is_latest,
+            attempt, session,
+        )
+        for handler in found:
+            handlers.call(handler, context, state)
+        session.flush()
+        params["now"] = datetime.now(UTC)
+        return status if wire.send(postgres.MARK, postgres.COMMIT, **params)[postgres.MARK] else "skipped"
+
+
+def _ours(got: dict[postgres.Step, list[Any]], attempt: int) -> bool:
+    """Whether the locked row is still processing under this claim."""
+    rows = got[postgres.LOCK_ROW]
+    return bool(rows) and rows[0][0] == Status.PROCESSING and rows[0][1] == attempt
+
+
+@contextlib.contextmanager
+def _wire(rt: runtime.Runtime) -> Iterator[postgres.Wire | None]:
+    """PostgreSQL: the event's connection (``jobs.postgres``); SQLite: None (the ORM path)."""
+    if rt.engine.dialect.name != "postgresql":
+        yield None
+        return
+    with postgres.wire(rt.engine) as wire:
+        yield wire
+
+
 def process_event(endpoint: str, event_id: str) -> str:
     """Process one event; returns the final status (or ``skipped`` when there was nothing to do)."""
     rt = runtime.current()
     job = get_current_job()
     last_try = job is None or not job.retries_left
     started_at, clock = datetime.now(UTC), time.monotonic()
-    run = _process_unlocked if rt.engine.dialect.name == "sqlite" else _process_locked
     label = metrics.endpoint_label(rt, endpoint)
-    with rt.processing(), _sessions(rt) as sessions:
-        with sessions.begin() as session:
-            _unflushed(session)
-            claimed = _claim(session, endpoint, event_id)
+    with rt.processing(), _wire(rt) as wire:
+        claimed: Event | postgres.Claimed | None
+        if wire is not None:
+            claimed = wire.claim(endpoint, event_id, datetime.now(UTC))
+        else:
+            with rt.sessions.begin() as session:
+                claimed = _claim(session, endpoint, event_id)
         if claimed is None:
             return "skipped"
         attempt = claimed.attempts
@@ -368,7 +394,13 @@ def process_event(endpoint: str, event_id: str) -> str:
             # After the claim: a handler module that cannot be imported is a recorded, counted
             # attempt (and in the end a failed event), never a job that retries unseen forever.
             handlers.load(rt.settings.handler_modules)
-            status = run(rt, sessions, claimed, started_at)
+            if wire is not None:
+                try:
+                    status = _on_postgres(rt, wire, claimed, started_at)  # type: ignore[arg-type]
+                finally:  # whatever happened, no transaction stays open (nor its row lock, which
+                    wire.rollback()  # the failure's record below waits for)
+            else:
+                status = _process_unlocked(rt, claimed, started_at)  # type: ignore[arg-type]
         except fetch.MismatchError as exc:
             # Not the provider's event: no handler ran, and no retry can change that.
             _fail(rt, endpoint, event_id, attempt, True, started_at, exc)

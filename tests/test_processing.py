@@ -169,27 +169,29 @@ def test_retries_with_backoff_are_run_by_the_scheduler(sqlite_url: str) -> None:
     assert len(sample_handlers.DOWNSTREAM_CALLS) == 3
 
 
-def test_only_the_claim_commits_without_waiting_for_the_disk(pg_url: str, redis_url: str) -> None:
+def test_only_the_claim_commits_without_waiting_for_the_disk(pg_url: str, redis_url: str,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
     """PostgreSQL: the claim is bookkeeping (its commit skips the WAL flush), the processing
     transaction that marks the event processed waits for the disk as every other commit does."""
-    import sqlalchemy as sa
-
-    from tests.conftest import base_config, make_app, runtime
+    from tests.conftest import base_config, make_app
+    from webhooks.jobs import postgres
 
     app = make_app(base_config(pg_url, REDIS_URL=redis_url))
     deliver_stripe(app, stripe_event("evt_flush"))
     settings: list[str] = []
+    send, show = postgres.Wire.send, "SHOW synchronous_commit"
 
-    def on_commit(conn: sa.Connection) -> None:  # inside the transaction, just before COMMIT
-        dbapi: Any = conn.connection.dbapi_connection
-        settings.append(dbapi.execute("SHOW synchronous_commit").fetchone()[0])
+    def spy(self: postgres.Wire, *texts: str, **params: Any) -> dict[str, Any]:
+        """Each message that commits reads the setting its COMMIT runs under, just before it."""
+        if postgres.COMMIT not in texts:
+            return send(self, *texts, **params)
+        at = texts.index(postgres.COMMIT)
+        got = send(self, *texts[:at], show, *texts[at:], **params)
+        settings.append(got.pop(show)[0][0])
+        return got
 
-    engine = runtime(app).engine
-    sa.event.listen(engine, "commit", on_commit)
-    try:
-        drain(app)
-    finally:
-        sa.event.remove(engine, "commit", on_commit)
+    monkeypatch.setattr(postgres.Wire, "send", spy)
+    drain(app)
     assert settings == ["off", "on"]  # the claim, then the processing transaction
     assert rows(app, "SELECT status, attempts FROM events WHERE event_id = 'evt_flush'") == [("processed", 1)]
 

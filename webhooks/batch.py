@@ -40,6 +40,7 @@ from webhooks.words import Reason, Status
 
 log = logging.getLogger(__name__)
 MAX_DELIVERIES = 64  # per batch: bounds one statement's size and a batch's latency
+PREPARE_AFTER = 5  # executions of a batch's text before psycopg prepares it (its default; the pool's is off)
 
 
 @dataclass
@@ -232,6 +233,7 @@ class Rows:
             if self._raw is None:
                 raw = self.engine.raw_connection()  # checked out (and pinged) once, kept
                 raw.driver_connection.autocommit = True  # type: ignore[union-attr]
+                raw.driver_connection.prepare_threshold = PREPARE_AFTER  # type: ignore[union-attr]
                 self._raw = raw
             with psycopg.RawCursor(self._raw.driver_connection) as cursor:
                 return set(cursor.execute(text, params).fetchall())

@@ -23,6 +23,7 @@ from typing import Any
 
 from sqlalchemy import Connection, Engine, create_engine, event
 from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.exc import DisconnectionError
 from sqlalchemy.orm import Session, sessionmaker
 
 
@@ -33,8 +34,42 @@ def make_engine(url: str) -> Engine:
         )
         _sqlite_setup(engine)
         return engine
-    # pre-ping: a database restarted under us is noticed at check-out, not as a failed request.
-    return create_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=20, pool_timeout=10)
+    # psycopg prepares a statement it ran 5 times, and on every ROLLBACK of such a connection
+    # sends DEALLOCATE ALL, which drops the statements processing prepares itself
+    # (``jobs.postgres``): pooled connections leave preparing to those who keep them.
+    engine = create_engine(url, pool_size=10, max_overflow=20, pool_timeout=10,
+                           connect_args={"prepare_threshold": None})
+    _ping_when_idle(engine)
+    return engine
+
+
+PING_IDLE = 1.0  # seconds a pooled connection may rest before its check-out pings it
+
+
+def _ping_when_idle(engine: Engine) -> None:
+    """SQLAlchemy's pre-ping, for connections that rested: a database restarted under us (which
+    takes longer than ``PING_IDLE``) is noticed at check-out, not as a failed request, and a
+    connection checked in a moment ago is handed out without a round trip (a worker checks one
+    out per event: the ping was one of its few round trips). A connection that died within the
+    moment fails its first statement; SQLAlchemy then invalidates the pool."""
+
+    @event.listens_for(engine, "checkin")
+    def _checkin(_dbapi_connection: Any, record: Any) -> None:
+        if record is not None:
+            record.info[_RESTED] = time.monotonic()
+
+    @event.listens_for(engine, "checkout")
+    def _checkout(dbapi_connection: Any, record: Any, _proxy: Any) -> None:
+        rested = record.info.get(_RESTED)
+        if rested is None or time.monotonic() - rested < PING_IDLE:
+            return  # just connected, or just used
+        try:
+            engine.dialect.do_ping(dbapi_connection)
+        except engine.dialect.loaded_dbapi.Error as exc:
+            raise DisconnectionError(str(exc)) from exc  # the pool replaces it and tries again
+
+
+_RESTED = "webhooks_rested_at"
 
 
 def _sqlite_setup(engine: Engine) -> None:

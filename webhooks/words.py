@@ -20,6 +20,10 @@ class Status(StrEnum):
     IGNORED = "ignored"
 
 
+# What a worker may claim: waiting, or processing under a claim its worker abandoned (the newer
+# claim supersedes it), or failed (a replay).
+CLAIMABLE = (Status.RECEIVED, Status.QUEUED, Status.PROCESSING, Status.FAILED)
+
 
 class Reason(StrEnum):
     """Why a delivery was refused (or re-verify found nothing): the ``error`` sent back, the
