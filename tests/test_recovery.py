@@ -115,10 +115,10 @@ def test_a_superseded_claim_does_not_process(any_app: Flask) -> None:
     rt = runtime(any_app)
     rt.sweep(now=later())
     drain(any_app)
-    from webhooks.jobs import process
+    from webhooks.jobs import sqlite
 
-    with rt.sessions() as session, session.begin():
-        assert process._mine(session, "stripe", "evt_stall", 1) is None
+    with rt.sessions() as session, session.begin():  # the claim's check, through the ORM
+        assert sqlite.mine(session, "stripe", "evt_stall", 1) is None
     assert process_event("stripe", "evt_stall") == "skipped"
     assert len(rows(any_app, "SELECT 1 FROM test_handler_calls")) == 1
 
