@@ -28,9 +28,11 @@ from __future__ import annotations
 
 import json
 import re
+import time
 import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
+from contextvars import ContextVar
 from datetime import UTC, datetime
 from typing import Any, NamedTuple
 
@@ -41,7 +43,7 @@ from psycopg.types.json import Jsonb
 from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import DBAPIError, ProgrammingError
 
-from webhooks import providers, runtime
+from webhooks import db, providers, runtime
 from webhooks.db import storable_key
 from webhooks.jobs import handlers
 from webhooks.jobs.objects import merge, prepare
@@ -185,25 +187,102 @@ class Wire:
         if not self._driver.closed:
             self._driver.rollback()
 
+    @property
+    def broken(self) -> bool:
+        """The connection was lost (psycopg noticed it): not to be used again."""
+        return bool(self._driver.broken or self._driver.closed)
+
 
 def json_param(value: Any) -> Any:
     """``value`` as a ``jsonb`` parameter of ``Wire.send``."""
     return Jsonb(value)
 
 
+class _Kept:
+    """The connection a worker's loop keeps from one event to the next (``keep``)."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self.connection: Connection | None = None
+        self.rested_at = 0.0
+
+    def take(self) -> Connection:
+        """The kept connection: pinged if it rested (as the pool does), replaced if it broke."""
+        connection = self.connection
+        if connection is not None and not connection.invalidated and not connection.closed:
+            if time.monotonic() - self.rested_at < db.PING_IDLE:
+                return connection
+            dbapi = connection.connection.dbapi_connection
+            try:
+                if dbapi is not None and self.engine.dialect.do_ping(dbapi):
+                    return connection
+            except psycopg.Error:
+                pass
+            self.drop()
+        self.connection = _autocommit(self.engine.connect())
+        return self.connection
+
+    def give_back(self, healthy: bool) -> None:
+        self.rested_at = time.monotonic()
+        if not healthy:
+            self.drop()
+
+    def drop(self) -> None:
+        connection, self.connection = self.connection, None
+        if connection is not None:
+            connection.invalidate()  # the pool replaces it
+            connection.close()
+
+
+_kept: ContextVar[_Kept | None] = ContextVar("webhooks_kept_connection", default=None)
+
+
+@contextmanager
+def keep(engine: Engine) -> Iterator[None]:
+    """Inside, this thread's events on ``engine`` share one connection (a worker's loop): no pool
+    check-out, check-in and reset per event. Closed at the end."""
+    kept = _Kept(engine)
+    token = _kept.set(kept)
+    try:
+        yield
+    finally:
+        _kept.reset(token)
+        if kept.connection is not None:
+            kept.connection.close()
+
+
 @contextmanager
 def wire(engine: Engine) -> Iterator[Wire]:
-    """A pooled connection in autocommit for one event (rolled back if a step left a transaction open)."""
-    with engine.connect() as connection:
-        connection.execution_options(isolation_level="AUTOCOMMIT")
-        w = Wire(connection)
-        try:
-            yield w
-        finally:
+    """A connection in autocommit for one event: the kept one inside ``keep``, else one from the
+    pool; rolled back if a step left a transaction open, discarded if that fails."""
+    kept = _kept.get()
+    if kept is None or kept.engine is not engine:
+        with engine.connect() as connection:
+            w = Wire(_autocommit(connection))
             try:
-                w.rollback()
-            except psycopg.Error:
-                connection.invalidate()  # broken: the pool replaces it
+                yield w
+            finally:
+                try:
+                    w.rollback()
+                except psycopg.Error:
+                    connection.invalidate()  # broken: the pool replaces it
+        return
+    w = Wire(kept.take())
+    try:
+        yield w
+    finally:
+        healthy = False
+        try:
+            w.rollback()
+            healthy = not w.broken
+        except psycopg.Error:
+            pass  # broken: replaced at the next event
+        kept.give_back(healthy)
+
+
+def _autocommit(connection: Connection) -> Connection:
+    connection.execution_options(isolation_level="AUTOCOMMIT")
+    return connection
 
 
 def process(rt: runtime.Runtime, wire: Wire, claimed: Claimed, started_at: datetime) -> str:

@@ -20,7 +20,7 @@ from rq.exceptions import StopRequested
 
 from webhooks import config, reconcile
 from webhooks.config import Settings
-from webhooks.jobs import handlers
+from webhooks.jobs import handlers, postgres
 from webhooks.queue import ScopedWorker, Ticker
 from webhooks.runtime import Runtime
 
@@ -57,6 +57,11 @@ def run(settings: Settings, *, burst: bool = False) -> bool:
         threading.Thread(target=ticker.run, name="webhooks-ticker", daemon=True).start()
     # Jobs run in this process: forking per job costs ~13 ms. A killed worker's job is found by
     # the sweeper (its row is `processing` and no transaction holds it) and run again.
+    with postgres.keep(rt.engine):  # one connection for this loop's events, not one per event
+        return _work(rt, burst)
+
+
+def _work(rt: Runtime, burst: bool) -> bool:
     stop = _Stop()
     while True:
         worker = None

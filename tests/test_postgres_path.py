@@ -157,3 +157,39 @@ def test_statements_deallocated_under_the_worker_are_prepared_again(pg_url: str,
     assert prepares == [1]  # the claim failed on the missing statement, and was sent again
     assert rows(app, "SELECT event_id, status, attempts FROM events ORDER BY event_id") == [
         ("evt_after", "processed", 1), ("evt_before", "processed", 1)]
+
+
+def test_a_worker_loop_keeps_one_connection_and_replaces_a_dead_one(pg_url: str, redis_url: str,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """Inside ``keep`` (``webhooks worker``'s loop) events share one connection instead of a pool
+    check-out each; one found dead after resting is replaced, and it goes back at the end."""
+    app = make_app(base_config(pg_url, REDIS_URL=redis_url))
+    rt = runtime(app)
+    for i in range(3):
+        deliver_stripe(app, stripe_event(f"evt_k{i}", obj={"id": f"pi_k{i}", "object": "payment_intent"}))
+    pids: list[int] = []
+    claim = postgres.Wire.claim
+
+    def spy(self: postgres.Wire, *args: Any) -> Any:
+        pids.append(self.connection.connection.driver_connection.info.backend_pid)  # type: ignore[union-attr]
+        return claim(self, *args)
+
+    monkeypatch.setattr(postgres.Wire, "claim", spy)
+    out = rt.engine.pool.checkedout()  # type: ignore[attr-defined]
+    admin = sa.create_engine(pg_url, isolation_level="AUTOCOMMIT")
+    try:
+        checkouts: list[int] = []
+        sa.event.listen(rt.engine, "checkout", lambda *_: checkouts.append(1))
+        with postgres.keep(rt.engine):
+            drain(app)
+            assert len(pids) == 3 and len(set(pids)) == 1 and checkouts == [1]  # not one per event
+            with admin.connect() as other:
+                assert other.execute(sa.text("SELECT pg_terminate_backend(:pid)"), {"pid": pids[0]}).scalar()
+            monkeypatch.setattr(db, "PING_IDLE", 0.0)  # it rested: pinged, found dead, replaced
+            deliver_stripe(app, stripe_event("evt_k3", obj={"id": "pi_k3", "object": "payment_intent"}))
+            drain(app)
+            assert len(pids) == 4 and pids[3] != pids[0]
+        assert rt.engine.pool.checkedout() == out  # type: ignore[attr-defined]
+    finally:
+        admin.dispose()
+    assert rows(app, "SELECT count(*) FROM events WHERE status = 'processed' AND attempts = 1") == [(4,)]
