@@ -38,7 +38,7 @@ from sqlalchemy import update
 
 from webhooks import metrics, runtime
 from webhooks.db import storable_text
-from webhooks.jobs import attempts, fetch, handlers, postgres, sqlite
+from webhooks.jobs import attempts, fetch, handlers, pgwire, postgres, sqlite
 from webhooks.models import Event
 from webhooks.words import Status
 
@@ -63,12 +63,12 @@ def _fail(rt: runtime.Runtime, endpoint: str, event_id: str, attempt: int, last_
 
 
 @contextlib.contextmanager
-def _wire(rt: runtime.Runtime) -> Iterator[postgres.Wire | None]:
-    """PostgreSQL: the event's connection (``jobs.postgres``); SQLite: None (the ORM path)."""
+def _wire(rt: runtime.Runtime) -> Iterator[pgwire.Wire | None]:
+    """PostgreSQL: the event's connection (``jobs.pgwire``); SQLite: None (the ORM path)."""
     if rt.engine.dialect.name != "postgresql":
         yield None
         return
-    with postgres.wire(rt.engine) as wire:
+    with pgwire.wire(rt.engine) as wire:
         yield wire
 
 
@@ -82,7 +82,7 @@ def process_event(endpoint: str, event_id: str) -> str:
     with rt.processing(), _wire(rt) as wire:
         claimed: Event | postgres.Claimed | None
         if wire is not None:
-            claimed = wire.claim(endpoint, event_id, datetime.now(UTC))
+            claimed = postgres.claim(wire, endpoint, event_id, datetime.now(UTC))
         else:
             with rt.sessions.begin() as session:
                 claimed = sqlite.claim(session, endpoint, event_id)

@@ -20,7 +20,7 @@ from rq.exceptions import StopRequested
 
 from webhooks import config, reconcile
 from webhooks.config import Settings
-from webhooks.jobs import handlers, postgres
+from webhooks.jobs import handlers, pgwire
 from webhooks.queue import ScopedWorker, Ticker
 from webhooks.runtime import Runtime
 
@@ -57,7 +57,7 @@ def run(settings: Settings, *, burst: bool = False) -> bool:
         threading.Thread(target=ticker.run, name="webhooks-ticker", daemon=True).start()
     # Jobs run in this process: forking per job costs ~13 ms. A killed worker's job is found by
     # the sweeper (its row is `processing` and no transaction holds it) and run again.
-    with postgres.keep(rt.engine):  # one connection for this loop's events, not one per event
+    with pgwire.keep(rt.engine):  # one connection for this loop's events, not one per event
         return _work(rt, burst)
 
 

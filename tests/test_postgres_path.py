@@ -13,19 +13,19 @@ from tests import sample_handlers
 from tests.conftest import base_config, drain, make_app, rows, runtime, stripe_event
 from tests.test_processing import deliver_stripe
 from webhooks import db
-from webhooks.jobs import postgres
+from webhooks.jobs import pgwire, postgres
 
 
 def count_messages(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, ...]]:
     """Each message sent by processing, as the names of its steps."""
     sent: list[tuple[str, ...]] = []
-    send = postgres.Wire.send
+    send = pgwire.Wire.send
 
-    def spy(self: postgres.Wire, *steps: postgres.Step, **params: Any) -> Any:
-        sent.append(tuple(s.name if isinstance(s, postgres.Statement) else s for s in steps))
+    def spy(self: pgwire.Wire, *steps: pgwire.Step, **params: Any) -> Any:
+        sent.append(tuple(s.name if isinstance(s, pgwire.Statement) else s for s in steps))
         return send(self, *steps, **params)
 
-    monkeypatch.setattr(postgres.Wire, "send", spy)
+    monkeypatch.setattr(pgwire.Wire, "send", spy)
     return sent
 
 
@@ -54,8 +54,8 @@ def test_a_superseded_claim_applies_marks_and_runs_nothing(pg_url: str, redis_ur
     app = make_app(base_config(pg_url, REDIS_URL=redis_url, WEBHOOKS_HANDLERS=handlers))
     deliver_stripe(app, stripe_event("evt_sup"))
     rt = runtime(app)
-    with rt.scope(), postgres.wire(rt.engine) as wire:
-        claimed = wire.claim("stripe", "evt_sup", datetime.now(UTC))
+    with rt.scope(), pgwire.wire(rt.engine) as wire:
+        claimed = postgres.claim(wire, "stripe", "evt_sup", datetime.now(UTC))
         assert claimed is not None and claimed.attempts == 1
         with rt.engine.begin() as conn:  # job B's claim
             conn.execute(sa.text("UPDATE events SET attempts = 2 WHERE event_id = 'evt_sup'"))
@@ -151,8 +151,8 @@ def test_statements_deallocated_under_the_worker_are_prepared_again(pg_url: str,
         conn.commit()
     deliver_stripe(app, stripe_event("evt_after", obj={"id": "pi_2", "object": "payment_intent"}))
     prepares: list[int] = []
-    prepare = postgres.Wire._prepare
-    monkeypatch.setattr(postgres.Wire, "_prepare", lambda self: (prepares.append(1), prepare(self))[1])
+    prepare = pgwire.Wire._prepare
+    monkeypatch.setattr(pgwire.Wire, "_prepare", lambda self: (prepares.append(1), prepare(self))[1])
     drain(app)
     assert prepares == [1]  # the claim failed on the missing statement, and was sent again
     assert rows(app, "SELECT event_id, status, attempts FROM events ORDER BY event_id") == [
@@ -168,19 +168,19 @@ def test_a_worker_loop_keeps_one_connection_and_replaces_a_dead_one(pg_url: str,
     for i in range(3):
         deliver_stripe(app, stripe_event(f"evt_k{i}", obj={"id": f"pi_k{i}", "object": "payment_intent"}))
     pids: list[int] = []
-    claim = postgres.Wire.claim
+    claim = postgres.claim
 
-    def spy(self: postgres.Wire, *args: Any) -> Any:
-        pids.append(self.connection.connection.driver_connection.info.backend_pid)  # type: ignore[union-attr]
-        return claim(self, *args)
+    def spy(wire: pgwire.Wire, *args: Any) -> Any:
+        pids.append(wire.connection.connection.driver_connection.info.backend_pid)  # type: ignore[union-attr]
+        return claim(wire, *args)
 
-    monkeypatch.setattr(postgres.Wire, "claim", spy)
+    monkeypatch.setattr(postgres, "claim", spy)
     out = rt.engine.pool.checkedout()  # type: ignore[attr-defined]
     admin = sa.create_engine(pg_url, isolation_level="AUTOCOMMIT")
     try:
         checkouts: list[int] = []
         sa.event.listen(rt.engine, "checkout", lambda *_: checkouts.append(1))
-        with postgres.keep(rt.engine):
+        with pgwire.keep(rt.engine):
             drain(app)
             assert len(pids) == 3 and len(set(pids)) == 1 and checkouts == [1]  # not one per event
             with admin.connect() as other:

@@ -174,23 +174,23 @@ def test_only_the_claim_commits_without_waiting_for_the_disk(pg_url: str, redis_
     """PostgreSQL: the claim is bookkeeping (its commit skips the WAL flush), the processing
     transaction that marks the event processed waits for the disk as every other commit does."""
     from tests.conftest import base_config, make_app
-    from webhooks.jobs import postgres
+    from webhooks.jobs import pgwire
 
     app = make_app(base_config(pg_url, REDIS_URL=redis_url))
     deliver_stripe(app, stripe_event("evt_flush"))
     settings: list[str] = []
-    send, show = postgres.Wire.send, "SHOW synchronous_commit"
+    send, show = pgwire.Wire.send, "SHOW synchronous_commit"
 
-    def spy(self: postgres.Wire, *texts: str, **params: Any) -> dict[str, Any]:
+    def spy(self: pgwire.Wire, *texts: str, **params: Any) -> dict[str, Any]:
         """Each message that commits reads the setting its COMMIT runs under, just before it."""
-        if postgres.COMMIT not in texts:
+        if pgwire.COMMIT not in texts:
             return send(self, *texts, **params)
-        at = texts.index(postgres.COMMIT)
+        at = texts.index(pgwire.COMMIT)
         got = send(self, *texts[:at], show, *texts[at:], **params)
         settings.append(got.pop(show)[0][0])
         return got
 
-    monkeypatch.setattr(postgres.Wire, "send", spy)
+    monkeypatch.setattr(pgwire.Wire, "send", spy)
     drain(app)
     assert settings == ["off", "on"]  # the claim, then the processing transaction
     assert rows(app, "SELECT status, attempts FROM events WHERE event_id = 'evt_flush'") == [("processed", 1)]
