@@ -26,7 +26,6 @@ from typing import Any
 import psycopg
 from psycopg.errors import InvalidSqlStatementName
 from psycopg.pq import ExecStatus, TransactionStatus
-from psycopg.types.json import Jsonb
 from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import DBAPIError, ProgrammingError
 
@@ -47,10 +46,10 @@ class Statement:
         self.name = f"webhooks_{name}"
         self.prepare = f"PREPARE {self.name} AS " + _PARAM.sub(lambda m: f"${names.index(m[1]) + 1}", text)
         self.execute = f"EXECUTE {self.name}({', '.join(f'%({n})s' for n in names)})"
-        _ALL.append(self)
+        STATEMENTS.append(self)
 
 
-_ALL: list[Statement] = []  # every statement, prepared together on each connection
+STATEMENTS: list[Statement] = []  # every statement, prepared together on each connection
 _PARAM = re.compile(r"%\((\w+)\)s")
 Step = str | Statement
 _prepared: weakref.WeakSet[Any] = weakref.WeakSet()  # the driver connections that have them
@@ -83,7 +82,7 @@ class Wire:
         return self._run(text, params, steps)
 
     def _prepare(self) -> None:
-        self._run(";\n".join(s.prepare for s in _ALL), {})
+        self._run(";\n".join(s.prepare for s in STATEMENTS), {})
         _prepared.add(self._driver)
 
     def _run(self, text: str, params: dict[str, Any], steps: tuple[Step, ...] = ()) -> dict[Step, list[Any]]:
@@ -101,19 +100,18 @@ class Wire:
             raise DBAPIError.instance(text, None, exc, psycopg.Error) from exc
 
     def rollback(self) -> None:
-        """End the open transaction, if any (after a failure, or a superseded claim)."""
+        """End the open transaction, if any (a superseded claim, before preparing again)."""
         if not self._driver.closed:
             self._driver.rollback()
 
-    @property
-    def broken(self) -> bool:
-        """The connection was lost (psycopg noticed it): not to be used again."""
-        return bool(self._driver.broken or self._driver.closed)
-
-
-def json_param(value: Any) -> Any:
-    """``value`` as a ``jsonb`` parameter of ``Wire.send``."""
-    return Jsonb(value)
+    def end(self) -> bool:
+        """End whatever transaction a step left open (after a failure too); whether the
+        connection is still fit to use (a lost one raises nothing here: it is discarded)."""
+        try:
+            self.rollback()
+        except psycopg.Error:
+            return False
+        return not (self._driver.broken or self._driver.closed)
 
 
 class _Kept:
@@ -128,14 +126,8 @@ class _Kept:
         """The kept connection: pinged if it rested (as the pool does), replaced if it broke."""
         connection = self.connection
         if connection is not None and not connection.invalidated and not connection.closed:
-            if time.monotonic() - self.rested_at < db.PING_IDLE:
+            if db.alive(self.engine, connection.connection.dbapi_connection, self.rested_at):
                 return connection
-            dbapi = connection.connection.dbapi_connection
-            try:
-                if dbapi is not None and self.engine.dialect.do_ping(dbapi):
-                    return connection
-            except psycopg.Error:
-                pass
             self.drop()
         self.connection = _autocommit(self.engine.connect())
         return self.connection
@@ -180,22 +172,14 @@ def wire(engine: Engine) -> Iterator[Wire]:
             try:
                 yield w
             finally:
-                try:
-                    w.rollback()
-                except psycopg.Error:
-                    connection.invalidate()  # broken: the pool replaces it
+                if not w.end():
+                    connection.invalidate()  # the pool replaces it
         return
     w = Wire(kept.take())
     try:
         yield w
     finally:
-        healthy = False
-        try:
-            w.rollback()
-            healthy = not w.broken
-        except psycopg.Error:
-            pass  # broken: replaced at the next event
-        kept.give_back(healthy)
+        kept.give_back(w.end())  # a broken one is replaced at the next event
 
 
 def _autocommit(connection: Connection) -> Connection:

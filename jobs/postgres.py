@@ -22,11 +22,13 @@ import json
 from datetime import UTC, datetime
 from typing import Any, NamedTuple
 
+from psycopg.types.json import Jsonb
+
 from webhooks import providers, runtime
 from webhooks.db import storable_key
 from webhooks.jobs import handlers
 from webhooks.jobs.objects import merge, prepare
-from webhooks.jobs.pgwire import BEGIN, COMMIT, Statement, Step, Wire, json_param
+from webhooks.jobs.pgwire import BEGIN, COMMIT, Statement, Step, Wire
 from webhooks.words import CLAIMABLE, Status
 
 PROCESSING = repr(str(Status.PROCESSING))  # a literal of the statements
@@ -91,7 +93,6 @@ MARK = Statement("mark", (
     " SELECT endpoint, event_id, attempts, %(started)s::timestamptz, %(now)s, %(status)s FROM marked"
     " RETURNING number"
 ))
-STATEMENTS = (CLAIM, LOCK_ROW, LOCK_OBJECT, READ_OBJECT, UPSERT, MARK)
 
 
 def claim(wire: Wire, endpoint: str, event_id: str, now: datetime) -> Claimed | None:
@@ -126,7 +127,7 @@ def process(rt: runtime.Runtime, wire: Wire, claimed: Claimed, started_at: datet
             stored = got[READ_OBJECT]
             ref, latest = merge(fold, stored[0][0] if stored else None, ref)
             lock = []
-        params |= {"version": ref.version, "state": json_param(ref.state),
+        params |= {"version": ref.version, "state": Jsonb(ref.state),
                    "last": storable_key(latest or event_id, 255)}
         lock.append(UPSERT)
     if not found:  # nothing runs between the lock and the mark

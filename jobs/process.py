@@ -98,7 +98,7 @@ def process_event(endpoint: str, event_id: str) -> str:
                 try:
                     status = postgres.process(rt, wire, claimed, started_at)
                 finally:  # whatever happened, no transaction stays open (nor its row lock, which
-                    wire.rollback()  # the failure's record below waits for)
+                    wire.end()  # the failure's record below waits for)
             else:
                 status = sqlite.process(rt, claimed, started_at)
         except fetch.MismatchError as exc:

@@ -60,7 +60,7 @@ def test_a_superseded_claim_applies_marks_and_runs_nothing(pg_url: str, redis_ur
         with rt.engine.begin() as conn:  # job B's claim
             conn.execute(sa.text("UPDATE events SET attempts = 2 WHERE event_id = 'evt_sup'"))
         assert postgres.process(rt, wire, claimed, datetime.now(UTC)) == "skipped"
-        wire.rollback()
+        assert wire.end()
     assert rows(app, "SELECT status, attempts FROM events") == [("processing", 2)]
     assert rows(app, "SELECT count(*) FROM objects") == [(0,)]
     assert rows(app, "SELECT count(*) FROM attempts") == [(0,)]
@@ -146,7 +146,7 @@ def test_statements_deallocated_under_the_worker_are_prepared_again(pg_url: str,
     drain(app)
     with rt.engine.connect() as conn:  # the pool's one idle connection: the worker's
         prepared = conn.execute(sa.text("SELECT count(*) FROM pg_prepared_statements WHERE name LIKE 'webhooks_%'"))
-        assert prepared.scalar() == len(postgres.STATEMENTS)
+        assert prepared.scalar() == len(pgwire.STATEMENTS)
         conn.execute(sa.text("DEALLOCATE ALL"))
         conn.commit()
     deliver_stripe(app, stripe_event("evt_after", obj={"id": "pi_2", "object": "payment_intent"}))

@@ -60,16 +60,23 @@ def _ping_when_idle(engine: Engine) -> None:
 
     @event.listens_for(engine, "checkout")
     def _checkout(dbapi_connection: Any, record: Any, _proxy: Any) -> None:
-        rested = record.info.get(_RESTED)
-        if rested is None or time.monotonic() - rested < PING_IDLE:
-            return  # just connected, or just used
-        try:
-            engine.dialect.do_ping(dbapi_connection)
-        except engine.dialect.loaded_dbapi.Error as exc:
-            raise DisconnectionError(str(exc)) from exc  # the pool replaces it and tries again
+        rested = record.info.get(_RESTED)  # None: just connected
+        if rested is not None and not alive(engine, dbapi_connection, rested):
+            raise DisconnectionError("the connection did not answer a ping")  # the pool replaces it
 
 
 _RESTED = "webhooks_rested_at"
+
+
+def alive(engine: Engine, dbapi_connection: Any, rested_since: float) -> bool:
+    """Whether a connection that rested since ``rested_since`` (``time.monotonic``) may be used:
+    at once if that was less than ``PING_IDLE`` ago, else if it answers a ping."""
+    if time.monotonic() - rested_since < PING_IDLE:
+        return True
+    try:
+        return bool(engine.dialect.do_ping(dbapi_connection))
+    except engine.dialect.loaded_dbapi.Error:
+        return False
 
 
 def _sqlite_setup(engine: Engine) -> None:
