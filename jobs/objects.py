@@ -34,6 +34,8 @@ class Row(Protocol):
     def payload(self) -> bytes: ...
     @property
     def item_index(self) -> int | None: ...
+    @property
+    def body_digest(self) -> str | None: ...
 
 
 def storable(ref: ObjectRef) -> ObjectRef:
@@ -51,7 +53,8 @@ def prepare(event: Row, settings: Settings) -> Prepared:
     """The event's data and the object it moves, as handlers must see them (re-fetched from the
     provider's API when configured: called holding no database lock), storable."""
     provider = providers.get(event.kind)
-    data = provider.event_data(event.payload, event.item_index)
+    # A batch item's row holds the item itself (its delivery's body is kept once in ``bodies``).
+    data = provider.event_data(event.payload, None if event.body_digest is not None else event.item_index)
     ref = provider.extract(event.event_type, data)
     data, ref = fetch.current(provider, settings.endpoints.get(event.endpoint), event.event_type, data, ref)
     return data, None if ref is None else storable(ref)

@@ -44,6 +44,7 @@ class Claimed(NamedTuple):
     attempts: int
     payload: bytes
     item_index: int | None
+    body_digest: str | None
     object_type: str | None
     object_id: str | None
     object_version: int | None

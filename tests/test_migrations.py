@@ -163,3 +163,56 @@ def test_endpoint_columns_renamed_with_data_kept_both_ways(db: str, request: pyt
         command.check(alembic_config(url))
     finally:
         engine.dispose()
+
+
+@pytest.mark.parametrize("db", ["sqlite_url", "pg_url"])
+def test_batch_bodies_split_into_items_and_joined_back(db: str, request: pytest.FixtureRequest) -> None:
+    """0009: each stored batch event held the whole body and headers; at head the body and headers
+    are kept once in ``bodies`` and each event holds its own item (handlers and the API see the
+    same); the downgrade puts the body back on every event. Single-event rows are untouched."""
+    import json
+
+    import sqlalchemy as sa
+
+    url = request.getfixturevalue(db)
+    at = datetime(2024, 1, 1, tzinfo=UTC)
+    body = b'[{"sg_event_id":"sg_a","event":"open","email":"a@example.com"},{"sg_event_id":"sg_b","event":"click"}]\r\n'
+    headers = {"X-Twilio-Email-Event-Webhook-Signature": "c2ln", "Content-Type": "application/json"}
+    upgrade(url, "0008")
+    engine = sa.create_engine(url)
+    insert = sa.text(
+        "INSERT INTO events (endpoint, event_id, kind, event_type, status, attempts, received_at, status_at,"
+        " payload, item_index, headers, scheme) VALUES (:endpoint, :id, :kind, 'open', 'processed', 1, :at, :at,"
+        " :body, :index, :headers, 's')")
+    try:
+        with engine.begin() as conn:
+            for index, event_id in enumerate(("sg_a", "sg_b")):
+                conn.execute(insert, {"endpoint": "sendgrid", "id": event_id, "kind": "sendgrid", "at": at,
+                                      "body": body, "index": index, "headers": json.dumps(headers)})
+            conn.execute(insert, {"endpoint": "stripe", "id": "evt_1", "kind": "stripe", "at": at,
+                                  "body": b'{"id":"evt_1"}', "index": None, "headers": json.dumps(headers)})
+
+        def events() -> dict[str, tuple[bytes, object, object]]:
+            with engine.connect() as conn:
+                found = conn.execute(sa.text("SELECT event_id, payload, headers FROM events")).all()
+            return {e: (bytes(p), h if isinstance(h, dict) else json.loads(h), None) for e, p, h in found}
+
+        upgrade(url)
+        after = events()
+        assert json.loads(after["sg_a"][0]) == json.loads(body)[0] and after["sg_a"][1] == {}
+        assert json.loads(after["sg_b"][0]) == json.loads(body)[1]
+        assert after["evt_1"] == (b'{"id":"evt_1"}', headers, None)
+        with engine.connect() as conn:
+            kept = conn.execute(sa.text("SELECT endpoint, body, headers FROM bodies")).all()
+            digests = conn.execute(sa.text("SELECT DISTINCT body_digest FROM events WHERE kind = 'sendgrid'")).all()
+        assert [(e, bytes(b)) for e, b, _ in kept] == [("sendgrid", body)] and len(digests) == 1
+        engine.dispose()
+        command.downgrade(alembic_config(url), "0008")
+        before = events()
+        assert before["sg_a"] == before["sg_b"] == (body, headers, None)
+        assert before["evt_1"] == (b'{"id":"evt_1"}', headers, None)
+        engine.dispose()
+        upgrade(url)
+        command.check(alembic_config(url))
+    finally:
+        engine.dispose()

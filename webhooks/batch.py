@@ -20,6 +20,7 @@ from __future__ import annotations
 import logging
 import threading
 import weakref
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -32,7 +33,7 @@ from sqlalchemy.orm import Session
 
 from webhooks import metrics
 from webhooks.db import upsert
-from webhooks.models import Event
+from webhooks.models import Body, Event, Tombstone
 from webhooks.providers.base import Endpoint, Verified
 from webhooks.quarantine import count as count_rejection
 from webhooks.runtime import Runtime
@@ -40,6 +41,7 @@ from webhooks.words import Reason, Status
 
 log = logging.getLogger(__name__)
 MAX_DELIVERIES = 64  # per batch: bounds one statement's size and a batch's latency
+CHUNK_ROWS = 1000  # rows a statement on PostgreSQL: 1 000 × 19 columns, well under its 65 535 parameters
 PREPARE_AFTER = 5  # executions of a batch's text before psycopg prepares it (its default; the pool's is off)
 
 
@@ -50,6 +52,7 @@ class Pending:
     endpoint: Endpoint
     verified: Verified
     rows: list[dict[str, object]]
+    body: dict[str, object] | None = None  # its ``bodies`` row when its events are items of its body
     new: list[str] = field(default_factory=list)
     replayed: bool = False
     error: BaseException | None = None
@@ -124,7 +127,7 @@ class GroupCommit:
     def _commit(self, batch: list[Pending]) -> None:
         rows = [row for item in batch for row in item.rows]
         if self._rows is not None:
-            _sort(batch, self._rows(rows))  # committed
+            _sort(batch, self._rows(rows, lambda created: _bodies(batch, created)))  # committed
             # Only a scheme with replay keys can have replayed a signature: checked after, rarely.
             again = [item for item in batch if not item.new and item.verified.replay_key is not None]
             try:
@@ -141,7 +144,13 @@ class GroupCommit:
             self._insert = upsert(self._conn, Event).on_conflict_do_nothing().returning(Event.endpoint, Event.event_id)
         conn = self._conn
         with conn.begin():
-            _sort(batch, {(p, e) for p, e in conn.execute(self._insert, rows)})
+            created: set[tuple[str, str]] = set()
+            for start in range(0, len(rows), CHUNK_ROWS):  # SQLAlchemy's executemany holds a whole call's rows
+                created.update((p, e) for p, e in conn.execute(self._insert, rows[start:start + CHUNK_ROWS]))
+            bodies = _bodies(batch, created)
+            if bodies:
+                conn.execute(upsert(conn, Body).on_conflict_do_nothing(), bodies)
+            _sort(batch, created)
             now = datetime.now(UTC)
             for item in batch:
                 if not item.new:
@@ -181,6 +190,12 @@ def enqueue(rt: Runtime, events: list[tuple[str, str]]) -> None:
             log.warning("could not mark events received; the sweeper finds them queued")
 
 
+def _bodies(batch: list[Pending], created: set[tuple[str, str]]) -> list[dict[str, object]]:
+    """The ``bodies`` rows of the deliveries that stored an event (a replayed batch stores none)."""
+    return [item.body for item in batch if item.body is not None
+            and any((item.endpoint.name, e.event_id) in created for e in item.verified.events)]
+
+
 def _sort(batch: list[Pending], created: set[tuple[str, str]]) -> None:
     """Tell each delivery which of its events the batch stored: a key stored by this batch is new
     for the first delivery that carries it only."""
@@ -191,12 +206,16 @@ def _sort(batch: list[Pending], created: set[tuple[str, str]]) -> None:
 
 
 class Rows:
-    """PostgreSQL (psycopg): a batch's rows in one ``INSERT … VALUES (…), (…) ON CONFLICT DO
-    NOTHING RETURNING`` the key of each row stored, on a connection in autocommit: one round trip,
-    one commit. Its text, written once per batch size with PostgreSQL's own ``$n`` placeholders
-    (psycopg's ``RawCursor``), is sent as it is and prepared by the server: SQLAlchemy's named
-    placeholders made a long text that psycopg parsed again on every execution (it caches only
-    short statements of at most 50 parameters), a fifth of a duplicate's CPU.
+    """PostgreSQL (psycopg): a batch's rows in ``INSERT … VALUES (…), (…) ON CONFLICT DO NOTHING
+    RETURNING`` the key of each row stored, on a connection in autocommit: one round trip, one
+    commit. Its text, written with PostgreSQL's own ``$n`` placeholders (psycopg's ``RawCursor``),
+    is sent as it is and prepared by the server: SQLAlchemy's named placeholders made a long text
+    that psycopg parsed again on every execution (it caches only short statements of at most 50
+    parameters), a fifth of a duplicate's CPU.
+
+    A statement takes at most 65 535 parameters: a big batch (a SendGrid delivery of thousands of
+    events) is written ``CHUNK_ROWS`` rows a statement, all in one transaction with the bodies of
+    the deliveries that stored something, so a delivery is stored whole or not at all.
     """
 
     def __init__(self, engine: Engine) -> None:
@@ -206,39 +225,46 @@ class Rows:
         self._json: dict[tuple[str, ...], tuple[bool, ...]] = {}
 
     def _text(self, names: tuple[str, ...], count: int) -> str:
-        """The statement for ``count`` rows with these keys."""
+        """The statement for ``count`` rows with these keys (kept for the sizes that recur)."""
         found = self._texts.get((names, count))
         if found is None:
-            table: Table = Event.__table__  # type: ignore[assignment]
-            keys = ", ".join(c.name for c in table.primary_key.columns)
-            width = len(names)
-            rows = ", ".join(f"({', '.join(f'${r * width + c + 1}' for c in range(width))})" for r in range(count))
-            found = self._texts[names, count] = (
-                f"INSERT INTO {table.name} ({', '.join(table.c[n].name for n in names)}) "
-                f"VALUES {rows} ON CONFLICT DO NOTHING RETURNING {keys}"
-            )
-            self._json[names] = tuple(isinstance(table.c[n].type, JSON) for n in names)
+            found = _insert_text(Event.__table__, names, count, returning=True)  # type: ignore[arg-type]
+            if count <= MAX_DELIVERIES or count == CHUNK_ROWS:
+                self._texts[names, count] = found
+            self._json[names] = _json_columns(Event.__table__, names)  # type: ignore[arg-type]
         return found
 
-    def __call__(self, rows: list[dict[str, Any]]) -> set[tuple[str, str]]:
+    def __call__(self, rows: list[dict[str, Any]],
+                 bodies: Callable[[set[tuple[str, str]]], list[dict[str, Any]]]) -> set[tuple[str, str]]:
+        """Store ``rows``, then the ``bodies(created)`` rows, in one transaction; the keys stored."""
         import psycopg
-        from psycopg.types.json import Jsonb
 
         names = tuple(rows[0])
-        text = self._text(names, len(rows))
-        json = self._json[names]
-        params = [Jsonb(v) if j and v is not None else v
-                  for row in rows for v, j in zip((row[n] for n in names), json, strict=True)]
+        chunks = [rows[i:i + CHUNK_ROWS] for i in range(0, len(rows), CHUNK_ROWS)]
+        texts = [self._text(names, len(chunk)) for chunk in chunks]
         try:
             if self._raw is None:
                 raw = self.engine.raw_connection()  # checked out (and pinged) once, kept
                 raw.driver_connection.autocommit = True  # type: ignore[union-attr]
                 raw.driver_connection.prepare_threshold = PREPARE_AFTER  # type: ignore[union-attr]
                 self._raw = raw
-            with psycopg.RawCursor(self._raw.driver_connection) as cursor:
-                return set(cursor.execute(text, params).fetchall())
+            conn = self._raw.driver_connection
+            with psycopg.RawCursor(conn) as cursor:
+                if len(chunks) == 1 and not any(row["body_digest"] for row in rows):
+                    return set(cursor.execute(texts[0], _params(chunks[0], names, self._json[names])).fetchall())
+                with conn.transaction():
+                    created: set[tuple[str, str]] = set()
+                    for chunk, text in zip(chunks, texts, strict=True):
+                        created.update(cursor.execute(text, _params(chunk, names, self._json[names])).fetchall())
+                    kept = bodies(created)
+                    if kept:
+                        body_names = tuple(kept[0])
+                        table: Table = Body.__table__  # type: ignore[assignment]
+                        cursor.executemany(_insert_text(table, body_names, 1, returning=False),
+                                           [_params([b], body_names, _json_columns(table, body_names)) for b in kept])
+                    return created
         except psycopg.Error as exc:  # answered like any database error (503, batch stored alone)
-            raise DBAPIError.instance(text, None, exc, psycopg.Error) from exc
+            raise DBAPIError.instance("INSERT INTO events", None, exc, psycopg.Error) from exc
 
     def drop(self) -> None:
         """Discard the connection (after a failure): the next batch checks out a new one."""
@@ -250,15 +276,38 @@ class Rows:
                 log.debug("discarding the batch connection failed", exc_info=True)
 
 
+def _insert_text(table: Table, names: tuple[str, ...], count: int, *, returning: bool) -> str:
+    """``INSERT INTO table (names) VALUES ($1, …), … ON CONFLICT DO NOTHING`` for ``count`` rows."""
+    width = len(names)
+    values = ", ".join(f"({', '.join(f'${r * width + c + 1}' for c in range(width))})" for r in range(count))
+    keys = ", ".join(c.name for c in table.primary_key.columns)
+    return (f"INSERT INTO {table.name} ({', '.join(table.c[n].name for n in names)}) VALUES {values}"
+            f" ON CONFLICT DO NOTHING" + (f" RETURNING {keys}" if returning else ""))
+
+
+def _json_columns(table: Table, names: tuple[str, ...]) -> tuple[bool, ...]:
+    return tuple(isinstance(table.c[n].type, JSON) for n in names)
+
+
+def _params(rows: list[dict[str, Any]], names: tuple[str, ...], json: tuple[bool, ...]) -> list[Any]:
+    from psycopg.types.json import Jsonb
+
+    return [Jsonb(v) if j and v is not None else v
+            for row in rows for v, j in zip((row[n] for n in names), json, strict=True)]
+
+
 def replayed(conn: Connection, endpoint: Endpoint, verified: Verified, now: datetime) -> bool:
     """Inside the storing transaction, for a delivery that stored nothing: whether its replay key
-    is held by another event id (a captured signature re-sent with another id or topic, answered
-    as a duplicate), counted under ``replayed_signature``."""
+    is held by another event id, stored or purged (tombstoned): a captured signature re-sent with
+    another id or topic, answered as a duplicate, counted under ``replayed_signature``."""
     if verified.replay_key is None:
         return False
     holder = conn.execute(
         select(Event.event_id).where(Event.endpoint == endpoint.name, Event.replay_key == verified.replay_key)
     ).scalar()
+    if holder is None:  # purged: its tombstone still holds the key
+        holder = conn.execute(select(Tombstone.event_id).where(
+            Tombstone.endpoint == endpoint.name, Tombstone.replay_key == verified.replay_key)).scalar()
     if holder is None or holder in {e.event_id for e in verified.events}:
         return False
     with Session(bind=conn) as session:

@@ -1,5 +1,7 @@
-"""The tables: ``events`` (one row per provider event), ``objects`` (latest state per object),
-``attempts`` (one row per processing attempt) and ``replays`` (the console's audit log)."""
+"""The tables: ``events`` (one row per provider event), ``bodies`` (the raw body of a delivery that
+carried several events, kept once), ``tombstones`` (the ids and replay keys of purged events),
+``objects`` (latest state per object), ``attempts`` (one row per processing attempt) and
+``replays`` (the console's audit log)."""
 
 from __future__ import annotations
 
@@ -63,9 +65,12 @@ class Event(Base):
     object_type: Mapped[str | None] = mapped_column(String(100))
     object_id: Mapped[str | None] = mapped_column(String(255))
     object_version: Mapped[int | None] = mapped_column(BigInteger)
+    # The signed body; for one event of a multi-event delivery (``body_digest`` set), the event's
+    # own item as JSON, the delivery's body and headers being kept once in ``bodies``.
     payload: Mapped[bytes] = mapped_column(LargeBinary)
-    item_index: Mapped[int | None] = mapped_column(Integer)
-    headers: Mapped[dict[str, str]] = mapped_column(Json)
+    item_index: Mapped[int | None] = mapped_column(Integer)  # its position in the delivery's body
+    headers: Mapped[dict[str, str]] = mapped_column(Json)  # ``{}`` when they live in ``bodies``
+    body_digest: Mapped[str | None] = mapped_column(String(64))  # sha256 hex: ``bodies`` key
     scheme: Mapped[str] = mapped_column(String(32))
     secret_index: Mapped[int | None] = mapped_column(Integer)
     signed_at: Mapped[int | None] = mapped_column(BigInteger)
@@ -91,7 +96,40 @@ class Event(Base):
               sqlite_where=text("reference IS NOT NULL")),
         Index("ux_events_replay_key", "endpoint", "replay_key", unique=True,
               postgresql_where=text("replay_key IS NOT NULL"), sqlite_where=text("replay_key IS NOT NULL")),
+        Index("ix_events_body_digest", "endpoint", "body_digest", postgresql_where=text("body_digest IS NOT NULL"),
+              sqlite_where=text("body_digest IS NOT NULL")),
         CheckConstraint(STATUS_CHECK, name="status"),
+    )
+
+
+class Body(Base):
+    """The raw signed body and headers of a delivery that carried several events, kept once
+    (re-verify and audit need them); its events hold their own items and ``body_digest``."""
+
+    __tablename__ = "bodies"
+
+    endpoint: Mapped[Name] = mapped_column(primary_key=True)
+    digest: Mapped[str] = mapped_column(String(64), primary_key=True)  # sha256 hex of ``body``
+    body: Mapped[bytes] = mapped_column(LargeBinary)
+    headers: Mapped[dict[str, str]] = mapped_column(Json)
+    received_at: Mapped[Timestamp]
+
+
+class Tombstone(Base):
+    """What stays of a purged event: its id and replay key, so a captured delivery of it can never
+    be stored again (a database trigger skips such an insert; see migration 0009)."""
+
+    __tablename__ = "tombstones"
+
+    endpoint: Mapped[Name] = mapped_column(primary_key=True)
+    event_id: Mapped[Ident] = mapped_column(primary_key=True)
+    replay_key: Mapped[str | None] = mapped_column(String(64))
+    purged_at: Mapped[Timestamp]
+
+    __table_args__ = (
+        Index("ix_tombstones_replay_key", "endpoint", "replay_key", postgresql_where=text("replay_key IS NOT NULL"),
+              sqlite_where=text("replay_key IS NOT NULL")),
+        Index("ix_tombstones_purged_at", "purged_at"),
     )
 
 

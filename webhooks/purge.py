@@ -1,15 +1,18 @@
 """Retention: ``webhooks purge --older-than 30d`` deletes finished events, in batches.
 
-Dedup rests on the stored row: once an event id is purged, a late retry of it is new again. So a
-window shorter than the longest retry horizon among the provider kinds in use (configured endpoints
-and kinds still present in ``events``) is refused unless ``--force``. Failed events are kept twice
-as long by default (``--failed-older-than``), for replay. Unfinished rows (received, queued,
-processing) are never purged.
+A purged event leaves a tombstone (its id and replay key, in the same transaction), and the
+database skips any insert of a tombstoned id or replay key: a late retry or a captured delivery of
+a purged event is a duplicate, never a new event. Tombstones are kept far longer than events
+(``--tombstones-older-than``, default the longer of 365 days and twice the failed window), then
+expire; a window shorter than the longest retry horizon among the provider kinds in use is still
+refused unless ``--force``. Failed events are kept twice as long by default
+(``--failed-older-than``), for replay. Unfinished rows (received, queued, processing) are never
+purged. A multi-event delivery's body (``bodies``) goes with the last of its events.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -18,8 +21,9 @@ import click
 from sqlalchemy import delete, func, select, tuple_
 from sqlalchemy.orm import Session, sessionmaker
 
+from webhooks.db import upsert
 from webhooks.errors import ConfigError, WebhooksError
-from webhooks.models import Event
+from webhooks.models import Body, Event, Tombstone
 from webhooks.providers import PROVIDERS
 from webhooks.providers.base import Provider, duration_seconds
 from webhooks.words import Status
@@ -50,11 +54,21 @@ def horizon(kinds: set[str]) -> tuple[timedelta, str | None]:
     return longest, which
 
 
+TOMBSTONE_DAYS = timedelta(days=365)
+
+
 @dataclass(frozen=True)
 class Plan:
     older_than: timedelta
     failed_older_than: timedelta
     batch_size: int = 1000
+    tombstones_older_than: timedelta | None = None  # None: the default (``tombstone_window``)
+
+    def tombstone_window(self) -> timedelta:
+        """How long a purged event's tombstone is kept: longer than any event of this plan."""
+        if self.tombstones_older_than is not None:
+            return self.tombstones_older_than
+        return max(TOMBSTONE_DAYS, 2 * self.failed_older_than, 2 * self.older_than)
 
 
 def purge(sessions: sessionmaker[Session], plan: Plan, *, kinds: set[str], force: bool = False,
@@ -81,31 +95,68 @@ def purge(sessions: sessionmaker[Session], plan: Plan, *, kinds: set[str], force
     deleted = 0
     while True:
         with sessions.begin() as session:
-            keys = session.execute(
-                select(Event.endpoint, Event.event_id).where(condition).limit(plan.batch_size)
+            found = session.execute(
+                select(Event.endpoint, Event.event_id, Event.replay_key, Event.body_digest)
+                .where(condition).limit(plan.batch_size)
             ).all()
-            if not keys:
-                return deleted
-            session.execute(delete(Event).where(tuple_(Event.endpoint, Event.event_id).in_([tuple(k) for k in keys])))
-        deleted += len(keys)
+            if not found:
+                break
+            _bury(session, found, moment)
+        deleted += len(found)
         if progress is not None:
-            progress(len(keys))
+            progress(len(found))
+    expire_tombstones(sessions, moment - plan.tombstone_window(), plan.batch_size)
+    return deleted
+
+
+def _bury(session: Session, found: Sequence[Any], moment: datetime) -> None:
+    """Delete these events, leaving their tombstones, and the bodies no event refers to any more."""
+    session.execute(upsert(session, Tombstone).on_conflict_do_nothing(), [
+        {"endpoint": endpoint, "event_id": event_id, "replay_key": key, "purged_at": moment}
+        for endpoint, event_id, key, _ in found
+    ])
+    keys = [(endpoint, event_id) for endpoint, event_id, _, _ in found]
+    session.execute(delete(Event).where(tuple_(Event.endpoint, Event.event_id).in_(keys)))
+    digests = {(endpoint, digest) for endpoint, _, _, digest in found if digest is not None}
+    if digests:
+        still = select(Event.event_id).where(Event.endpoint == Body.endpoint, Event.body_digest == Body.digest)
+        session.execute(delete(Body).where(tuple_(Body.endpoint, Body.digest).in_(list(digests)), ~still.exists()))
+
+
+def expire_tombstones(sessions: sessionmaker[Session], before: datetime, batch_size: int = 1000) -> int:
+    """Delete the tombstones of events purged before ``before``; returns how many."""
+    expired = 0
+    while True:
+        with sessions.begin() as session:
+            keys = session.execute(select(Tombstone.endpoint, Tombstone.event_id)
+                                   .where(Tombstone.purged_at < before).limit(batch_size)).all()
+            if not keys:
+                return expired
+            session.execute(delete(Tombstone).where(
+                tuple_(Tombstone.endpoint, Tombstone.event_id).in_([tuple(k) for k in keys])))
+        expired += len(keys)
 
 
 @click.command("purge")
 @click.option("--older-than", required=True, help="Delete processed/ignored events older than this (30d, 12h…).")
 @click.option("--failed-older-than", help="Delete failed events older than this [default: 2 × older-than]")
 @click.option("--batch-size", default=1000, show_default=True, type=click.IntRange(1, 100_000))
+@click.option("--tombstones-older-than",
+              help="Forget purged ids older than this [default: the longer of 365d and 2 × each window]")
 @click.option("--force", is_flag=True, help="Purge even inside a provider's retry horizon.")
-def purge_command(older_than: str, failed_older_than: str | None, batch_size: int, force: bool) -> None:
-    """Delete old finished events, in batches (never unfinished ones)."""
+def purge_command(older_than: str, failed_older_than: str | None, batch_size: int, tombstones_older_than: str | None,
+                  force: bool) -> None:
+    """Delete old finished events, in batches (never unfinished ones), leaving tombstones."""
     from webhooks import config
     from webhooks.db import make_engine, make_sessionmaker
 
     try:
         settings = config.load()
         window = parse_age(older_than)
-        plan = Plan(window, parse_age(failed_older_than) if failed_older_than else 2 * window, batch_size)
+        plan = Plan(window, parse_age(failed_older_than) if failed_older_than else 2 * window, batch_size,
+                    parse_age(tombstones_older_than) if tombstones_older_than else None)
+        if plan.tombstone_window() < max(plan.older_than, plan.failed_older_than):
+            raise ConfigError("--tombstones-older-than must be at least as long as the events' windows")
     except ConfigError as exc:
         raise click.UsageError(str(exc)) from exc
     engine = make_engine(settings.database_url)

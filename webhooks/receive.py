@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import time
@@ -20,7 +21,7 @@ from werkzeug.wsgi import get_content_length, get_host, get_input_stream
 from webhooks import batch, metrics, providers, quarantine
 from webhooks.db import is_storable, redact
 from webhooks.errors import PayloadError, UnavailableError, VerificationError
-from webhooks.providers.base import Endpoint, Request, Verified
+from webhooks.providers.base import Endpoint, Request, Verified, VerifiedEvent, encode_item
 from webhooks.ratelimit import RateLimits
 from webhooks.runtime import Runtime
 from webhooks.words import Reason, Status
@@ -131,10 +132,29 @@ class Delivery:
         return "stored" if self.new else "duplicate"
 
 
-def event_rows(
+def body_row(
     endpoint: Endpoint, verified: Verified, body: bytes, headers: dict[str, str], now: datetime
+) -> dict[str, object] | None:
+    """The ``bodies`` row of a delivery whose events are items of its body (kept once for all of
+    them), or None when the body is its one event's own."""
+    if not any(e.index is not None for e in verified.events):
+        return None
+    return {"endpoint": endpoint.name, "digest": hashlib.sha256(body).hexdigest(), "body": body,
+            "headers": headers, "received_at": now}
+
+
+def event_rows(
+    endpoint: Endpoint, verified: Verified, body: bytes, headers: dict[str, str], now: datetime,
+    digest: str | None = None,
 ) -> list[dict[str, object]]:
-    """The ``events`` rows of one verified delivery, status ``queued``."""
+    """The ``events`` rows of one verified delivery, status ``queued``. With ``digest`` (the body
+    is kept in ``bodies``), each batch item's row holds the item's own JSON and no headers."""
+    provider = providers.get(endpoint.kind)
+    data = provider.event_data(body, None) if digest is not None else None  # parsed once for every item
+
+    def own(e: VerifiedEvent) -> bytes:
+        return body if data is None or e.index is None else encode_item(provider.item(data, e.index))
+
     return [
         {
             "endpoint": endpoint.name,
@@ -145,9 +165,10 @@ def event_rows(
             "attempts": 0,
             "received_at": now,
             "status_at": now,
-            "payload": body,
+            "payload": own(e),
             "item_index": e.index,
-            "headers": headers,
+            "headers": headers if digest is None else {},
+            "body_digest": digest,
             "scheme": verified.scheme,
             "secret_index": e.secret_index,
             "signed_at": e.signed_at,
@@ -159,6 +180,15 @@ def event_rows(
         }
         for e in verified.events
     ]
+
+
+def pending(
+    endpoint: Endpoint, verified: Verified, body: bytes, headers: dict[str, str], now: datetime
+) -> batch.Pending:
+    """One verified delivery's rows, ready for the group commit."""
+    kept = body_row(endpoint, verified, body, headers, now)
+    rows = event_rows(endpoint, verified, body, headers, now, None if kept is None else str(kept["digest"]))
+    return batch.Pending(endpoint, verified, rows, kept)
 
 
 def _search_key(value: str | None) -> str | None:
@@ -185,10 +215,10 @@ def deliver(rt: Runtime, name: str, headers: dict[str, str], body: bytes, url: s
     new: list[str] = []
     replayed = False
     if verified.events:
-        rows = event_rows(endpoint, verified, body, stored_headers(endpoint, verified, headers), datetime.now(UTC))
+        item = pending(endpoint, verified, body, stored_headers(endpoint, verified, headers), datetime.now(UTC))
         try:
             # Shares one INSERT, COMMIT and Redis round trip with concurrent deliveries.
-            done = batch.committer(rt).store(batch.Pending(endpoint, verified, rows))
+            done = batch.committer(rt).store(item)
         except SQLAlchemyError as exc:
             # Down, failing over, pool exhausted: nothing was acknowledged, the provider retries.
             log.warning("store failed, answering 503: %s", exc.__class__.__name__)

@@ -80,8 +80,7 @@ def reconcile(rt: Runtime, name: str, since: int, *, undelivered: bool = False,
         summary.seen += 1
         body = json.dumps(event, separators=(",", ":")).encode()
         receive.check_storable(verified)
-        rows = receive.event_rows(endpoint, verified, body, {}, datetime.now(UTC))
-        new = batch.committer(rt).store(batch.Pending(endpoint, verified, rows)).new
+        new = batch.committer(rt).store(receive.pending(endpoint, verified, body, {}, datetime.now(UTC))).new
         summary.added += len(new)
         summary.stored += 1 - len(new)
         if progress is not None:

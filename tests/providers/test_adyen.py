@@ -129,5 +129,5 @@ def test_right_basic_auth_is_accepted_and_redacted(auth_app: Flask) -> None:
         "/webhooks/adyen", data=adyen_body(adyen_item()), headers=basic("adyen-user:s3cret")
     )
     assert response.data == b"[accepted]"
-    ((headers,),) = rows(auth_app, "SELECT headers FROM events")
+    ((headers,),) = rows(auth_app, "SELECT headers FROM bodies")
     assert "s3cret" not in str(headers) and "[redacted]" in str(headers)

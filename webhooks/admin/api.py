@@ -70,11 +70,11 @@ def summary(event: Event) -> dict[str, Any]:
     }
 
 
-def detail(event: Event) -> dict[str, Any]:
+def detail(event: Event, delivery: queries.Received) -> dict[str, Any]:
     return summary(event) | {
         "kind": event.kind,
-        "payload": event.payload.decode("utf-8", errors="replace"),
-        "headers": event.headers,
+        "payload": delivery.body.decode("utf-8", errors="replace"),
+        "headers": delivery.headers,
         "object_type": event.object_type,
         "object_id": event.object_id,
         "object_version": event.object_version,
@@ -153,7 +153,7 @@ def show_event(provider: str, event_id: str) -> Any:
         if event is None:
             return _error("not_found", 404)
         obj, moved = queries.object_history(session, event)
-        return jsonify(detail(event) | {
+        return jsonify(detail(event, queries.received(session, event)) | {
             "attempt_log": [attempt_json(a) for a in queries.attempts(session, provider, event_id)],
             "object": object_json(obj) if obj else None,
             "object_events": [summary(e) | {"object_version": e.object_version} for e in moved],

@@ -132,7 +132,7 @@ def show(endpoint: str, event_id: str) -> None:
         if event is None:
             raise click.ClickException(f"no event {endpoint}/{event_id}")
         obj, _ = queries.object_history(session, event)
-        out = detail(event) | {
+        out = detail(event, queries.received(session, event)) | {
             "attempt_log": [attempt_json(a) for a in queries.attempts(session, endpoint, event_id)],
             "object": object_json(obj) if obj else None,
         }

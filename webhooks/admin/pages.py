@@ -175,10 +175,11 @@ def event(provider: str, event_id: str) -> Any:
         found = session.get(Event, (provider, event_id))
         if found is None:
             abort(404)
+        delivery = queries.received(session, found)
         if request.args.get("format") == "raw":
             # The exact signed bytes, as a download: never rendered, never sniffed.
             filename = hashlib.sha256(f"{provider}/{event_id}".encode()).hexdigest()[:16] + ".bin"
-            return Response(found.payload, content_type="application/octet-stream",
+            return Response(delivery.body, content_type="application/octet-stream",
                             headers={"Content-Disposition": f'attachment; filename="{filename}"'})
         obj, moved = queries.object_history(session, found)
         endpoint = rt.settings.endpoints.get(provider)
@@ -186,8 +187,9 @@ def event(provider: str, event_id: str) -> Any:
         replays = queries.replays_of(session, found)
         return render_template(
             "event.html", title=f"{provider} {event_id}", event=found, obj=obj, moved=moved,
-            attempts=attempts, replays=replays, since_replay=_since(attempts, replays), payload=_payload(found),
-            sha256=hashlib.sha256(found.payload).hexdigest(), skew=queries.skew_seconds(found),
+            attempts=attempts, replays=replays, since_replay=_since(attempts, replays),
+            payload=_payload(found, delivery.body), headers=delivery.headers, size=len(delivery.body),
+            sha256=hashlib.sha256(delivery.body).hexdigest(), skew=queries.skew_seconds(found),
             secrets_configured=len(endpoint.secrets) if endpoint else None,
             replayed=request.args.get("replayed"),
         )
@@ -201,16 +203,18 @@ def _since(attempts: list[Attempt], replays: list[Replay]) -> int:
     return sum(1 for a in attempts if aware(a.started_at) >= last)
 
 
-def _payload(event: Event) -> dict[str, Any]:
-    """The body as text, pretty JSON when it parses, and the event's own item in a batch."""
-    text = event.payload.decode("utf-8", errors="replace")
+def _payload(event: Event, body: bytes) -> dict[str, Any]:
+    """The delivery's body as text, pretty JSON when it parses, and the event's own item in a batch."""
+    text = body.decode("utf-8", errors="replace")
     try:
-        parsed = json.loads(event.payload)
+        parsed = json.loads(body)
     except ValueError:
         return {"text": text, "pretty": None, "item": None}
     item = None
     kind = providers.PROVIDERS.get(event.kind)
-    if event.item_index is not None and kind is not None:
+    if event.body_digest is not None and body is not event.payload:
+        item = json.loads(event.payload)  # the item's own row
+    elif event.item_index is not None and kind is not None:
         item = kind.batch_item(parsed, event.item_index)
     return {"text": text, "pretty": parsed, "item": item}
 

@@ -23,7 +23,7 @@ from sqlalchemy.sql.elements import ColumnElement
 
 from webhooks.db import is_storable
 from webhooks.errors import WebhooksError
-from webhooks.models import STATUSES, Attempt, Event, Object, Rejection, Replay
+from webhooks.models import STATUSES, Attempt, Body, Event, Object, Rejection, Replay
 from webhooks.timestamps import aware
 
 COUNT_CAP = 10_000
@@ -267,6 +267,23 @@ def object_history(session: Session, event: Event, limit: int = 50) -> tuple[Obj
         .limit(limit)
     ).all()
     return obj, list(moved)
+
+
+@dataclass(frozen=True)
+class Received:
+    """The delivery an event came in: its exact signed body and its stored headers."""
+
+    body: bytes
+    headers: dict[str, str]
+
+
+def received(session: Session, event: Event) -> Received:
+    """The event's delivery: its own row's, or for a batch item the body kept once in ``bodies``
+    (an item whose body was lost shows its own item and no headers)."""
+    if event.body_digest is None:
+        return Received(event.payload, event.headers)
+    found = session.get(Body, (event.endpoint, event.body_digest))
+    return Received(event.payload, {}) if found is None else Received(found.body, found.headers)
 
 
 def attempts(session: Session, endpoint: str, event_id: str) -> list[Attempt]:

@@ -150,10 +150,6 @@ class Adyen(Provider):
         if not hmac.compare_digest(given, endpoint.basic_auth.encode()):
             raise VerificationError(Reason.BAD_BASIC_AUTH, "wrong or missing basic auth", status=401)
 
-    def event_data(self, payload: bytes, index: int | None) -> Any:
-        data = parse_json(payload)
-        return data if index is None else data["notificationItems"][index]["NotificationRequestItem"]
-
     def batch_item(self, data: Any, index: int) -> Any:
         try:
             return data["notificationItems"][index]["NotificationRequestItem"]

@@ -134,7 +134,13 @@ class Provider:
     def event_data(self, payload: bytes, index: int | None) -> Any:
         """The parsed event stored as ``payload`` (and ``index`` within a batch)."""
         data = parse_json(payload)
-        return data if index is None else data[index]
+        return data if index is None else self.item(data, index)
+
+    def item(self, data: Any, index: int) -> Any:
+        """The event at ``index`` of a parsed multi-event body, as handlers see it: its
+        ``batch_item``, or for a JSON array its element."""
+        found = self.batch_item(data, index)
+        return data[index] if found is None else found
 
     def batch_item(self, data: Any, index: int) -> Any:
         """The event's own item in a parsed batch body, shown beside it by the console (None: no batches)."""
@@ -162,6 +168,12 @@ class Provider:
 
 
 # -- helpers shared by provider modules -------------------------------------------------------
+
+
+def encode_item(item: Any) -> bytes:
+    """One event's own item of a multi-event body, as stored in its row (``event_data`` of it
+    with no index gives the item back): compact ASCII JSON, storable on every database."""
+    return json.dumps(item, separators=(",", ":")).encode()
 
 
 def require(request: Request, name: str) -> str:
