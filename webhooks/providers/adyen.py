@@ -53,11 +53,29 @@ from webhooks.words import Reason
 SIGNED_FIELDS = ("pspReference", "originalReference", "merchantAccountCode", "merchantReference")
 STAGES = {
     1: ("AUTHORISATION", "AUTHORISATION_ADJUSTMENT", "PENDING"),
-    3: ("CANCELLATION", "TECHNICAL_CANCEL", "CANCEL_OR_REFUND", "REFUND", "REFUND_FAILED",
-        "REFUNDED_REVERSED", "REFUND_WITH_DATA", "OFFER_CLOSED", "EXPIRE"),
-    4: ("CHARGEBACK", "CHARGEBACK_REVERSED", "NOTIFICATION_OF_CHARGEBACK", "SECOND_CHARGEBACK",
-        "PREARBITRATION_WON", "PREARBITRATION_LOST", "REQUEST_FOR_INFORMATION",
-        "NOTIFICATION_OF_FRAUD", "DISPUTE_DEFENSE_PERIOD_ENDED", "INFORMATION_SUPPLIED"),
+    3: (
+        "CANCELLATION",
+        "TECHNICAL_CANCEL",
+        "CANCEL_OR_REFUND",
+        "REFUND",
+        "REFUND_FAILED",
+        "REFUNDED_REVERSED",
+        "REFUND_WITH_DATA",
+        "OFFER_CLOSED",
+        "EXPIRE",
+    ),
+    4: (
+        "CHARGEBACK",
+        "CHARGEBACK_REVERSED",
+        "NOTIFICATION_OF_CHARGEBACK",
+        "SECOND_CHARGEBACK",
+        "PREARBITRATION_WON",
+        "PREARBITRATION_LOST",
+        "REQUEST_FOR_INFORMATION",
+        "NOTIFICATION_OF_FRAUD",
+        "DISPUTE_DEFENSE_PERIOD_ENDED",
+        "INFORMATION_SUPPLIED",
+    ),
 }
 STAGE = {code: stage for stage, codes in STAGES.items() for code in codes}  # others: 2 (capture)
 NOT_PAYMENTS = frozenset({"REPORT_AVAILABLE", "RECURRING_CONTRACT"})
@@ -164,17 +182,25 @@ class Adyen(Provider):
                 raise VerificationError(Reason.MISSING_SIGNATURE, f"item {position} has no hmacSignature")
             signed = signed_string(item)
             index = first_match(
-                keys, lambda k, s=signed: hmac_digest(bytes.fromhex(k), s), [b64decode(signature)]  # type: ignore[misc]
+                keys,
+                lambda k, s=signed: hmac_digest(bytes.fromhex(k), s),
+                [b64decode(signature)],  # type: ignore[misc]
             )
             check_shape(item, position)
             event_id = f"{item['pspReference']}:{item['eventCode']}:{_text(item.get('success'))}"
             payment = item.get("originalReference") or item["pspReference"]
             if item["eventCode"] in NOT_PAYMENTS:
                 payment = None
-            events.append(VerifiedEvent(
-                event_id, str(item["eventCode"]), index=position, secret_index=index,
-                object_id=_text(payment) or None, reference=_text(item.get("merchantReference")) or None,
-            ))
+            events.append(
+                VerifiedEvent(
+                    event_id,
+                    str(item["eventCode"]),
+                    index=position,
+                    secret_index=index,
+                    object_id=_text(payment) or None,
+                    reference=_text(item.get("merchantReference")) or None,
+                )
+            )
         return Verified(events, "adyen-hmac-item", ACCEPTED)
 
     def _check_basic_auth(self, request: Request, endpoint: Endpoint) -> None:
@@ -241,9 +267,12 @@ def _notification(event_type: str, data: dict[str, Any]) -> dict[str, Any]:
     amount = data.get("amount") if isinstance(data.get("amount"), dict) else {}
     value = amount.get("value") if isinstance(amount, dict) else None
     note: dict[str, Any] = {k: _text(data.get(k)) for k in NOTE_FIELDS}
-    note.update(eventCode=event_type, success=_text(data.get("success")),
-                value=_minor_units(value),
-                currency=_text(amount.get("currency") if isinstance(amount, dict) else None))
+    note.update(
+        eventCode=event_type,
+        success=_text(data.get("success")),
+        value=_minor_units(value),
+        currency=_text(amount.get("currency") if isinstance(amount, dict) else None),
+    )
     note["id"] = f"{note['pspReference']}:{event_type}:{note['success']}"
     return note
 
@@ -292,24 +321,40 @@ def fold(current: Any, *added: dict[str, Any]) -> dict[str, Any]:
     charged_back = total(CHARGEBACKS) - total(frozenset({"CHARGEBACK_REVERSED"}))
     codes = {n["eventCode"] for n in ok}
     status = (
-        "charged_back" if charged_back > 0 else
-        "refunded" if refunded and refunded >= max(captured, authorised) else
-        "partially_refunded" if refunded else
-        "cancelled" if codes & CANCELS else
-        "captured" if captured and captured >= authorised else
-        "partially_captured" if captured else
-        "authorised" if authorised else
-        "refused" if auth else "unknown"
+        "charged_back"
+        if charged_back > 0
+        else "refunded"
+        if refunded and refunded >= max(captured, authorised)
+        else "partially_refunded"
+        if refunded
+        else "cancelled"
+        if codes & CANCELS
+        else "captured"
+        if captured and captured >= authorised
+        else "partially_captured"
+        if captured
+        else "authorised"
+        if authorised
+        else "refused"
+        if auth
+        else "unknown"
     )
     latest = max(notes.values(), key=_rank)
     by_id = sorted(notes.values(), key=lambda n: n["id"])
     payment = (auth or {}).get("pspReference") or latest["originalReference"] or latest["pspReference"]
     reference = (auth or {}).get("merchantReference") or next((n["merchantReference"] for n in by_id), "")
     return {
-        "pspReference": payment, "merchantReference": reference, "status": status,
-        "currency": (auth or latest)["currency"], "authorised": authorised, "captured": captured,
-        "refunded": refunded, "chargedBack": charged_back,
-        "eventCode": latest["eventCode"], "success": latest["success"], "latest": latest["id"],
+        "pspReference": payment,
+        "merchantReference": reference,
+        "status": status,
+        "currency": (auth or latest)["currency"],
+        "authorised": authorised,
+        "captured": captured,
+        "refunded": refunded,
+        "chargedBack": charged_back,
+        "eventCode": latest["eventCode"],
+        "success": latest["success"],
+        "latest": latest["id"],
         "gap": auth is None and any(n["eventCode"] != "AUTHORISATION" for n in notes.values()),
         "applied": [n["id"] for n in by_id],
         "notifications": {n["id"]: n for n in by_id},
