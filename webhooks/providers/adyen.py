@@ -183,8 +183,8 @@ class Adyen(Provider):
             signed = signed_string(item)
             index = first_match(
                 keys,
-                lambda k, s=signed: hmac_digest(bytes.fromhex(k), s),
-                [b64decode(signature)],  # type: ignore[misc]
+                lambda k, s=signed: hmac_digest(bytes.fromhex(k), s),  # type: ignore[misc]
+                [b64decode(signature)],
             )
             check_shape(item, position)
             event_id = f"{item['pspReference']}:{item['eventCode']}:{_text(item.get('success'))}"
