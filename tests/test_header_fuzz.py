@@ -134,26 +134,27 @@ def test_deeply_nested_json_is_refused_without_a_traceback(
                 assert (status, json.loads(answer)) == (400, {"error": "malformed_payload"}), name
 
 
-@pytest.mark.parametrize(
-    "value",
-    [
-        "Basic \xe9\xe9\xe9\xe9",
-        "Basic \xff",
-        "Basic YWR5ZW4tdXNlcjpzM2NyZXQ=\xa0",
-        "Basic \udcff",
-        "Basic " + "\xe9" * 5000,
-        "Basic",
-        "Basic ",
-        "Basic ===",
-    ],
-)
-def test_non_ascii_basic_auth_is_bad_basic_auth(kinds_app: Flask, value: str) -> None:
+NON_ASCII_BASIC = [
+    "Basic \xe9\xe9\xe9\xe9",
+    "Basic \xff",
+    "Basic YWR5ZW4tdXNlcjpzM2NyZXQ=\xa0",
+    "Basic \udcff",
+    "Basic " + "\xe9" * 5000,
+    "Basic",
+    "Basic ",
+    "Basic ===",
+]
+
+
+def test_non_ascii_basic_auth_is_bad_basic_auth(kinds_app: Flask) -> None:
     """Finding 15: ``Authorization: Basic <non-ASCII>`` answered 500 (``b64decode`` of a str
     with non-ASCII raises ``ValueError``, in the quarantine's credentials check)."""
     body, headers, path = delivery(kinds_app, "adyen_basic")
-    status, answer = call(kinds_app, path, body, headers, {"Authorization": value})
-    assert (status, json.loads(answer)) == (401, {"error": "bad_basic_auth"})
+    for value in NON_ASCII_BASIC:
+        status, answer = call(kinds_app, path, body, headers, {"Authorization": value})
+        assert (status, json.loads(answer)) == (401, {"error": "bad_basic_auth"}), value
     assert rows(kinds_app, "SELECT count(*) FROM events") == [(0,)]
+    assert call(kinds_app, path, body, headers, {})[0] == 200  # the genuine credentials still pass
 
 
 def _spliced(value: str, junk: str, at: int) -> str:
