@@ -17,15 +17,25 @@ from hypothesis import strategies as st
 
 from tests.conftest import adyen_body, adyen_item, base_config, make_app, rows, stripe_event, stripe_headers
 from webhooks.db import is_storable
+from webhooks.errors import PayloadError
+from webhooks.providers.adyen import check_shape
 
-PROPERTY = settings(max_examples=300, deadline=None,
-                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+PROPERTY = settings(
+    max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture]
+)
 ids = itertools.count()
 header_text = st.text(st.characters(min_codepoint=0x20, max_codepoint=0xFF), max_size=80)
-content_types = st.sampled_from([
-    "application/json", "application/json; charset=utf-16", "text/plain; charset=latin-1",
-    "application/x-www-form-urlencoded", "multipart/form-data; boundary=x", "", "\xff/\xfe",
-])
+content_types = st.sampled_from(
+    [
+        "application/json",
+        "application/json; charset=utf-16",
+        "text/plain; charset=latin-1",
+        "application/x-www-form-urlencoded",
+        "multipart/form-data; boundary=x",
+        "",
+        "\xff/\xfe",
+    ]
+)
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=20),
     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=10), inner, max_size=4),
@@ -47,8 +57,9 @@ GENUINE: set[tuple[str, str]] = set()
 
 
 def post(app: Flask, endpoint: str, body: bytes, headers: list[tuple[str, str]], content_type: str) -> int:
-    response = app.test_client().post(f"/webhooks/{endpoint}", data=body,
-                                      headers=[*headers, ("Content-Type", content_type)])
+    response = app.test_client().post(
+        f"/webhooks/{endpoint}", data=body, headers=[*headers, ("Content-Type", content_type)]
+    )
     assert response.status_code < 500, response.get_data()
     return response.status_code
 
@@ -58,23 +69,37 @@ def check_rows(app: Flask) -> None:
 
 
 @PROPERTY
-@given(body=st.binary(max_size=600) | json_values.map(lambda v: json.dumps(v).encode()),
-       headers=st.lists(st.tuples(st.sampled_from(["Stripe-Signature", "HmacSignature", "Authorization",
-                                                   "Content-Encoding", "X-Anything"]), header_text), max_size=4),
-       endpoint=st.sampled_from(["stripe", "adyen", "nope"]), content_type=content_types)
-def test_garbage_is_refused_with_a_4xx(app: Flask, body: bytes, headers: list[tuple[str, str]], endpoint: str,
-                                       content_type: str) -> None:
+@given(
+    body=st.binary(max_size=600) | json_values.map(lambda v: json.dumps(v).encode()),
+    headers=st.lists(
+        st.tuples(
+            st.sampled_from(["Stripe-Signature", "HmacSignature", "Authorization", "Content-Encoding", "X-Anything"]),
+            header_text,
+        ),
+        max_size=4,
+    ),
+    endpoint=st.sampled_from(["stripe", "adyen", "nope"]),
+    content_type=content_types,
+)
+def test_garbage_is_refused_with_a_4xx(
+    app: Flask, body: bytes, headers: list[tuple[str, str]], endpoint: str, content_type: str
+) -> None:
     status = post(app, endpoint, body, headers, content_type)
     assert 400 <= status < 500
     check_rows(app)
 
 
 @PROPERTY
-@given(data=st.data(), type_=st.text(max_size=30), created=st.integers(-(2**40), 2**40),
-       mutation=st.sampled_from(["none", "truncate", "repeat", "repeat_other", "append", "body", "stale"]),
-       content_type=content_types)
-def test_stripe_signatures_truncated_repeated_or_stale(app: Flask, data: st.DataObject, type_: str, created: int,
-                                                       mutation: str, content_type: str) -> None:
+@given(
+    data=st.data(),
+    type_=st.text(max_size=30),
+    created=st.integers(-(2**40), 2**40),
+    mutation=st.sampled_from(["none", "truncate", "repeat", "repeat_other", "append", "body", "stale"]),
+    content_type=content_types,
+)
+def test_stripe_signatures_truncated_repeated_or_stale(
+    app: Flask, data: st.DataObject, type_: str, created: int, mutation: str, content_type: str
+) -> None:
     event_id = f"evt_prop_{next(ids)}"
     body = stripe_event(event_id, type_, created)
     signature = stripe_headers(body)["Stripe-Signature"]
@@ -101,10 +126,21 @@ def test_stripe_signatures_truncated_repeated_or_stale(app: Flask, data: st.Data
     check_rows(app)
 
 
+def check_shape_passes(item: dict[str, Any]) -> bool:
+    try:
+        check_shape(item, 0)
+    except PayloadError:
+        return False
+    return True
+
+
 @PROPERTY
-@given(psp=st.text(st.characters(min_codepoint=0x21, max_codepoint=0x7E), min_size=1, max_size=20),
-       code=st.sampled_from(["AUTHORISATION", "CAPTURE", "REFUND", "x"]), value=st.integers(0, 10**9),
-       tamper=st.sampled_from([None, "amount", "signature", "drop"]))
+@given(
+    psp=st.text(st.characters(min_codepoint=0x21, max_codepoint=0x7E), min_size=1, max_size=20),
+    code=st.sampled_from(["AUTHORISATION", "CAPTURE", "REFUND", "x"]),
+    value=st.integers(0, 10**9),
+    tamper=st.sampled_from([None, "amount", "signature", "drop"]),
+)
 def test_adyen_items_tampered_or_not(app: Flask, psp: str, code: str, value: int, tamper: str | None) -> None:
     item: dict[str, Any] = adyen_item(psp, code, value=value)
     if tamper == "amount":
@@ -114,9 +150,12 @@ def test_adyen_items_tampered_or_not(app: Flask, psp: str, code: str, value: int
     elif tamper == "drop":
         item["additionalData"] = "none"
     status = post(app, "adyen", adyen_body(item), [], "application/json")
+    # A genuine item is refused only for a shape Adyen never sends (a ``:`` in pspReference
+    # lets the unescaped signed string split another way; eventCode is an upper-case word).
+    as_adyen_sends = check_shape_passes(item)
     if status == 200:
-        assert tamper is None
+        assert tamper is None and as_adyen_sends
         GENUINE.add(("adyen", f"{psp}:{code}:true"))
     else:
-        assert tamper is not None
+        assert tamper is not None or (status == 400 and not as_adyen_sends)
     check_rows(app)

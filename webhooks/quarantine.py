@@ -55,7 +55,10 @@ def _basic(endpoint: Endpoint) -> str:
 
 def basic_credentials(header: str | None) -> bytes:
     """``user:password`` of an HTTP Basic ``Authorization`` value (werkzeug's parser), else ``b""``."""
-    auth = Authorization.from_header(header)
+    try:
+        auth = Authorization.from_header(header)
+    except ValueError:  # werkzeug hands a non-ASCII token to ``b64decode``, which raises this
+        return b""
     if auth is None or auth.type != "basic":
         return b""
     return f"{auth.username}:{auth.password}".encode()

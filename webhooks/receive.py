@@ -19,7 +19,7 @@ from werkzeug.http import HTTP_STATUS_CODES
 from werkzeug.wsgi import get_content_length, get_host, get_input_stream
 
 from webhooks import batch, metrics, providers, quarantine
-from webhooks.db import is_storable, redact
+from webhooks.db import is_storable, redact, storable_text
 from webhooks.errors import PayloadError, UnavailableError, VerificationError
 from webhooks.providers.base import Endpoint, Request, Verified, VerifiedEvent, encode_item
 from webhooks.ratelimit import RateLimits
@@ -70,8 +70,9 @@ def check_storable(verified: Verified) -> None:
 
 def stored_headers(endpoint: Endpoint, verified: Verified, headers: dict[str, str]) -> dict[str, str]:
     """Headers fit to keep on the event: credentials redacted, and for schemes that sign no id or
-    timestamp the signature too (a stored signature is a replayable one; its verdict is kept)."""
-    kept = redact(headers)
+    timestamp the signature too (a stored signature is a replayable one; its verdict is kept).
+    NUL and lone surrogates (a WSGI server may pass them) become U+FFFD: PostgreSQL refuses them."""
+    kept = {storable_text(k): storable_text(v) for k, v in redact(headers).items()}
     if verified.replay_key is None:
         return kept
     names = {n.lower() for n in providers.get(endpoint.kind).signature_headers(endpoint)}
@@ -113,8 +114,10 @@ def verify(endpoint: Endpoint, req: Request, now: float) -> Verified:
     except (VerificationError, UnavailableError):
         raise
     except Exception as exc:
-        # A provider bug on hostile input (the fuzz tests hunt these): refuse, keep the trace.
-        log.exception("verify of endpoint %r raised %s", endpoint.name, exc.__class__.__name__)
+        # A provider bug on hostile input (the fuzz tests hunt these): refuse with one line; the
+        # traceback only at debug (hostile senders must not fill the log with them).
+        log.error("verify of endpoint %r raised %s", endpoint.name, exc.__class__.__name__)
+        log.debug("verify of endpoint %r raised", endpoint.name, exc_info=True)
         raise PayloadError("unexpected verification error") from exc
 
 

@@ -3,17 +3,20 @@
 from __future__ import annotations
 
 import base64
+import copy
+import itertools
 import json
+from typing import Any
 
 import Adyen.util
 import pytest
 from flask import Flask
 from flask.testing import FlaskClient
 
-from tests.conftest import ADYEN_KEY, adyen_body, adyen_item, base_config, make_app, rows
+from tests.conftest import ADYEN_KEY, admin_headers, adyen_body, adyen_item, base_config, drain, make_app, rows
 from webhooks.errors import VerificationError
+from webhooks.providers.adyen import SIGNED_FIELDS, signed_string
 from webhooks.providers.adyen import Adyen as AdyenProvider
-from webhooks.providers.adyen import signed_string
 from webhooks.providers.base import Endpoint, Request
 
 ENDPOINT = Endpoint("adyen", "adyen", (ADYEN_KEY,))
@@ -21,9 +24,24 @@ A2_KEY = "74F490DD33F7327BAECC88B2947C011FC02D014A473AAA33A8EC93E4DC069174"
 # Vector A2: the signed fields of Adyen's own special-character notifications
 # (adyen-python-api-library test/mocks/util/*_notification.json).
 A2 = [
-    ("T7FD4VM4D3RZNN82", "\\\\slashes are fun", "2023-01-09T16:27:29+01:00", "nIgT81gaB5oJpn2jPXupDq68iRo2wUlBsuYjtYfwKqo="),
-    ("M8NB66SBZSGLNK82", ":slashes are fun", "2023-01-10T13:40:54+01:00", "2EQYm7YJpKO4EtHSPu55SQTyWf8dkW5u2nD1tJFpViA="),
-    ("X3GWNS6KJ8NKGK82", "//slashes are fun", "2023-01-10T13:37:30+01:00", "9Z0xdpG9Xi3zcmXv14t/BvMBut77O/Xq9D4CQXSDUi4="),
+    (
+        "T7FD4VM4D3RZNN82",
+        "\\\\slashes are fun",
+        "2023-01-09T16:27:29+01:00",
+        "nIgT81gaB5oJpn2jPXupDq68iRo2wUlBsuYjtYfwKqo=",
+    ),
+    (
+        "M8NB66SBZSGLNK82",
+        ":slashes are fun",
+        "2023-01-10T13:40:54+01:00",
+        "2EQYm7YJpKO4EtHSPu55SQTyWf8dkW5u2nD1tJFpViA=",
+    ),
+    (
+        "X3GWNS6KJ8NKGK82",
+        "//slashes are fun",
+        "2023-01-10T13:37:30+01:00",
+        "9Z0xdpG9Xi3zcmXv14t/BvMBut77O/Xq9D4CQXSDUi4=",
+    ),
 ]
 
 
@@ -33,12 +51,17 @@ def verify(body: bytes, endpoint: Endpoint = ENDPOINT, **headers: str):  # type:
 
 def test_vector_a1() -> None:
     item = {
-        "pspReference": "7914073381342284", "merchantAccountCode": "TestMerchant",
-        "merchantReference": "TestPayment-1407325143704", "amount": {"value": 1130, "currency": "EUR"},
-        "eventCode": "AUTHORISATION", "success": "true",
+        "pspReference": "7914073381342284",
+        "merchantAccountCode": "TestMerchant",
+        "merchantReference": "TestPayment-1407325143704",
+        "amount": {"value": 1130, "currency": "EUR"},
+        "eventCode": "AUTHORISATION",
+        "success": "true",
         "additionalData": {"hmacSignature": "coqCmt/IZ4E3CzPvMY8zTjQVL5hYJUiBRg8UU+iCWo0="},
     }
-    assert signed_string(item) == b"7914073381342284::TestMerchant:TestPayment-1407325143704:1130:EUR:AUTHORISATION:true"
+    assert (
+        signed_string(item) == b"7914073381342284::TestMerchant:TestPayment-1407325143704:1130:EUR:AUTHORISATION:true"
+    )
     verified = verify(adyen_body(item))
     assert [e.event_id for e in verified.events] == ["7914073381342284:AUTHORISATION:true"]
 
@@ -46,9 +69,14 @@ def test_vector_a1() -> None:
 @pytest.mark.parametrize(("psp", "reference", "date", "signature"), A2)
 def test_vector_a2_special_characters_are_not_escaped(psp: str, reference: str, date: str, signature: str) -> None:
     item = {
-        "pspReference": psp, "merchantAccountCode": "AntoniStroinski", "merchantReference": reference,
-        "amount": {"value": 1000, "currency": "EUR"}, "eventCode": "AUTHORISATION", "eventDate": date,
-        "success": "true", "additionalData": {"hmacSignature": signature},
+        "pspReference": psp,
+        "merchantAccountCode": "AntoniStroinski",
+        "merchantReference": reference,
+        "amount": {"value": 1000, "currency": "EUR"},
+        "eventCode": "AUTHORISATION",
+        "eventDate": date,
+        "success": "true",
+        "additionalData": {"hmacSignature": signature},
     }
     assert verify(adyen_body(item), Endpoint("adyen", "adyen", (A2_KEY,))).events[0].event_id.startswith(psp)
 
@@ -64,8 +92,15 @@ def test_vector_a4_platform_webhook_header() -> None:
 
 def test_what_we_sign_the_sdk_accepts() -> None:
     body = adyen_body(adyen_item())
-    item = {"additionalData": {}, "amount": {"currency": "EUR", "value": 1}, "eventCode": "CAPTURE",
-            "pspReference": "P1", "success": "true", "merchantAccountCode": "M", "merchantReference": "R"}
+    item = {
+        "additionalData": {},
+        "amount": {"currency": "EUR", "value": 1},
+        "eventCode": "CAPTURE",
+        "pspReference": "P1",
+        "success": "true",
+        "merchantAccountCode": "M",
+        "merchantReference": "R",
+    }
     signed, _ = AdyenProvider().sign(ENDPOINT, adyen_body(item), now=0)
     ours = json.loads(signed)["notificationItems"][0]["NotificationRequestItem"]
     assert Adyen.util.is_valid_hmac_notification(ours, ADYEN_KEY)
@@ -117,7 +152,9 @@ def basic(credentials: str) -> dict[str, str]:
     return {"Authorization": "Basic " + base64.b64encode(credentials.encode()).decode()}
 
 
-@pytest.mark.parametrize("headers", [{}, basic("adyen-user:wrong"), basic("other:s3cret"), {"Authorization": "Basic %%%"}])
+@pytest.mark.parametrize(
+    "headers", [{}, basic("adyen-user:wrong"), basic("other:s3cret"), {"Authorization": "Basic %%%"}]
+)
 def test_wrong_basic_auth_is_refused(auth_app: Flask, headers: dict[str, str]) -> None:
     response = auth_app.test_client().post("/webhooks/adyen", data=adyen_body(adyen_item()), headers=headers)
     assert (response.status_code, response.get_json()) == (401, {"error": "bad_basic_auth"})
@@ -131,3 +168,106 @@ def test_right_basic_auth_is_accepted_and_redacted(auth_app: Flask) -> None:
     assert response.data == b"[accepted]"
     ((headers,),) = rows(auth_app, "SELECT headers FROM bodies")
     assert "s3cret" not in str(headers) and "[redacted]" in str(headers)
+
+
+# -- hostile senders II: one signature, one item (findings 4 and 5) ----------------------------
+
+SPLIT_FIELDS = (*SIGNED_FIELDS, "value", "currency", "eventCode", "success")
+
+
+def resplits(item: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every other item whose signed string is ``item``'s, so its hmacSignature verifies it too:
+    the string cut at other ``:`` (integers kept integers, so only the split tells them apart)."""
+    signed = signed_string(item)
+    tokens = signed.decode().split(":")
+    variants = []
+    for cuts in itertools.combinations(range(1, len(tokens)), len(SPLIT_FIELDS) - 1):
+        bounds = [0, *cuts, len(tokens)]
+        parts = dict(zip(SPLIT_FIELDS, (":".join(tokens[a:b]) for a, b in itertools.pairwise(bounds)), strict=True))
+        value = parts.pop("value")
+        variant = copy.deepcopy(item) | parts
+        variant["amount"] = {"value": int(value) if value.isdigit() else value, "currency": parts.pop("currency")}
+        variant.pop("currency")
+        assert signed_string(variant) == signed
+        if variant != item:
+            variants.append(variant)
+    return variants
+
+
+def test_a_resplit_signed_string_never_yields_another_event(any_app: Flask) -> None:
+    """Finding 4: the fields are joined by ``:`` unescaped; a captured notification whose
+    merchantReference holds ``:`` re-cut elsewhere (``PSPX:`` as pspReference, another merchant
+    account, …) carries a signature that still verifies. Delivered before the genuine one, none
+    may be stored: one signature is one event, on its own account."""
+    genuine = adyen_item("PSPX", reference="order:42:b")
+    variants = resplits(genuine)
+    assert len(variants) == 35 and any(v["pspReference"] == "PSPX:" for v in variants)
+    assert any(v["merchantAccountCode"] != "TestMerchant" and v["pspReference"] == "PSPX" for v in variants)
+    client = any_app.test_client()
+    for variant in variants:
+        assert Adyen.util.is_valid_hmac_notification(variant, ADYEN_KEY)  # the attack is real
+        response = client.post("/webhooks/adyen", data=adyen_body(variant), content_type="application/json")
+        assert (response.status_code, response.get_json()) == (400, {"error": "malformed_payload"}), variant
+    response = client.post("/webhooks/adyen", data=adyen_body(genuine), content_type="application/json")
+    assert (response.status_code, response.data) == (200, b"[accepted]")
+    ((event_id, payload),) = rows(any_app, "SELECT event_id, payload FROM events")
+    stored = json.loads(bytes(payload))["notificationItems"][0]["NotificationRequestItem"]
+    assert (event_id, stored["merchantAccountCode"], stored["merchantReference"]) == (
+        "PSPX:AUTHORISATION:true",
+        "TestMerchant",
+        "order:42:b",
+    )
+
+
+def test_a_retyped_amount_is_refused_and_the_genuine_one_folds(any_app: Flask) -> None:
+    """Finding 5: ``"value": "1130"`` signs as ``1130`` does. The re-typed copy, delivered first,
+    is refused (``malformed_payload``: Adyen sends integers, and a handler reading the stored item
+    must see one); the genuine copy is stored and folds to its amount."""
+    genuine = adyen_item("PSPT", value=1130)
+    retyped = copy.deepcopy(genuine)
+    retyped["amount"]["value"] = "1130"
+    assert signed_string(retyped) == signed_string(genuine)
+    client = any_app.test_client()
+    response = client.post("/webhooks/adyen", data=adyen_body(retyped), content_type="application/json")
+    assert (response.status_code, response.get_json()) == (400, {"error": "malformed_payload"})
+    assert client.post("/webhooks/adyen", data=adyen_body(genuine)).data == b"[accepted]"
+    drain(any_app)
+    got = client.get("/admin/api/objects/adyen/payment/PSPT", headers=admin_headers())
+    assert (got.get_json()["state"]["authorised"], got.get_json()["state"]["status"]) == (1130, "authorised")
+
+
+def test_a_string_amount_stored_before_the_refusal_folds_as_its_number() -> None:
+    """Rows kept from before ``check_shape`` may hold ``"1130"``: the fold reads it as 1130, not 0."""
+    item = adyen_item("PSPOLD", value=1130)
+    item["amount"]["value"] = "1130"
+    ref = AdyenProvider().extract("AUTHORISATION", item)
+    assert ref is not None and ref.state["authorised"] == 1130
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("pspReference", "PSP:1"),
+        ("pspReference", 7914073381342284),
+        ("originalReference", "A:B"),
+        ("merchantAccountCode", "Test:Merchant"),
+        ("eventCode", "authorisation"),
+        ("eventCode", "AUTH:X"),
+        ("success", True),
+        ("success", "yes"),
+        ("merchantReference", 42),
+        ("amount", [1130, "EUR"]),
+        ("amount", {"value": 1130.0, "currency": "EUR"}),
+        ("amount", {"value": True, "currency": "EUR"}),
+        ("amount", {"value": 1130, "currency": "E:R"}),
+    ],
+)
+def test_genuinely_signed_fields_adyen_never_sends_are_malformed(field: str, value: Any) -> None:
+    """Each shape ``check_shape`` refuses, signed as its fields read (the SDK would sign ``True``
+    as ``True``: our signer, which agrees with the SDK on every string, signs it ``true``)."""
+    item = adyen_item("PSPS")
+    item[field] = value
+    body, _ = AdyenProvider().sign(ENDPOINT, adyen_body(item), now=0)
+    with pytest.raises(VerificationError) as info:
+        verify(body)
+    assert info.value.reason == "malformed_payload"

@@ -8,6 +8,9 @@ batch. Optional HTTP Basic auth. Answer ``[accepted]``.
 Platform/management: header ``HmacSignature`` = base64 HMAC-SHA256 over the raw body, same key.
 Docs: https://docs.adyen.com/development-resources/webhooks/verify-hmac-signatures
 
+Only ``merchantReference`` may hold a ``:``; a verified item whose other fields are not shaped
+as Adyen sends them (``check_shape``: a string value, a ``:`` in pspReference) is
+``malformed_payload``, so the unescaped join splits one way only.
 Event id: ``pspReference:eventCode:success`` (Adyen has no id field); platform webhooks:
 ``type:sha256(body)[:32]``. Object: the payment (``originalReference`` for modifications).
 Its state is a fold of its notifications (``fold``): the set applied, keyed by event id, and
@@ -26,6 +29,7 @@ import binascii
 import hashlib
 import hmac
 import json
+import re
 from typing import Any
 
 from webhooks.errors import ConfigError, PayloadError, VerificationError
@@ -49,15 +53,45 @@ from webhooks.words import Reason
 SIGNED_FIELDS = ("pspReference", "originalReference", "merchantAccountCode", "merchantReference")
 STAGES = {
     1: ("AUTHORISATION", "AUTHORISATION_ADJUSTMENT", "PENDING"),
-    3: ("CANCELLATION", "TECHNICAL_CANCEL", "CANCEL_OR_REFUND", "REFUND", "REFUND_FAILED",
-        "REFUNDED_REVERSED", "REFUND_WITH_DATA", "OFFER_CLOSED", "EXPIRE"),
-    4: ("CHARGEBACK", "CHARGEBACK_REVERSED", "NOTIFICATION_OF_CHARGEBACK", "SECOND_CHARGEBACK",
-        "PREARBITRATION_WON", "PREARBITRATION_LOST", "REQUEST_FOR_INFORMATION",
-        "NOTIFICATION_OF_FRAUD", "DISPUTE_DEFENSE_PERIOD_ENDED", "INFORMATION_SUPPLIED"),
+    3: (
+        "CANCELLATION",
+        "TECHNICAL_CANCEL",
+        "CANCEL_OR_REFUND",
+        "REFUND",
+        "REFUND_FAILED",
+        "REFUNDED_REVERSED",
+        "REFUND_WITH_DATA",
+        "OFFER_CLOSED",
+        "EXPIRE",
+    ),
+    4: (
+        "CHARGEBACK",
+        "CHARGEBACK_REVERSED",
+        "NOTIFICATION_OF_CHARGEBACK",
+        "SECOND_CHARGEBACK",
+        "PREARBITRATION_WON",
+        "PREARBITRATION_LOST",
+        "REQUEST_FOR_INFORMATION",
+        "NOTIFICATION_OF_FRAUD",
+        "DISPUTE_DEFENSE_PERIOD_ENDED",
+        "INFORMATION_SUPPLIED",
+    ),
 }
 STAGE = {code: stage for stage, codes in STAGES.items() for code in codes}  # others: 2 (capture)
 NOT_PAYMENTS = frozenset({"REPORT_AVAILABLE", "RECURRING_CONTRACT"})
 ACCEPTED = Reply(b"[accepted]", "text/plain")
+# The signed string joins its fields with ``:`` unescaped, so a ``:`` may only be where Adyen puts
+# one: in merchantReference (vector A2). Every other field has a shape that holds none, which
+# makes the split unique — one signature, one item, one event id. pspReference is alphanumeric
+# (a report's file name for REPORT_AVAILABLE; ``_``, ``.``, ``-`` allowed for those).
+SHAPES = {
+    "pspReference": re.compile(r"[A-Za-z0-9_.-]+"),
+    "originalReference": re.compile(r"[A-Za-z0-9_.-]*"),
+    "merchantAccountCode": re.compile(r"[^:]*"),
+    "eventCode": re.compile(r"[A-Z][A-Z0-9_]*"),
+    "success": re.compile(r"true|false"),
+}
+CURRENCY = re.compile(r"[A-Z]*")
 
 
 def _text(value: Any) -> str:
@@ -75,6 +109,30 @@ def signed_string(item: dict[str, Any]) -> bytes:
     parts += [_text(amount.get("value")), _text(amount.get("currency"))]
     parts += [_text(item.get("eventCode")), _text(item.get("success"))]
     return ":".join(parts).encode()
+
+
+def check_shape(item: dict[str, Any], position: int) -> None:
+    """Refuse (``malformed_payload``) a verified item whose fields Adyen never sends so typed or
+    shaped: another split of the same signed string, or ``"value": "1000"`` for ``1000``."""
+    for name, shape in SHAPES.items():
+        value = item.get(name)
+        if name in ("originalReference", "merchantAccountCode") and value is None:
+            continue
+        if not isinstance(value, str) or not shape.fullmatch(value):
+            raise PayloadError(f"item {position}: {name} is not as Adyen sends it")
+    if not isinstance(item.get("merchantReference"), str | None):
+        raise PayloadError(f"item {position}: merchantReference is not a string")
+    amount = item.get("amount")
+    if amount is None:
+        return
+    value = amount.get("value") if isinstance(amount, dict) else None
+    currency = amount.get("currency") if isinstance(amount, dict) else None
+    if (
+        not isinstance(amount, dict)
+        or not (value is None or (isinstance(value, int) and not isinstance(value, bool)))
+        or not (currency is None or (isinstance(currency, str) and CURRENCY.fullmatch(currency)))
+    ):
+        raise PayloadError(f"item {position}: amount is not an integer value in minor units and a currency")
 
 
 def _keys(endpoint: Endpoint) -> list[bytes]:
@@ -124,18 +182,25 @@ class Adyen(Provider):
                 raise VerificationError(Reason.MISSING_SIGNATURE, f"item {position} has no hmacSignature")
             signed = signed_string(item)
             index = first_match(
-                keys, lambda k, s=signed: hmac_digest(bytes.fromhex(k), s), [b64decode(signature)]  # type: ignore[misc]
+                keys,
+                lambda k, s=signed: hmac_digest(bytes.fromhex(k), s),  # type: ignore[misc]
+                [b64decode(signature)],
             )
-            if not item.get("pspReference") or not item.get("eventCode"):
-                raise PayloadError(f"item {position} has no pspReference or eventCode")
+            check_shape(item, position)
             event_id = f"{item['pspReference']}:{item['eventCode']}:{_text(item.get('success'))}"
             payment = item.get("originalReference") or item["pspReference"]
             if item["eventCode"] in NOT_PAYMENTS:
                 payment = None
-            events.append(VerifiedEvent(
-                event_id, str(item["eventCode"]), index=position, secret_index=index,
-                object_id=_text(payment) or None, reference=_text(item.get("merchantReference")) or None,
-            ))
+            events.append(
+                VerifiedEvent(
+                    event_id,
+                    str(item["eventCode"]),
+                    index=position,
+                    secret_index=index,
+                    object_id=_text(payment) or None,
+                    reference=_text(item.get("merchantReference")) or None,
+                )
+            )
         return Verified(events, "adyen-hmac-item", ACCEPTED)
 
     def _check_basic_auth(self, request: Request, endpoint: Endpoint) -> None:
@@ -198,11 +263,24 @@ def _notification(event_type: str, data: dict[str, Any]) -> dict[str, Any]:
     amount = data.get("amount") if isinstance(data.get("amount"), dict) else {}
     value = amount.get("value") if isinstance(amount, dict) else None
     note: dict[str, Any] = {k: _text(data.get(k)) for k in NOTE_FIELDS}
-    note.update(eventCode=event_type, success=_text(data.get("success")),
-                value=value if isinstance(value, int) and not isinstance(value, bool) else 0,
-                currency=_text(amount.get("currency") if isinstance(amount, dict) else None))
+    note.update(
+        eventCode=event_type,
+        success=_text(data.get("success")),
+        value=_minor_units(value),
+        currency=_text(amount.get("currency") if isinstance(amount, dict) else None),
+    )
     note["id"] = f"{note['pspReference']}:{event_type}:{note['success']}"
     return note
+
+
+def _minor_units(value: Any) -> int:
+    """An amount's value: ``1000`` and ``"1000"`` sign alike, so both read alike (rows stored
+    before ``check_shape`` refused the string form may hold it); anything else is 0."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    if isinstance(value, str) and re.fullmatch(r"-?[0-9]{1,18}", value):
+        return int(value)
+    return 0
 
 
 def _notes(state: Any) -> list[dict[str, Any]]:
@@ -239,24 +317,40 @@ def fold(current: Any, *added: dict[str, Any]) -> dict[str, Any]:
     charged_back = total(CHARGEBACKS) - total(frozenset({"CHARGEBACK_REVERSED"}))
     codes = {n["eventCode"] for n in ok}
     status = (
-        "charged_back" if charged_back > 0 else
-        "refunded" if refunded and refunded >= max(captured, authorised) else
-        "partially_refunded" if refunded else
-        "cancelled" if codes & CANCELS else
-        "captured" if captured and captured >= authorised else
-        "partially_captured" if captured else
-        "authorised" if authorised else
-        "refused" if auth else "unknown"
+        "charged_back"
+        if charged_back > 0
+        else "refunded"
+        if refunded and refunded >= max(captured, authorised)
+        else "partially_refunded"
+        if refunded
+        else "cancelled"
+        if codes & CANCELS
+        else "captured"
+        if captured and captured >= authorised
+        else "partially_captured"
+        if captured
+        else "authorised"
+        if authorised
+        else "refused"
+        if auth
+        else "unknown"
     )
     latest = max(notes.values(), key=_rank)
     by_id = sorted(notes.values(), key=lambda n: n["id"])
     payment = (auth or {}).get("pspReference") or latest["originalReference"] or latest["pspReference"]
     reference = (auth or {}).get("merchantReference") or next((n["merchantReference"] for n in by_id), "")
     return {
-        "pspReference": payment, "merchantReference": reference, "status": status,
-        "currency": (auth or latest)["currency"], "authorised": authorised, "captured": captured,
-        "refunded": refunded, "chargedBack": charged_back,
-        "eventCode": latest["eventCode"], "success": latest["success"], "latest": latest["id"],
+        "pspReference": payment,
+        "merchantReference": reference,
+        "status": status,
+        "currency": (auth or latest)["currency"],
+        "authorised": authorised,
+        "captured": captured,
+        "refunded": refunded,
+        "chargedBack": charged_back,
+        "eventCode": latest["eventCode"],
+        "success": latest["success"],
+        "latest": latest["id"],
         "gap": auth is None and any(n["eventCode"] != "AUTHORISATION" for n in notes.values()),
         "applied": [n["id"] for n in by_id],
         "notifications": {n["id"]: n for n in by_id},

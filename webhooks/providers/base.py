@@ -194,10 +194,13 @@ def content_id(content: bytes) -> str:
 
 
 def parse_json(body: bytes) -> Any:
+    """The parsed body, or ``PayloadError`` (``malformed_payload``) for anything that is not JSON."""
     try:
         return json.loads(body)
     except (ValueError, UnicodeDecodeError) as exc:
         raise PayloadError("body is not JSON") from exc
+    except RecursionError as exc:  # ``[[[[…`` nested past the interpreter's recursion limit
+        raise PayloadError("body is nested too deeply") from exc
 
 
 def check_timestamp(raw: str, now: float, tolerance: int, *, both_ways: bool = True) -> int:
