@@ -42,3 +42,5 @@ class Reason(StrEnum):
     RATE_LIMITED = "rate_limited"
     REPLAYED_SIGNATURE = "replayed_signature"
     NOT_FOUND = "not_found"
+    TOO_MANY_SIGNATURES = "too_many_signatures"
+    TOO_MANY_PARAMETERS = "too_many_parameters"

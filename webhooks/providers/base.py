@@ -285,3 +285,17 @@ def first_match(
         if sum(len(c) == len(digest) and hmac.compare_digest(digest, c) for c in wanted):
             return index
     raise VerificationError(Reason.SIGNATURE_MISMATCH, "no configured secret matches")
+
+
+# Signature entries one header may carry. Rotation sends one per live secret (two, briefly three);
+# every entry beyond costs a comparison or an Ed25519/HMAC check, so a header over the cap is
+# refused before any crypto. standardwebhooks and svix set no cap of their own.
+MAX_SIGNATURES = 16
+
+
+def capped_split(value: str, sep: str | None, name: str, cap: int = MAX_SIGNATURES) -> list[str]:
+    """``value.split(sep)``, or ``too_many_signatures`` when it has more than ``cap`` entries."""
+    parts = value.split(sep, cap)  # at most cap + 1 parts: the flood is never split in full
+    if len(parts) > cap:
+        raise VerificationError(Reason.TOO_MANY_SIGNATURES, f"{name} has more than {cap} entries")
+    return parts

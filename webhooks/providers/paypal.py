@@ -8,7 +8,8 @@ URL, several webhooks; ``secret_index`` = the one matched). ``secrets`` are unus
 ``options["cert_file"]`` via ``pinned_reader``) or from ``cert_loader(url)``: both injected, so this
 module does no I/O; the real ones live in ``paypal_certs`` (PayPal hosts only, chain check, cache).
 Replay window: ``PAYPAL-TRANSMISSION-TIME`` (ISO 8601, signed) within ``tolerance_seconds`` of ``now``
-both ways, checked before any certificate is fetched; unparsable is ``malformed_signature``. The body
+both ways, checked before any certificate is fetched, as are the headers' shapes (a signature of
+128 to 1024 bytes, RSA-1024 to RSA-8192) and the certificate URL's; unparsable is ``malformed_signature``. The body
 is covered only by its CRC-32 (forgeable): the replay key is the transmission id, so one signature
 yields one event. Event id: the body's ``id`` (``WH-…``); type: ``event_type``. Object:
 ``resource_type``/``resource.id``, versioned by ``resource.update_time`` (or ``create_time``).
@@ -51,6 +52,7 @@ from webhooks.words import Reason
 
 Loader = Callable[[str], bytes]  # a URL (or a pinned file's path) -> PEM
 DEFAULT_CERT_URL = "https://api.sandbox.paypal.com/v1/notifications/certs/CERT-test"
+RSA_BYTES = (128, 1024)  # the signature is as long as the key's modulus
 
 
 def signed_string(transmission_id: str, time: str, webhook_id: str, body: bytes) -> bytes:
@@ -123,6 +125,8 @@ class PayPal(Provider):
         transmission_id = require(request, "PAYPAL-TRANSMISSION-ID")
         time = require(request, "PAYPAL-TRANSMISSION-TIME")
         signature = b64decode(require(request, "PAYPAL-TRANSMISSION-SIG"))
+        if not RSA_BYTES[0] <= len(signature) <= RSA_BYTES[1]:
+            raise VerificationError(Reason.MALFORMED_SIGNATURE, "PAYPAL-TRANSMISSION-SIG is not an RSA signature")
         cert_url = require(request, "PAYPAL-CERT-URL")
         if require(request, "PAYPAL-AUTH-ALGO").upper() != "SHA256WITHRSA":
             raise VerificationError(Reason.MALFORMED_SIGNATURE, "PAYPAL-AUTH-ALGO is not SHA256withRSA")

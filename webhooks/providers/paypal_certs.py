@@ -6,10 +6,13 @@ parses, that the leaf is valid now, names ``messageverificationcerts[.sandbox].p
 rule PayPal's own SDKs apply) and chains to a trusted root (the ``certifi`` bundle, or
 ``ca_file``). Good certificates are cached in memory by URL until they expire.
 Failures: PayPal unreachable or 5xx → ``UnavailableError`` (PayPal retries); anything else →
-``VerificationError("signature_mismatch")``. A failure is remembered per URL for ``failure_ttl``
-seconds (answered again without a fetch), and fetches are bounded to ``max_fetches`` per
-``per_seconds`` overall (beyond: ``UnavailableError``), so requests naming PayPal-looking URLs
-cannot make this process fetch on every request. ``fetch`` and ``clock`` are injectable for tests.
+``VerificationError("signature_mismatch")``.
+Budget, per distinct URL: a URL is fetched at most once per ``failure_ttl`` seconds (a failure is
+remembered and answered again without a fetch; concurrent requests for one uncached URL share one
+fetch), so junk naming a URL spends only that URL's fetch, never a genuine one's. Overall at most
+``max_fetches`` distinct URLs are fetched per ``per_seconds`` (beyond: ``UnavailableError``), so
+fetches to PayPal stay bounded: a genuine certificate waits only when more than ``max_fetches`` - 1
+distinct junk URLs reach this process within a minute. ``fetch`` and ``clock`` are injectable for tests.
 ``read_pinned(path)`` reads a pinned certificate file once, for offline set-ups.
 """
 
@@ -49,7 +52,7 @@ class CertLoader:
     def __init__(
         self, *, ca_file: str | None = None, timeout: float = 5.0, check_chain: bool = True,
         fetch: Callable[[str], bytes] | None = None, clock: Callable[[], float] = time.monotonic,
-        failure_ttl: float = 60.0, max_fetches: int = 5, per_seconds: float = 60.0,
+        failure_ttl: float = 60.0, max_fetches: int = 60, per_seconds: float = 60.0,
     ) -> None:
         self.ca_file, self.timeout, self.check_chain = ca_file, timeout, check_chain
         self.fetch, self.clock = fetch or self._fetch, clock
@@ -57,17 +60,24 @@ class CertLoader:
         self._cache: dict[str, tuple[bytes, float]] = {}
         self._failures: dict[str, tuple[Reason | None, str, float]] = {}  # url -> (reason, detail, until)
         self._fetches: deque[float] = deque()  # clock() of recent fetches
+        self._pending: dict[str, threading.Event] = {}  # url -> set when its one fetch is done
         self._lock = threading.Lock()
 
     def __call__(self, url: str) -> bytes:
         now = time.time()
-        with self._lock:
-            cached = self._cache.get(url)
-        if cached and cached[1] > now:
-            return cached[0]
         if not is_paypal_cert_url(url):
             raise VerificationError(Reason.URL_MISMATCH, "not a PayPal certificate URL")
-        self._admit(url)
+        while True:
+            with self._lock:
+                cached = self._cache.get(url)
+                if cached and cached[1] > now:
+                    return cached[0]
+                pending = self._pending.get(url)
+                if pending is None:
+                    self._admit(url)
+                    done = self._pending[url] = threading.Event()
+                    break
+            pending.wait(self.timeout)  # another request fetches this URL: share its outcome
         try:
             pem = self.fetch(url)
             expires = self.check(pem, datetime.fromtimestamp(now, UTC))
@@ -76,24 +86,30 @@ class CertLoader:
             with self._lock:
                 self._failures[url] = (reason, detail, self.clock() + self.failure_ttl)
             raise
-        with self._lock:
-            self._cache[url] = (pem, expires)
-        return pem
+        else:
+            with self._lock:
+                self._cache[url] = (pem, expires)
+            return pem
+        finally:
+            with self._lock:
+                del self._pending[url]
+            done.set()
 
     def _admit(self, url: str) -> None:
-        """Raise a remembered failure of ``url``, or when the fetch budget is spent; else count a fetch."""
-        with self._lock:
-            moment = self.clock()
-            for key in [k for k, (_, _, until) in self._failures.items() if until <= moment]:
-                del self._failures[key]
-            failed = self._failures.get(url)
-            if failed is None:
-                while self._fetches and self._fetches[0] <= moment - self.per_seconds:
-                    self._fetches.popleft()
-                if len(self._fetches) >= self.max_fetches:
-                    raise UnavailableError("PayPal certificate fetches are rate-limited; retry later")
-                self._fetches.append(moment)
-                return
+        """Raise a remembered failure of ``url``, or when the fetch budget is spent; else count a fetch.
+
+        Called with the lock held."""
+        moment = self.clock()
+        for key in [k for k, (_, _, until) in self._failures.items() if until <= moment]:
+            del self._failures[key]
+        failed = self._failures.get(url)
+        if failed is None:
+            while self._fetches and self._fetches[0] <= moment - self.per_seconds:
+                self._fetches.popleft()
+            if len(self._fetches) >= self.max_fetches:
+                raise UnavailableError("PayPal certificate fetches are rate-limited; retry later")
+            self._fetches.append(moment)
+            return
         reason, detail, _ = failed
         if reason is None:
             raise UnavailableError(f"{detail} (remembered failure)")

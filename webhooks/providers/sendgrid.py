@@ -4,8 +4,9 @@ Signed bytes: ``timestamp + body`` (the raw body, trailing ``\\r\\n`` included);
 SHA-256; the signature is base64 of a DER ``Ecdsa-Sig-Value``. Key: the verification key from
 Mail Settings, base64 DER SubjectPublicKeyInfo, one per entry of ``secrets`` (several = rotation).
 SendGrid documents no replay window: the timestamp is checked against ``tolerance_seconds`` only
-when ``options["check_timestamp"]`` is true. The body (with each ``sg_event_id``) is signed: no
-replay key.
+when ``options["check_timestamp"]`` is true (then before any ECDSA check); a signature longer than a
+P-256 DER signature (72 bytes) is ``malformed_signature`` before any key is tried. The body (with
+each ``sg_event_id``) is signed: no replay key.
 The body is a JSON array: one event per element, ``index`` = its position, id = ``sg_event_id``,
 type = ``event`` (``processed``, ``delivered``, ``open``…). Object: the message
 (``sg_message_id``), versioned by the event's ``timestamp`` in ms.
@@ -44,6 +45,7 @@ from webhooks.words import Reason
 SIGNATURE = "X-Twilio-Email-Event-Webhook-Signature"
 TIMESTAMP = "X-Twilio-Email-Event-Webhook-Timestamp"
 ECDSA = ec.ECDSA(hashes.SHA256())
+MAX_DER = 72  # SEQUENCE of two INTEGERs of at most 33 bytes each: a P-256 signature is never longer
 
 
 def public_key(secret: str) -> ec.EllipticCurvePublicKey:
@@ -69,15 +71,17 @@ class SendGrid(Provider):
 
     def verify(self, request: Request, endpoint: Endpoint, *, now: float) -> Verified:
         signature = b64decode(require(request, SIGNATURE))
+        if not 8 <= len(signature) <= MAX_DER:
+            raise VerificationError(Reason.MALFORMED_SIGNATURE, f"{SIGNATURE} is not a P-256 DER signature")
         timestamp = require(request, TIMESTAMP)
-        signed = timestamp.encode() + request.body
-        index = next((i for i, s in enumerate(endpoint.secrets) if self._valid(s, signature, signed)), None)
-        if index is None:
-            raise VerificationError(Reason.SIGNATURE_MISMATCH, "no configured public key verifies the signature")
         if endpoint.options.get("check_timestamp"):
             signed_at: int | None = check_timestamp(timestamp, now, endpoint.tolerance_seconds)
         else:
             signed_at = int(timestamp) if timestamp.isascii() and timestamp.isdigit() else None
+        signed = timestamp.encode() + request.body
+        index = next((i for i, s in enumerate(endpoint.secrets) if self._valid(s, signature, signed)), None)
+        if index is None:
+            raise VerificationError(Reason.SIGNATURE_MISMATCH, "no configured public key verifies the signature")
         events = parse_json(request.body)
         if not isinstance(events, list) or not events:
             raise PayloadError("body is not a non-empty JSON array")

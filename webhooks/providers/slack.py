@@ -62,9 +62,9 @@ class Slack(Provider):
         header = require(request, "X-Slack-Signature")
         timestamp = require(request, "X-Slack-Request-Timestamp")
         signature = prefixed_hex(header, "v0", "X-Slack-Signature")
+        ts = check_timestamp(timestamp, now, endpoint.tolerance_seconds)  # before the HMAC: cheapest first
         signed = f"v0:{timestamp}:".encode() + request.body
         index = first_match(endpoint.secrets, lambda s: hmac_digest(s.encode(), signed), [signature])
-        ts = check_timestamp(timestamp, now, endpoint.tolerance_seconds)
         if not _is_json(request.body):
             return Verified([self._form_event(request.body, index, ts)], "slack-v0")
         body = parse_json(request.body)

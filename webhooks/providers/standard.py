@@ -9,6 +9,8 @@ Entries without a comma, of an unknown version, not base64 or of the wrong lengt
 bytes, ``v1a``: 64) are skipped; if nothing usable is left the request fails. An HMAC is made only
 with a ``whsec_`` secret and a ``v1a`` checked only with a ``whpk_`` key (``secret_index`` keeps the
 position in ``secrets``); a secret that decodes to an empty key is refused at start-up.
+Cheapest checks first: the timestamp window and the id's length (255) are checked before any
+crypto, and a header of more than ``MAX_SIGNATURES`` (16) entries is ``too_many_signatures``.
 Replay window: ``tolerance_seconds`` both ways. The id is signed: no replay key.
 Event id: ``webhook-id`` (the same on every retry); type: the body's ``type`` (or ``event_type``).
 Docs: https://github.com/standard-webhooks/standard-webhooks/blob/main/spec/standard-webhooks.md
@@ -23,7 +25,7 @@ import hashlib
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
-from webhooks.errors import ConfigError, VerificationError
+from webhooks.errors import ConfigError, PayloadError, VerificationError
 from webhooks.providers.base import (
     DAY,
     Endpoint,
@@ -31,6 +33,7 @@ from webhooks.providers.base import (
     Request,
     Verified,
     VerifiedEvent,
+    capped_split,
     check_timestamp,
     first_match,
     hmac_digest,
@@ -42,6 +45,7 @@ from webhooks.words import Reason
 PUBLIC_PREFIX = "whpk_"
 SECRET_PREFIX = "whsec_"
 LENGTHS = {"v1": 32, "v1a": 64}  # HMAC-SHA256, Ed25519
+MAX_ID = 255  # what the events table keeps (the receiver refuses longer ids after verifying)
 
 
 def _b64(value: str) -> bytes:
@@ -57,11 +61,11 @@ def _public_key(secret: str) -> Ed25519PublicKey:
     return Ed25519PublicKey.from_public_bytes(_b64(secret.removeprefix(PUBLIC_PREFIX)))
 
 
-def _parse(header: str) -> tuple[list[bytes], list[bytes], int]:
+def _parse(header: str, name: str) -> tuple[list[bytes], list[bytes], int]:
     """(v1 signatures, v1a signatures, number of entries) from a signature header."""
     v1: list[bytes] = []
     v1a: list[bytes] = []
-    entries = header.split()
+    entries = capped_split(header, None, name)
     for entry in entries:
         version, sep, value = entry.partition(",")
         if not sep or version not in LENGTHS:
@@ -100,13 +104,16 @@ class Standard(Provider):
         header = require(request, f"{prefix}-signature")
         msg_id = require(request, f"{prefix}-id")
         timestamp = require(request, f"{prefix}-timestamp")
-        v1, v1a, entries = _parse(header)
+        # Refuse by the cheapest check first: a stale or far-future delivery costs no HMAC or Ed25519.
+        ts = check_timestamp(timestamp, now, endpoint.tolerance_seconds)
+        if len(msg_id) > MAX_ID:
+            raise PayloadError(f"{prefix}-id is longer than {MAX_ID} characters")
+        v1, v1a, entries = _parse(header, f"{prefix}-signature")
         if not v1 and not v1a:
             reason = Reason.MALFORMED_SIGNATURE if entries else Reason.MISSING_SIGNATURE
             raise VerificationError(reason, f"{prefix}-signature has no usable v1 or v1a entry")
         signed = f"{msg_id}.{timestamp}.".encode() + request.body
         index, scheme = self._match(endpoint.secrets, signed, v1, v1a)
-        ts = check_timestamp(timestamp, now, endpoint.tolerance_seconds)
         body = parse_json(request.body)
         event_type = "unknown"
         if isinstance(body, dict):

@@ -3,8 +3,9 @@
 Signed string: ``f"{t}.{body}"``; HMAC-SHA256 keyed with the whole ``whsec_…`` secret as UTF-8;
 hex. Only ``v1`` counts (``v0`` is a test-mode decoy); several ``v1`` appear during a secret roll.
 As stripe-python does, items without ``=`` and ``v1`` values that are not 32 bytes of hex are
-ignored when another ``v1`` matches; with no usable ``v1`` left the request fails. The timestamp
-and the id (in the body) are signed: no replay key.
+ignored when another ``v1`` matches; with no usable ``v1`` left the request fails. More than
+``MAX_SIGNATURES`` (16) items is ``too_many_signatures``; the timestamp window is checked before the
+HMAC. The timestamp and the id (in the body) are signed: no replay key.
 Event id: the body's ``id``. Classic events carry a ``data.object`` snapshot; thin (v2) events
 carry ``related_object`` and an ISO ``created``.
 Docs: https://docs.stripe.com/webhooks#verify-manually
@@ -27,6 +28,7 @@ from webhooks.providers.base import (
     Request,
     Verified,
     VerifiedEvent,
+    capped_split,
     check_timestamp,
     duration_seconds,
     first_match,
@@ -85,7 +87,7 @@ class Stripe(Provider):
     def verify(self, request: Request, endpoint: Endpoint, *, now: float) -> Verified:
         header = require(request, "Stripe-Signature")
         timestamp, signatures, unusable = None, [], 0
-        for item in header.split(","):
+        for item in capped_split(header, ",", "Stripe-Signature"):
             key, sep, value = item.strip().partition("=")
             if sep and key == "t":
                 timestamp = value
@@ -103,11 +105,11 @@ class Stripe(Provider):
         if not signatures:
             reason = Reason.MALFORMED_SIGNATURE if unusable else Reason.MISSING_SIGNATURE
             raise VerificationError(reason, "Stripe-Signature has no usable v1 signature")
+        ts = check_timestamp(timestamp, now, endpoint.tolerance_seconds)  # before the HMAC: cheapest first
         signed = timestamp.encode() + b"." + request.body
         index = first_match(
             endpoint.secrets, lambda s: hmac_digest(s.encode(), signed), signatures
         )
-        ts = check_timestamp(timestamp, now, endpoint.tolerance_seconds)
         event = parse_json(request.body)
         if not isinstance(event, dict) or not isinstance(event.get("id"), str) or not event["id"]:
             raise PayloadError("no event id")

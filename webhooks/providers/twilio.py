@@ -15,6 +15,9 @@ tried with and without its port (any port; none → the scheme's default added).
 ``request.url`` verifies, the configured ``public_url`` is wrong: ``url_mismatch``.
 Event id: ``I-Twilio-Idempotency-Token``, else ``sha256:<hex of url + "\\n" + body>``. Type:
 ``message.<MessageStatus|SmsStatus>``, ``call.<CallStatus>``, else ``request``.
+Cheapest checks first: the signature must be base64 of a digest of the algorithm's size (20 bytes
+SHA-1, 32 SHA-256) and a form of more than ``MAX_PARAMETERS`` (1000) parameters is
+``too_many_parameters``, both before the body is parsed or sorted.
 Neither the token nor the parameter boundaries are signed (``a=b1&c=d`` and ``a=b1cd`` sign alike):
 the replay key is a hash of the verified signature, so one signature yields one event.
 Docs: https://www.twilio.com/docs/usage/webhooks/webhooks-security
@@ -49,6 +52,8 @@ from webhooks.words import Reason
 SETTINGS = "X-Twilio-Webhooks-Signature-Settings"
 ALGORITHMS = {"HMAC_SHA1": "sha1", "HMAC_SHA256": "sha256"}
 DEFAULT_PORTS = {"https": 443, "http": 80}
+DIGEST_SIZES = {"sha1": 20, "sha256": 32}
+MAX_PARAMETERS = 1000  # Twilio's callbacks carry a few dozen; a flood would be parsed and sorted in full
 STATUS = (("MessageStatus", "message"), ("SmsStatus", "message"), ("CallStatus", "call"))
 
 
@@ -71,7 +76,18 @@ def parse_form(body: bytes) -> dict[str, list[str]]:
 
 
 def signed_string(url: str, params: dict[str, list[str]]) -> bytes:
-    return (url + "".join(n + v for n in sorted(params) for v in sorted(set(params[n])))).encode()
+    return url.encode() + signed_params(params)
+
+
+def signed_params(params: dict[str, list[str]]) -> bytes:
+    """The parameters' part of the signed string (sorted once, whatever the number of URLs tried)."""
+    return "".join(n + v for n in sorted(params) for v in sorted(set(params[n]))).encode()
+
+
+def count_parameters(body: bytes) -> None:
+    """Refuse a form of more than ``MAX_PARAMETERS`` parameters, counting separators only."""
+    if body.count(b"&") >= MAX_PARAMETERS:
+        raise VerificationError(Reason.TOO_MANY_PARAMETERS, f"form has more than {MAX_PARAMETERS} parameters")
 
 
 def port_variants(url: str) -> list[str]:
@@ -105,9 +121,9 @@ def _signed_url(request: Request, endpoint: Endpoint) -> str:
     return urlunsplit((p.scheme, p.netloc, p.path, query or p.query, ""))
 
 
-def _match(secrets: tuple[str, ...], url: str, params: dict[str, list[str]], alg: str, sig: bytes) -> int | None:
+def _match(secrets: tuple[str, ...], url: str, tail: bytes, alg: str, sig: bytes) -> int | None:
     for index, secret in enumerate(secrets):
-        digests = [hmac_digest(secret.encode(), signed_string(u, params), alg) for u in port_variants(url)]
+        digests = [hmac_digest(secret.encode(), u.encode() + tail, alg) for u in port_variants(url)]
         if sum(hmac.compare_digest(d, sig) for d in digests):
             return index
     return None
@@ -139,14 +155,19 @@ class Twilio(Provider):
     def verify(self, request: Request, endpoint: Endpoint, *, now: float) -> Verified:
         signature = b64decode(require(request, "X-Twilio-Signature"))
         alg = algorithm(request.header(SETTINGS))
+        if len(signature) != DIGEST_SIZES[alg]:  # before the body is touched: no MAC has another size
+            raise VerificationError(Reason.MALFORMED_SIGNATURE, f"X-Twilio-Signature is not a {alg} digest")
         url = _signed_url(request, endpoint)
         port_variants(url)  # refuses a URL that does not parse, before anything else splits it
         body_hash = parse_qs(urlsplit(url).query).get("bodySHA256")
+        if not body_hash:
+            count_parameters(request.body)
         params = {} if body_hash else parse_form(request.body)
-        index = _match(endpoint.secrets, url, params, alg, signature)
+        tail = signed_params(params)
+        index = _match(endpoint.secrets, url, tail, alg, signature)
         if index is None:
             elsewhere = request.url and url != request.url
-            if elsewhere and _match(endpoint.secrets, request.url, params, alg, signature) is not None:
+            if elsewhere and _match(endpoint.secrets, request.url, tail, alg, signature) is not None:
                 raise VerificationError(Reason.URL_MISMATCH, "request.url verifies but options.public_url does not")
             raise VerificationError(Reason.SIGNATURE_MISMATCH, "no configured secret matches")
         if body_hash and not hmac.compare_digest(hashlib.sha256(request.body).hexdigest(), body_hash[0].lower()):
