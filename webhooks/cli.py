@@ -196,7 +196,7 @@ def serve(host: str, port: int) -> None:
                 self.cfg.set(name, getattr(gunicorn_conf, name))
             self.cfg.set("bind", [f"{host}:{port}"])
             self.cfg.set("workers", 1)  # one process: the embedded queue is in its memory
-            self.cfg.set("worker_class", "gthread")
+            self.cfg.set("worker_class", gunicorn_conf.worker_class)
             self.cfg.set("threads", gunicorn_conf.threads)
             self.cfg.set("when_ready", ready)
 

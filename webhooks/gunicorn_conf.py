@@ -1,6 +1,7 @@
 """gunicorn settings for the ``web`` process (``gunicorn -c python:webhooks.gunicorn_conf``).
 
-Environment: ``PORT``, ``WEB_CONCURRENCY`` (processes), ``WEB_THREADS`` (threads per process).
+Environment: ``PORT``, ``WEB_CONCURRENCY`` (processes), ``WEB_THREADS`` (threads per process),
+``WEB_HEAD_TIMEOUT_SECONDS`` and ``WEB_BODY_TIMEOUT_SECONDS`` (a request's deadlines, see below).
 Before it binds, the master sets up logging and the metrics directory, and waits for the database
 schema to reach the head revision (the release step may still be running beside it).
 """
@@ -13,8 +14,14 @@ from typing import Any
 
 bind = f"0.0.0.0:{os.environ.get('PORT', '8000')}"
 workers = int(os.environ.get("WEB_CONCURRENCY", "2"))
-worker_class = "gthread"
-threads = int(os.environ.get("WEB_THREADS", "4"))
+# gthread whose reads stop at a deadline per request: a client dripping its head or body frees
+# its thread when the deadline passes (answered 408) instead of holding it for as long as it drips.
+worker_class = "webhooks.gunicorn_worker.DeadlineWorker"
+# Threads are what slow senders take up until their deadline: many, since an idle one costs little
+# memory and is only started when needed; the database pool is sized apart (webhooks.db), bounded.
+threads = int(os.environ.get("WEB_THREADS", "256"))
+head_timeout = float(os.environ.get("WEB_HEAD_TIMEOUT_SECONDS", "10"))  # from a thread taking it up
+body_timeout = float(os.environ.get("WEB_BODY_TIMEOUT_SECONDS", "20"))  # from the end of its head
 # Providers give up after ~10 s; a request that takes longer is stuck, not slow.
 timeout = 30
 graceful_timeout = 30  # SIGTERM: in-flight requests finish first

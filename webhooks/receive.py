@@ -83,7 +83,8 @@ def read_body(environ: dict[str, Any], limit: int, idle_timeout: float) -> bytes
 
     Reads in a loop: a WSGI stream may return short reads before the end of the body. Under
     gunicorn a client that stops sending for ``idle_timeout`` seconds gets a 408 instead of
-    holding a thread (a client that drips bytes needs a buffering proxy in front).
+    holding a thread, and so does one that drips bytes past the worker's body deadline
+    (``webhooks.gunicorn_worker``).
     """
     length = get_content_length(environ)
     if length is not None and length > limit:
@@ -96,8 +97,11 @@ def read_body(environ: dict[str, Any], limit: int, idle_timeout: float) -> bytes
     while size <= limit:
         try:
             chunk = stream.read(min(CHUNK, limit + 1 - size))
-        except TimeoutError as exc:  # socket.timeout is TimeoutError
-            raise VerificationError(Reason.REQUEST_TIMEOUT, f"no data for {idle_timeout} s", status=408) from exc
+        except TimeoutError as exc:  # socket.timeout is TimeoutError, and so is the worker's body deadline
+            idle = exc.args == ("timed out",)  # the socket's own: this read's idle timeout
+            raise VerificationError(
+                Reason.REQUEST_TIMEOUT, f"no data for {idle_timeout} s" if idle else str(exc), status=408
+            ) from exc
         if not chunk:
             break
         chunks.append(chunk)
