@@ -42,3 +42,5 @@ class Reason(StrEnum):
     RATE_LIMITED = "rate_limited"
     REPLAYED_SIGNATURE = "replayed_signature"
     NOT_FOUND = "not_found"
+    # The console's: a client that typed too many wrong admin passwords waits (429).
+    LOGIN_THROTTLED = "login_throttled"
