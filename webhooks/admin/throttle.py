@@ -3,9 +3,10 @@
 A token bucket per client (``client_key``: its address; an IPv6 address by its /64, which one host
 usually holds whole): each wrong password takes a token. With none left, every request from that
 client — even with the right password — is answered 429 with ``Retry-After`` until a token is
-back; the password is not even compared, so a throttled client learns nothing. Other clients are
-never affected. With ``REDIS_URL`` the buckets live in Redis (one Lua script, given this process's
-clock), shared by every web process of every instance; without it each process keeps its own. If
+back; the answer does not depend on the password, so a throttled client learns nothing. Other
+clients are never affected. With ``REDIS_URL`` the buckets live in Redis (one Lua script, given this
+process's clock), shared by every web process of every instance, and a process remembers a wait
+Redis gave it, so a throttled client's flood never reaches Redis; without it each process keeps its own. If
 Redis cannot answer, that is never a 5xx and never a lockout: this process's buckets decide
 (counted in ``webhooks_rate_limit_failures_total``, logged) and Redis is tried again after
 ``PAUSE`` seconds.
