@@ -51,6 +51,7 @@ class Settings:
     quarantine_rows: int = 1000
     quarantine_days: float = 7.0
     quarantine_bytes: int = 64 * 1024 * 1024  # bodies, URLs and headers kept, shared by endpoints
+    trusted_proxies: int = 0  # proxies in front that append the client to X-Forwarded-For
 
     @property
     def embedded_queue(self) -> bool:
@@ -236,6 +237,7 @@ def load(environ: Mapping[str, Any] | None = None) -> Settings:
         quarantine_rows=int(_number(env, "WEBHOOKS_QUARANTINE_ROWS", 1000)),
         quarantine_days=_number(env, "WEBHOOKS_QUARANTINE_DAYS", 7),
         quarantine_bytes=int(_number(env, "WEBHOOKS_QUARANTINE_BYTES", 64 * 1024 * 1024)),
+        trusted_proxies=int(_number(env, "WEBHOOKS_TRUSTED_PROXIES", 0)),
     )
 
 

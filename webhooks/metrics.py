@@ -56,6 +56,12 @@ RECOVERIES = Counter("webhooks_sweeper_recoveries", "Stranded events the sweeper
 RATE_LIMIT_FAILURES = Counter(
     "webhooks_rate_limit_failures", "Rate-limit checks Redis could not answer (the per-process bucket decided)"
 )
+ADMIN_AUTH_FAILURES = Counter(
+    "webhooks_admin_auth_failures",
+    "Console requests refused for their credentials: unauthorized (401, a wrong password counted), "
+    "throttled (429, the client is waiting out its wrong passwords)",
+    ["outcome"],
+)
 
 
 def process_exited(pid: int) -> None:
@@ -121,7 +127,7 @@ def exposition(rt: Runtime) -> tuple[bytes, str]:
         multiprocess.MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
     else:  # one process (tests, a bare `flask run`): its own metrics
         for collector in (DELIVERIES, REJECTIONS, ENQUEUE_FAILURES, ATTEMPTS, DURATION, RECOVERIES,
-                          RATE_LIMIT_FAILURES):
+                          RATE_LIMIT_FAILURES, ADMIN_AUTH_FAILURES):
             registry.register(collector)
     registry.register(ServiceCollector(rt))
     return generate_latest(registry), CONTENT_TYPE_LATEST

@@ -4,6 +4,9 @@ first, before the app or the jobs are imported: its log format and the metrics d
 Logs: ``WEBHOOKS_LOG_FORMAT=json|text`` (default: text on a terminal, JSON otherwise) at
 ``WEBHOOKS_LOG_LEVEL`` (default INFO). A log call's ``extra={"fields": {...}}`` become JSON keys, or
 ``key=value`` pairs in text. Tracebacks are logged at DEBUG only where a one-line message is enough.
+Whatever a sender put in a value (an event id, a header), one record is one line: every control
+character (C0, DEL, C1), line or paragraph separator, lone surrogate and bidirectional override is
+written escaped (``\\x9b``, ``\\u2028`` in text; ``\\u009b`` in JSON, which decodes to the same value).
 """
 
 from __future__ import annotations
@@ -11,13 +14,38 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import sys
 import tempfile
+import traceback
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 MULTIPROC = "PROMETHEUS_MULTIPROC_DIR"
+# What a terminal or a log pipeline could take for a line break, an escape sequence or a reordering
+# of the text (CSI is U+009B, NEL U+0085), or cannot encode at all (a lone surrogate).
+UNPRINTABLE = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
+
+# The chunks of a traceback whose line breaks are its own: headers, frames, chain separators.
+FRAMES = ("Traceback (most recent call last):", "  File ", "\nThe above exception", "\nDuring handling")
+
+
+def _text_escape(match: re.Match[str]) -> str:
+    char = match.group()
+    return {"\n": "\\n", "\r": "\\r", "\t": "\\t"}.get(char) or (
+        f"\\x{ord(char):02x}" if ord(char) < 0x100 else f"\\u{ord(char):04x}"
+    )
+
+
+def printable(text: str) -> str:
+    """``text`` on one line, its unprintable characters escaped as Python writes them (``\\x9b``)."""
+    return UNPRINTABLE.sub(_text_escape, text)
+
+
+def json_printable(text: str) -> str:
+    """Serialized JSON with the characters ``json.dumps`` leaves raw written as ``\\uXXXX``."""
+    return UNPRINTABLE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
 
 
 class JsonFormatter(logging.Formatter):
@@ -31,7 +59,8 @@ class JsonFormatter(logging.Formatter):
         data.update(getattr(record, "fields", {}))
         if record.exc_info:
             data["traceback"] = self.formatException(record.exc_info)
-        return json.dumps(data, default=str, ensure_ascii=False)
+        # Outside strings JSON is ASCII, so an escape written anywhere in the text lands in a string.
+        return json_printable(json.dumps(data, default=str, ensure_ascii=False))
 
 
 class TextFormatter(logging.Formatter):
@@ -39,13 +68,32 @@ class TextFormatter(logging.Formatter):
         super().__init__("%(asctime)s %(levelname)s %(name)s: %(message)s")
 
     def format(self, record: logging.LogRecord) -> str:
-        line = super().format(record)
+        record.message = record.getMessage()
+        record.asctime = self.formatTime(record, self.datefmt)
+        line = printable(self.formatMessage(record))
         fields = getattr(record, "fields", {})
-        if not fields:
-            return line
-        head, sep, rest = line.partition("\n")  # fields stay on the message's line, before a traceback
-        pairs = " ".join(f"{k}={json.dumps(v, default=str, ensure_ascii=False)}" for k, v in fields.items())
-        return f"{head} {pairs}{sep}{rest}"
+        if fields:  # on the message's line, before a traceback; each value stays JSON
+            line += " " + json_printable(
+                " ".join(f"{k}={json.dumps(v, default=str, ensure_ascii=False)}" for k, v in fields.items())
+            )
+        # Not record.exc_text: another handler may have cached the unescaped text there.
+        if record.exc_info:
+            line += "\n" + self.formatException(record.exc_info)
+        if record.stack_info:
+            line += "\n" + "\n".join(printable(part) for part in self.formatStack(record.stack_info).split("\n"))
+        return line
+
+    def formatException(self, ei: Any) -> str:
+        """The traceback on its usual lines; an exception's message (or note) stays on one line,
+        escaped, so a newline in it cannot start what looks like a record of its own."""
+        out = []
+        for chunk in traceback.TracebackException(*ei).format():
+            body = chunk.removesuffix("\n")
+            if chunk.startswith(FRAMES):
+                out.append("\n".join(printable(part) for part in body.split("\n")))
+            else:
+                out.append(printable(body))
+        return "\n".join(out)
 
 
 def configure_logging(level: str, fmt: str | None, stream: Any = None) -> None:

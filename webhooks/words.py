@@ -44,3 +44,5 @@ class Reason(StrEnum):
     NOT_FOUND = "not_found"
     TOO_MANY_SIGNATURES = "too_many_signatures"
     TOO_MANY_PARAMETERS = "too_many_parameters"
+    # The console's: a client that typed too many wrong admin passwords waits (429).
+    LOGIN_THROTTLED = "login_throttled"

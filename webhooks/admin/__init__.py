@@ -20,5 +20,12 @@ def blueprints() -> tuple[Blueprint, Blueprint]:
 
 
 def init_app(app: Flask) -> None:
+    from webhooks.admin.throttle import LoginThrottle
+    from webhooks.runtime import Runtime
+
     for bp in blueprints():
         app.register_blueprint(bp)
+    rt: Runtime = app.extensions["webhooks"]
+    # Service-wide on a real Redis; per process on the embedded default (its fakeredis is this process's).
+    connection = rt.queue.connection if rt.settings.redis_url else None
+    app.extensions["webhooks_login_throttle"] = LoginThrottle(connection)

@@ -22,6 +22,7 @@ from webhooks.words import Status
 bp = Blueprint("admin_api", __name__, url_prefix="/admin/api")
 bp.before_request(check_auth)
 errors.init(bp, errors.api_answer)
+errors.init_api(bp)
 
 
 @bp.before_request
@@ -33,6 +34,7 @@ def _json_posts_only() -> Response | tuple[Response, int] | None:
         return None
     if not csrf.same_origin():
         return _error("cross_site_request", 403)
+    request.max_content_length = runtime().settings.max_body_bytes  # a larger body: 413 as it is read
     if (request.content_length or request.headers.get("Transfer-Encoding")) and request.mimetype != "application/json":
         return _error("json_required", 415)
     return None

@@ -3,19 +3,23 @@
 A database or Redis that does not answer is a 503 with ``Retry-After`` naming what is down; any
 other unexpected error is a 500 that names nothing but is logged with its traceback. Neither
 ever shows a traceback or Werkzeug's debugger. HTTP errors raised on purpose (``abort(404)``)
-pass through unchanged.
+pass through unchanged on the pages; under ``/admin/api`` every HTTP error, the router's own
+404 and 405 included, is JSON ``{"error": "<reason>"}`` (``api_http_error``).
 """
 
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Callable
 
 import redis
-from flask import Blueprint, jsonify, render_template
+from flask import Blueprint, jsonify, render_template, request
 from sqlalchemy import exc as sa_exc
 from werkzeug.exceptions import HTTPException
 from werkzeug.wrappers import Response
+
+from webhooks.words import Reason
 
 log = logging.getLogger(__name__)
 RETRY_AFTER = "30"
@@ -52,6 +56,28 @@ def init(bp: Blueprint, answer: Callable[[str | None, int], Answer]) -> None:
             return answer(service, 503)
         log.exception("admin: unexpected error")
         return answer(None, 500)
+
+
+API = "/admin/api"
+# The receiver's words where it has one for the same refusal; otherwise Werkzeug's name of the
+# status, as a word (405: ``method_not_allowed``).
+HTTP_REASONS = {404: Reason.NOT_FOUND, 413: Reason.PAYLOAD_TOO_LARGE}
+
+
+def init_api(bp: Blueprint) -> None:
+    """JSON for every HTTP error under ``/admin/api``: a route's (``abort``, Werkzeug's 400 and
+    413) on the blueprint, and the router's (no such route, wrong method), which is raised before
+    any blueprint is chosen, on the app for that path prefix."""
+    bp.register_error_handler(HTTPException, api_http_error)
+    bp.app_errorhandler(HTTPException)(api_http_error)
+
+
+def api_http_error(exc: HTTPException) -> Answer | HTTPException:
+    if not (request.path == API or request.path.startswith(API + "/")) or exc.code is None or exc.code < 400:
+        return exc  # another app route's error, or a redirect: Flask's own answer
+    reason = HTTP_REASONS.get(exc.code) or re.sub(r"[^a-z0-9]+", "_", (exc.name or "error").lower()).strip("_")
+    headers = {k: v for k, v in exc.get_headers() if k.lower() != "content-type"}  # keeps 405's Allow
+    return jsonify(error=reason), exc.code, headers
 
 
 def api_answer(service: str | None, status: int) -> Answer:

@@ -78,14 +78,16 @@ def parse_time(value: str) -> datetime:
 
 
 def parse_id(value: str | None, reason: str = "bad_before") -> int | None:
-    """An optional row id (``before=``): ASCII digits, 1 to 2^63 − 1 (a BIGINT); else ``reason``.
+    """An optional row id (``before=``): ASCII digits, 0 to 2^63 − 1 (a BIGINT; 0: nothing is
+    older); else ``reason``. Empty is no bound, as on every paged route.
 
     ``str.isdigit`` is not enough: it accepts ``²`` and other digits ``int`` refuses."""
     if value is None or value == "":
         return None
-    if not (value.isascii() and value.isdigit()) or len(value) > 19 or not 0 < int(value) <= MAX_ID:
+    digits = value.lstrip("0") or "0"  # leading zeros say nothing; the length check bounds int()
+    if not (value.isascii() and value.isdigit()) or len(digits) > 19 or int(digits) > MAX_ID:
         raise FilterError(reason)
-    return int(value)
+    return int(digits)
 
 
 def parse_filters(args: Mapping[str, Any]) -> Filters:
@@ -139,15 +141,14 @@ def parse_limit(value: Any, default: int = 50) -> int:
 
 def rejections_query(args: Mapping[str, str], before: str | None) -> Select[Rejection]:
     """Rejections newest first, narrowed by the non-empty ``endpoint`` and ``reason`` arguments
-    and by ``before`` (older than that id; ``bad_before`` unless a plain number)."""
+    and by ``before`` (older than that id; read as ``parse_id`` reads every ``before``)."""
     query = select(Rejection).order_by(Rejection.id.desc())
     for name in ("endpoint", "reason"):
         if args.get(name):
             query = query.where(getattr(Rejection, name) == args[name])
-    if before is not None:
-        if not (before.isascii() and before.isdigit() and len(before) <= 18):
-            raise FilterError("bad_before")
-        query = query.where(Rejection.id < int(before))
+    before_id = parse_id(before)
+    if before_id is not None:
+        query = query.where(Rejection.id < before_id)
     return query
 
 

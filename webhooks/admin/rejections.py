@@ -9,7 +9,7 @@ from flask import Blueprint, jsonify, request
 from webhooks import quarantine
 from webhooks.admin.api import _error
 from webhooks.admin.auth import runtime
-from webhooks.admin.queries import iso, rejections_query
+from webhooks.admin.queries import iso, parse_limit, rejections_query
 from webhooks.errors import UnavailableError, VerificationError
 from webhooks.models import Rejection
 from webhooks.receive import accept
@@ -31,19 +31,12 @@ def summary(row: Rejection) -> dict[str, Any]:
     }
 
 
-def _bounded(name: str, default: int, top: int) -> int | None:
-    try:
-        return min(max(int(request.args.get(name, default)), 1), top)
-    except ValueError:
-        return None
-
-
 def list_rejections() -> Any:
     """Newest rejections (``before``: older than that id) and one page of counts, by endpoint
-    name (``counts_after``: the previous page's ``counts_next``)."""
-    limit, counts_limit = _bounded("limit", 50, 1000), _bounded("counts_limit", COUNTS_PAGE, 1000)
-    if limit is None or counts_limit is None:
-        return _error("bad_limit", 400)
+    name (``counts_after``: the previous page's ``counts_next``). Limits read as on every paged
+    route (``parse_limit``: empty is the default, out of range is clamped)."""
+    limit = parse_limit(request.args.get("limit"))
+    counts_limit = parse_limit(request.args.get("counts_limit"), COUNTS_PAGE)
     query = rejections_query(request.args, request.args.get("before"))
     with runtime().sessions() as session:
         rows = session.scalars(query.limit(limit)).all()
