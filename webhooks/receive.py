@@ -30,6 +30,9 @@ log = logging.getLogger(__name__)
 bp = Blueprint("receive", __name__)
 CHUNK = 64 * 1024
 KEY_WIDTH = 255  # events.event_id and event_type
+# Refusals no re-verify can ever turn into a delivery: the quarantine keeps their headers, not
+# their body (a 1 MB junk form would cost its write, twenty times a genuine delivery's CPU).
+BODY_NOT_KEPT = frozenset({Reason.PAYLOAD_TOO_LARGE, Reason.TOO_MANY_SIGNATURES, Reason.TOO_MANY_PARAMETERS})
 RECEIVED = b'{"received":true}\n'  # what jsonify(received=True) writes, without its cost per request
 
 
@@ -261,7 +264,7 @@ def handle(rt: Runtime, limits: RateLimits, endpoint_name: str, environ: dict[st
         delivery = deliver(rt, endpoint_name, headers, body, url, now=time.time())
     except VerificationError as exc:
         _account(label, started, "rejected", reason=exc.reason)
-        kept = b"" if exc.reason == Reason.PAYLOAD_TOO_LARGE else body
+        kept = b"" if exc.reason in BODY_NOT_KEPT else body
         quarantine.record(rt, endpoint_name, exc, headers, kept, url)
         return _json(exc.status, {"error": exc.reason})
     except UnavailableError:

@@ -198,6 +198,9 @@ def test_the_receiver_answers_the_caps_with_their_reasons(hostile_app: Flask) ->
     )
     assert (answer.status_code, answer.get_json()) == (400, {"error": "too_many_parameters"})
     assert rows(hostile_app, "SELECT count(*) FROM events")[0][0] == 0
+    # Both are quarantined for the operator to see, without the junk body no re-verify could pass.
+    assert rows(hostile_app, "SELECT reason, length(body) FROM rejections ORDER BY id") == [
+        ("too_many_signatures", 0), ("too_many_parameters", 0)]
 
 
 # -- finding 8: junk PayPal certificate URLs never make a genuine delivery fail ---------------------
