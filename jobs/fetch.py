@@ -95,8 +95,9 @@ def paypal_event(endpoint: Endpoint, delivered: Any) -> Any:
     return copy
 
 
-def _paypal_get(endpoint: Endpoint, base: str, url: str, timeout: float = 10) -> tuple[int, Any]:
+def _paypal_get(endpoint: Endpoint, base: str, url: str) -> tuple[int, Any]:
     throttle(endpoint)
+    timeout = endpoint.outbound_timeout  # each call: WEBHOOKS_OUTBOUND_TIMEOUT_SECONDS
     token = _paypal_token(endpoint, base, timeout)
     try:
         answer = outbound.call(url, headers={"Authorization": f"Bearer {token}"}, timeout=timeout)

@@ -22,15 +22,23 @@ payments: ``fold``) merges under the object lock, so the fold sees every earlier
 
 Each database has its path: ``jobs.postgres`` (three round trips on one connection) and
 ``jobs.sqlite`` (the handlers outside SQLite's write lock).
+
+A job stuck past its timeout in a call nothing can interrupt (the embedded worker's thread) is
+given up by the watchdog (``webhooks.embedded``) through ``abandon``: on SQLite its attempt is
+recorded as timed out under its token and its processing lock released; whatever the thread does
+when its call returns at last is a superseded claim's, which changes nothing.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import sys
+import threading
 import time
 import traceback
 from collections.abc import Iterator
+from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from rq import get_current_job
@@ -51,15 +59,67 @@ def _fail(rt: runtime.Runtime, endpoint: str, event_id: str, attempt: int, last_
     """Record the error on the row (if the claim is still ours) and in the attempt history."""
     error = storable_text(f"{exc.__class__.__name__}: {exc}")[:2000]
     trace = storable_text(traceback.format_exc()[-TRACEBACK_LIMIT:])
+    _mark_failed(rt, endpoint, event_id, attempt, last_try, error, trace)
+    attempts.record(rt, endpoint, event_id, attempt, started_at, "error", error, trace)
+
+
+def _mark_failed(rt: runtime.Runtime, endpoint: str, event_id: str, attempt: int, last_try: bool,
+                 error: str, trace: str) -> bool:
+    """The row → queued (failed after the last try) with the error, if the claim is still ours."""
     with rt.sessions.begin() as session:
-        session.execute(
+        marked = session.execute(
             update(Event)
             .where(Event.endpoint == endpoint, Event.event_id == event_id,
                    Event.status == Status.PROCESSING, Event.attempts == attempt)
             .values(status=Status.FAILED if last_try else Status.QUEUED, status_at=datetime.now(UTC),
                     last_error=error, last_traceback=trace)
-        )
-    attempts.record(rt, endpoint, event_id, attempt, started_at, "error", error, trace)
+            .returning(Event.attempts)
+        ).first()
+    return marked is not None
+
+
+@dataclass
+class _Claim:
+    """A running job's claim, by thread: what ``abandon`` needs to settle it for the thread."""
+
+    endpoint: str
+    event_id: str
+    attempt: int  # the token
+    last_try: bool
+    started_at: datetime
+    clock: float
+    label: str
+    abandoned: bool = False
+
+
+_RUNNING: dict[int, _Claim] = {}  # thread ident → the claim its job holds
+
+
+def abandon(rt: runtime.Runtime, thread: int, timeout: float) -> bool:
+    """Give up on the job ``thread`` runs, stuck past its ``timeout`` (seconds); True when its
+    attempt was recorded here as timed out (the caller then fails the RQ job: its retry policy).
+
+    SQLite: the attempt is recorded under the claim's token (so a late finish of the thread finds
+    the claim superseded) and the thread's processing lock is released. PostgreSQL: the stuck
+    transaction holds the row, so nothing is recorded: the thread settles the row when its call
+    returns (the sweeper, if it never does)."""
+    claim = _RUNNING.get(thread)
+    recorded = False
+    if claim is not None and rt.engine.dialect.name != "postgresql":
+        claim.abandoned = True  # before the mark: its own failure path must record nothing
+        error = (f"JobTimeoutException: Task exceeded maximum timeout value ({timeout:g} seconds), blocked"
+                 " in a call that cannot be interrupted; its thread was abandoned")
+        frame = sys._current_frames().get(thread)
+        stack = "".join(traceback.format_stack(frame)) if frame is not None else ""
+        trace = storable_text(("Stack of the abandoned thread:\n" + stack)[-TRACEBACK_LIMIT:])
+        recorded = _mark_failed(rt, claim.endpoint, claim.event_id, claim.attempt, claim.last_try, error, trace)
+        if recorded:
+            attempts.record(rt, claim.endpoint, claim.event_id, claim.attempt, claim.started_at, "error",
+                            error, trace)
+            outcome = Status.FAILED if claim.last_try else "error"
+            _measure(claim.label, outcome, claim.clock, claim.event_id, claim.attempt, TimeoutError(error))
+    rt.release_processing(thread)
+    return recorded
 
 
 @contextlib.contextmanager
@@ -89,6 +149,8 @@ def process_event(endpoint: str, event_id: str) -> str:
         if claimed is None:
             return "skipped"
         attempt = claimed.attempts
+        thread = threading.get_ident()
+        claim = _RUNNING[thread] = _Claim(endpoint, event_id, attempt, last_try, started_at, clock, label)
         try:
             # After the claim: a handler module that cannot be imported is a recorded, counted
             # attempt (and in the end a failed event), never a job that retries unseen forever.
@@ -102,14 +164,20 @@ def process_event(endpoint: str, event_id: str) -> str:
             else:
                 status = sqlite.process(rt, claimed, started_at)
         except fetch.MismatchError as exc:
+            if claim.abandoned:
+                return "skipped"  # the watchdog recorded this attempt (``abandon``)
             # Not the provider's event: no handler ran, and no retry can change that.
             _fail(rt, endpoint, event_id, attempt, True, started_at, exc)
             _measure(label, Status.FAILED, clock, event_id, attempt, exc)
             return Status.FAILED
         except Exception as exc:
+            if claim.abandoned:
+                raise  # the watchdog recorded this attempt (``abandon``)
             _fail(rt, endpoint, event_id, attempt, last_try, started_at, exc)
             _measure(label, Status.FAILED if last_try else "error", clock, event_id, attempt, exc)
             raise
+        finally:
+            del _RUNNING[thread]
     if status != "skipped":
         _measure(label, status, clock, event_id, attempt)
     return status

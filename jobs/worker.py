@@ -6,6 +6,7 @@ The worker owns its runtime and puts it in scope around each job (``runtime.curr
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import logging
 import signal
@@ -20,7 +21,8 @@ from rq.exceptions import StopRequested
 
 from webhooks import config, reconcile
 from webhooks.config import Settings
-from webhooks.jobs import handlers, pgwire
+from webhooks.embedded import EmbeddedWorker
+from webhooks.jobs import handlers, pgwire, process
 from webhooks.queue import ScopedWorker, Ticker
 from webhooks.runtime import Runtime
 
@@ -99,8 +101,12 @@ def tick(rt: Runtime) -> Callable[[], None]:
 
 def start_embedded(rt: Runtime) -> None:
     """Work ``rt``'s queue on threads of this process (the embedded queue: no Redis server), unless
-    they run already."""
-    rt.queue.start_embedded(rt.scope, tick(rt))
+    they run already. A job stuck past its timeout is given up (``process.abandon``)."""
+
+    def build() -> EmbeddedWorker:
+        return EmbeddedWorker(rt.queue, rt.scope, tick(rt), functools.partial(process.abandon, rt))
+
+    rt.queue.start_embedded(build)
 
 
 def _alias_old_job_path() -> None:

@@ -13,7 +13,7 @@ import difflib
 import os
 import tomllib
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +52,7 @@ class Settings:
     quarantine_days: float = 7.0
     quarantine_bytes: int = 64 * 1024 * 1024  # bodies, URLs and headers kept, shared by endpoints
     trusted_proxies: int = 0  # proxies in front that append the client to X-Forwarded-For
+    outbound_timeout: float = 10.0  # seconds any call out (provider APIs, `webhooks send`) may wait
 
     @property
     def embedded_queue(self) -> bool:
@@ -216,6 +217,10 @@ def load(environ: Mapping[str, Any] | None = None) -> Settings:
     endpoints = {name: _endpoint(name, raw, env) for name, raw in _raw_endpoints(env).items()}
     handlers = tuple(m.strip() for m in (env.get("WEBHOOKS_HANDLERS") or "").split(",") if m.strip())
     attempts = int(_number(env, "WEBHOOKS_MAX_ATTEMPTS", 5))
+    outbound = _number(env, "WEBHOOKS_OUTBOUND_TIMEOUT_SECONDS", 10)
+    if not outbound:  # 0 would make every call out fail at once, not wait forever
+        raise ConfigError("WEBHOOKS_OUTBOUND_TIMEOUT_SECONDS must be more than 0")
+    endpoints = {name: replace(endpoint, outbound_timeout=outbound) for name, endpoint in endpoints.items()}
     if attempts < 1:
         raise ConfigError("WEBHOOKS_MAX_ATTEMPTS must be at least 1")
     return Settings(
@@ -238,6 +243,7 @@ def load(environ: Mapping[str, Any] | None = None) -> Settings:
         quarantine_days=_number(env, "WEBHOOKS_QUARANTINE_DAYS", 7),
         quarantine_bytes=int(_number(env, "WEBHOOKS_QUARANTINE_BYTES", 64 * 1024 * 1024)),
         trusted_proxies=int(_number(env, "WEBHOOKS_TRUSTED_PROXIES", 0)),
+        outbound_timeout=outbound,
     )
 
 

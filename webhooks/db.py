@@ -152,23 +152,31 @@ def storable_key(value: str, width: int) -> str:
 
 class FileLock:
     """One exclusive lock for every thread and process using a SQLite file: ``flock`` on a file
-    beside it (the OS drops it when its holder dies). Polled, so a job timeout can interrupt a wait."""
+    beside it (the OS drops it when its holder dies). Polled, so a job timeout can interrupt a wait.
+    ``abandon`` takes it back from a thread stuck while holding it (a thread cannot be killed)."""
 
     def __init__(self, path: str | None) -> None:
         self.path = path
         self._local = threading.Lock()  # no file (an in-memory database): one process only
+        self._holders: dict[int, int | threading.Lock] = {}  # thread → its fd (or the lock it took)
+        self._guard = threading.Lock()  # an fd is closed under it: ``abandon`` never unlocks a reused one
 
     @contextmanager
     def hold(self, timeout: float | None = None) -> Iterator[bool]:
         """Yield True while held, or False when ``timeout`` seconds passed first."""
         deadline = None if timeout is None else time.monotonic() + timeout
+        thread = threading.get_ident()
         if self.path is None:
-            got = self._local.acquire(timeout=-1 if timeout is None else timeout)
+            local = self._local  # ``abandon`` may replace it: release the one taken
+            got = local.acquire(timeout=-1 if timeout is None else timeout)
             try:
+                if got:
+                    self._holders[thread] = local
                 yield got
             finally:
                 if got:
-                    self._local.release()
+                    self._drop(thread, local)
+                    local.release()
             return
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
         try:  # each open is its own file description, so threads of one process exclude each other
@@ -181,9 +189,29 @@ class FileLock:
                         yield False
                         return
                     time.sleep(0.01)
+            self._holders[thread] = fd
             yield True
         finally:
-            os.close(fd)  # releases the flock
+            with self._guard:
+                self._drop(thread, fd)
+                os.close(fd)  # releases the flock
+
+    def _drop(self, thread: int, held: int | threading.Lock) -> None:
+        if self._holders.get(thread) == held:
+            del self._holders[thread]
+
+    def abandon(self, thread: int) -> bool:
+        """Release the lock ``thread`` holds; False if it holds none. The thread goes on unlocked:
+        what it does next must be made harmless otherwise (a job's claim token)."""
+        with self._guard:
+            held = self._holders.pop(thread, None)
+            if held is None:
+                return False
+            if isinstance(held, int):
+                fcntl.flock(held, fcntl.LOCK_UN)  # its fd stays open: the holder closes it
+            else:
+                self._local = threading.Lock()  # the holder releases the old one, which nobody waits on
+            return True
 
 
 def sqlite_lock(engine: Engine, suffix: str) -> FileLock | None:

@@ -16,7 +16,7 @@ import zlib
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from enum import Enum
-from typing import Any
+from typing import Any, Protocol
 
 import redis
 from rq import Queue, Retry, SimpleWorker
@@ -24,7 +24,6 @@ from rq.exceptions import NoSuchJobError
 from rq.job import Job, JobStatus
 from rq.scheduler import RQScheduler
 from rq.scripts import _build_hset_args
-from rq.timeouts import TimerDeathPenalty
 from rq.utils import get_call_string, now, utcformat
 
 from webhooks.config import Settings, sentinels
@@ -133,7 +132,7 @@ class JobQueue:
         self.queue = Queue(settings.queue_name, connection=self.connection)
         self._enqueue_script = self.connection.register_script(ENQUEUE_MANY)
         self._shaped: tuple[int, str, tuple[str, ...]] | None = None
-        self.embedded: EmbeddedWorker | None = None
+        self.embedded: Embedded | None = None
         self._start_lock = threading.Lock()
 
     def enqueue(self, endpoint: str, event_id: str) -> None:
@@ -233,15 +232,19 @@ class JobQueue:
         self.enqueue(endpoint, event_id)
         return True
 
-    def start_embedded(self, scope: Scope, on_tick: Callable[[], Any] | None = None) -> None:
-        """Run a worker thread (and the scheduler/sweeper ticker) inside this process.
-
-        ``scope`` wraps each job the worker performs (it makes the owning runtime current there).
-        """
+    def start_embedded(self, build: Callable[[], Embedded]) -> None:
+        """Start the in-process worker ``build`` makes (``webhooks.embedded``: a worker thread, the
+        scheduler/sweeper ticker, a watchdog), unless one runs already."""
         with self._start_lock:  # two first requests at once must not start two workers
             if self.embedded is None:
-                self.embedded = EmbeddedWorker(self, scope, on_tick)
+                self.embedded = build()
                 self.embedded.start()
+
+
+class Embedded(Protocol):
+    """What ``start_embedded`` starts (``webhooks.embedded.EmbeddedWorker``)."""
+
+    def start(self) -> None: ...
 
 
 class ScopedWorker(SimpleWorker):
@@ -253,19 +256,6 @@ class ScopedWorker(SimpleWorker):
     def perform_job(self, job: Job, queue: Queue) -> bool:
         with self.scope():
             return super().perform_job(job, queue)
-
-
-class ThreadWorker(ScopedWorker):
-    """A ``ScopedWorker`` usable off the main thread: no signals, a timer for timeouts."""
-
-    death_penalty_class = TimerDeathPenalty
-
-    def __init__(self, queue: JobQueue, scope: Scope) -> None:
-        super().__init__([queue.queue], connection=queue.connection)
-        self.scope = scope
-
-    def _install_signal_handlers(self) -> None:
-        pass
 
 
 class Ticker:
@@ -298,15 +288,3 @@ class Ticker:
                 log.debug("ticker: tick failed", exc_info=True)
             self.stopped.wait(1)
             elapsed += 1
-
-
-class EmbeddedWorker:
-    """A ``ThreadWorker`` and a ``Ticker`` on daemon threads, for ``webhooks serve`` and tests."""
-
-    def __init__(self, queue: JobQueue, scope: Scope, on_tick: Callable[[], Any] | None) -> None:
-        self.worker = ThreadWorker(queue, scope)
-        self.ticker = Ticker(queue, on_tick, queue.settings.sweep_interval)
-
-    def start(self) -> None:
-        for name, target in (("webhooks-worker", self.worker.work), ("webhooks-ticker", self.ticker.run)):
-            threading.Thread(target=target, name=name, daemon=True).start()

@@ -55,6 +55,11 @@ class Runtime:
         with self._processing_lock.hold(timeout) as held:
             yield held
 
+    def release_processing(self, thread: int) -> bool:
+        """Take the processing lock back from ``thread`` (a job stuck past its timeout: see
+        ``jobs.process.abandon``); False if it holds none (or there is no such lock)."""
+        return self._processing_lock is not None and self._processing_lock.abandon(thread)
+
     @contextlib.contextmanager
     def scope(self) -> Iterator[Runtime]:
         """Make this the current runtime inside the block (a worker: around each job it performs)."""

@@ -37,7 +37,7 @@ def send(endpoint: str, payload_file: Path, url: str | None, secret_index: int, 
         name, _, value = line.partition(":")
         headers[name.strip()] = value.strip()
     try:
-        answer = outbound.call(target, method="POST", data=body, headers=headers, timeout=30)
+        answer = outbound.call(target, method="POST", data=body, headers=headers, timeout=settings.outbound_timeout)
     except outbound.Unreachable as exc:
         raise click.ClickException(f"could not reach {exc}") from exc
     click.echo(f"{answer.status} {answer.body.decode('utf-8', errors='replace')}")

@@ -36,6 +36,7 @@ class Endpoint:
     basic_auth: str | None = None
     options: Mapping[str, Any] = field(default_factory=dict)
     rate_limit: float | None = None  # requests a second per web process; None: unlimited
+    outbound_timeout: float = 10.0  # seconds a call to its API may wait (WEBHOOKS_OUTBOUND_TIMEOUT_SECONDS)
 
 
 @dataclass(frozen=True)

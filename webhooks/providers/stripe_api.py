@@ -2,7 +2,9 @@
 
 I/O lives here, not in ``stripe.py`` (which stays sans-I/O). An endpoint's ``api_key`` (write it
 ``"env:STRIPE_API_KEY"``) authenticates; ``api_base`` (default https://api.stripe.com) points the
-SDK at another server (the tests' fake). Calls are rate-limited per endpoint and process
+SDK at another server (the tests' fake). Each call waits at most the endpoint's
+``outbound_timeout`` (``WEBHOOKS_OUTBOUND_TIMEOUT_SECONDS``) to connect and for each read, not the
+SDK's 80 s: one slow API must not hold a worker for minutes. Calls are rate-limited per endpoint and process
 (``API_RATE``, under Stripe's 25/s test-mode limit) by waiting, never by failing. Callers must
 not hold a database lock while they call.
 Docs: https://docs.stripe.com/api/events/list, https://docs.stripe.com/rate-limits
@@ -41,7 +43,9 @@ def client(endpoint: Endpoint) -> stripe.StripeClient:
         raise ApiError(f"endpoint {endpoint.name!r} has no api_key")
     base = str(endpoint.options.get("api_base") or STRIPE_API).rstrip("/")
     # No SDK retries: RQ retries the attempt with backoff and records each error on the row.
-    return stripe.StripeClient(str(key), base_addresses={"api": base}, max_network_retries=0)
+    # requests' client, named: the SDK's urllib fallback has no timeout at all.
+    http = stripe.RequestsClient(timeout=endpoint.outbound_timeout)
+    return stripe.StripeClient(str(key), base_addresses={"api": base}, max_network_retries=0, http_client=http)
 
 
 def throttle(endpoint: Endpoint) -> None:
