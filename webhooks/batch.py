@@ -173,13 +173,15 @@ class GroupCommit:
 
 
 def enqueue(rt: Runtime, events: list[tuple[str, str]]) -> None:
-    """Queue the jobs of stored events in one Redis round trip; if Redis refuses, the rows go back
-    to ``received`` for the sweeper (they are committed: their deliveries are answered 2xx anyway)."""
-    if not events:
-        return
+    """Queue the jobs of stored events in one Redis round trip (``CHUNK_ROWS`` jobs a call: a
+    big batch's script arguments stay small); if Redis refuses, the rows not queued go back to
+    ``received`` for the sweeper (they are committed: their deliveries are answered 2xx anyway)."""
+    start = 0
     try:
-        rt.queue.enqueue_many(events)
+        for start in range(0, len(events), CHUNK_ROWS):
+            rt.queue.enqueue_many(events[start:start + CHUNK_ROWS])
     except redis.RedisError as exc:
+        events = events[start:]
         log.warning("enqueue failed, left for the sweeper: %s", exc.__class__.__name__)
         for endpoint, _ in events:
             metrics.ENQUEUE_FAILURES.labels(endpoint).inc()
