@@ -92,7 +92,7 @@ def events(count: int, n: int, env: dict[str, str], work: Path, profile: Path | 
     from webhooks import create_app
     from webhooks.models import Event
     from webhooks.queue import job_id
-    from webhooks.receive import event_rows
+    from webhooks.rows import event_rows
 
     connection = redis.Redis.from_url(REDIS)
     connection.flushdb()

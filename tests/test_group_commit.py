@@ -25,7 +25,8 @@ from tests.conftest import base_config, make_app, rows, runtime, stripe_event, s
 from webhooks import batch
 from webhooks.providers.base import Request
 from webhooks.queue import job_id
-from webhooks.receive import event_rows, verify
+from webhooks.receive import verify
+from webhooks.rows import event_rows
 
 
 @pytest.fixture

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import time
@@ -18,18 +17,16 @@ from werkzeug.datastructures import EnvironHeaders
 from werkzeug.http import HTTP_STATUS_CODES
 from werkzeug.wsgi import get_content_length, get_host, get_input_stream
 
-from webhooks import batch, metrics, providers, quarantine
-from webhooks.db import is_storable, redact, storable_text
+from webhooks import batch, metrics, providers, quarantine, rows
 from webhooks.errors import PayloadError, UnavailableError, VerificationError
-from webhooks.providers.base import Endpoint, Request, Verified, VerifiedEvent, encode_item
+from webhooks.providers.base import Endpoint, Request, Verified
 from webhooks.ratelimit import RateLimits
 from webhooks.runtime import Runtime
-from webhooks.words import Reason, Status
+from webhooks.words import Reason
 
 log = logging.getLogger(__name__)
 bp = Blueprint("receive", __name__)
 CHUNK = 64 * 1024
-KEY_WIDTH = 255  # events.event_id and event_type
 # Refusals no re-verify can ever turn into a delivery: the quarantine keeps their headers, not
 # their body (a 1 MB junk form would cost its write, twenty times a genuine delivery's CPU).
 BODY_NOT_KEPT = frozenset({Reason.PAYLOAD_TOO_LARGE, Reason.TOO_MANY_SIGNATURES, Reason.TOO_MANY_PARAMETERS})
@@ -53,33 +50,6 @@ def raw_url(environ: dict[str, Any]) -> str:
     target = target.encode("latin-1", "replace").decode("utf-8", "replace")
     return f"{environ['wsgi.url_scheme']}://{get_host(environ)}{target}"
 
-
-def storable(value: str) -> bool:
-    """Fits a key column on every database."""
-    return len(value) <= KEY_WIDTH and is_storable(value)
-
-
-def check_storable(verified: Verified) -> None:
-    """Refuse, before anything is stored, an id or type that one of the databases cannot key on.
-
-    SQLite would take them and PostgreSQL would not (a 503 or 500 loop): both answer 400
-    ``malformed_payload`` instead, and the request is quarantined for an operator to see.
-    """
-    for event in verified.events:
-        for name, value in (("event id", event.event_id), ("event type", event.event_type)):
-            if not storable(value):
-                raise PayloadError(f"{name} is longer than {KEY_WIDTH} characters or holds NUL or a lone surrogate")
-
-
-def stored_headers(endpoint: Endpoint, verified: Verified, headers: dict[str, str]) -> dict[str, str]:
-    """Headers fit to keep on the event: credentials redacted, and for schemes that sign no id or
-    timestamp the signature too (a stored signature is a replayable one; its verdict is kept).
-    NUL and lone surrogates (a WSGI server may pass them) become U+FFFD: PostgreSQL refuses them."""
-    kept = {storable_text(k): storable_text(v) for k, v in redact(headers).items()}
-    if verified.replay_key is None:
-        return kept
-    names = {n.lower() for n in providers.get(endpoint.kind).signature_headers(endpoint)}
-    return {k: ("[verified signature]" if k.lower() in names else v) for k, v in kept.items()}
 
 def read_body(environ: dict[str, Any], limit: int, idle_timeout: float) -> bytes:
     """Read at most ``limit`` + 1 bytes; more is a 413 (checked while reading: chunked bodies too).
@@ -142,73 +112,6 @@ class Delivery:
         return "stored" if self.new else "duplicate"
 
 
-def body_row(
-    endpoint: Endpoint, verified: Verified, body: bytes, headers: dict[str, str], now: datetime
-) -> dict[str, object] | None:
-    """The ``bodies`` row of a delivery whose events are items of its body (kept once for all of
-    them), or None when the body is its one event's own."""
-    if not any(e.index is not None for e in verified.events):
-        return None
-    return {"endpoint": endpoint.name, "digest": hashlib.sha256(body).hexdigest(), "body": body,
-            "headers": headers, "received_at": now}
-
-
-def event_rows(
-    endpoint: Endpoint, verified: Verified, body: bytes, headers: dict[str, str], now: datetime,
-    digest: str | None = None,
-) -> list[dict[str, object]]:
-    """The ``events`` rows of one verified delivery, status ``queued``. With ``digest`` (the body
-    is kept in ``bodies``), each batch item's row holds the item's own JSON and no headers."""
-    provider = providers.get(endpoint.kind)
-    data = provider.event_data(body, None) if digest is not None else None  # parsed once for every item
-
-    def own(e: VerifiedEvent) -> bytes:
-        return body if data is None or e.index is None else encode_item(provider.item(data, e.index))
-
-    return [
-        {
-            "endpoint": endpoint.name,
-            "event_id": e.event_id,
-            "kind": endpoint.kind,
-            "event_type": e.event_type,
-            "status": Status.QUEUED,
-            "attempts": 0,
-            "received_at": now,
-            "status_at": now,
-            "payload": own(e),
-            "item_index": e.index,
-            "headers": headers if digest is None else {},
-            "body_digest": digest,
-            "scheme": verified.scheme,
-            "secret_index": e.secret_index,
-            "signed_at": e.signed_at,
-            # Search keys only: the column width must never turn a genuine event into a 503.
-            "object_id": _search_key(e.object_id),
-            "reference": _search_key(e.reference),
-            # One signature per request: only single-event schemes carry a replay key.
-            "replay_key": verified.replay_key,
-        }
-        for e in verified.events
-    ]
-
-
-def pending(
-    endpoint: Endpoint, verified: Verified, body: bytes, headers: dict[str, str], now: datetime
-) -> batch.Pending:
-    """One verified delivery's rows, ready for the group commit."""
-    kept = body_row(endpoint, verified, body, headers, now)
-    rows = event_rows(endpoint, verified, body, headers, now, None if kept is None else str(kept["digest"]))
-    return batch.Pending(endpoint, verified, rows, kept)
-
-
-def _search_key(value: str | None) -> str | None:
-    """A search column's value: clipped to its width, dropped when no database could store it."""
-    if value is None:
-        return None
-    value = value[:KEY_WIDTH]
-    return value if storable(value) else None
-
-
 def accept(rt: Runtime, name: str, headers: dict[str, str], body: bytes, url: str, *, now: float) -> Verified:
     """Verify, store and enqueue one delivery; raises ``VerificationError`` or ``UnavailableError``."""
     return deliver(rt, name, headers, body, url, now=now).verified
@@ -221,11 +124,12 @@ def deliver(rt: Runtime, name: str, headers: dict[str, str], body: bytes, url: s
         raise VerificationError(Reason.UNKNOWN_ENDPOINT, status=404)
     req = Request({k.lower(): v for k, v in headers.items()}, body, url)
     verified = verify(endpoint, req, now)
-    check_storable(verified)
+    rows.check_storable(verified)
     new: list[str] = []
     replayed = False
     if verified.events:
-        item = pending(endpoint, verified, body, stored_headers(endpoint, verified, headers), datetime.now(UTC))
+        item = rows.pending(endpoint, verified, body, rows.stored_headers(endpoint, verified, headers),
+                            datetime.now(UTC))
         try:
             # Shares one INSERT, COMMIT and Redis round trip with concurrent deliveries.
             done = batch.committer(rt).store(item)

@@ -69,7 +69,7 @@ def _verified(event: dict[str, Any]) -> Verified | None:
 def reconcile(rt: Runtime, name: str, since: int, *, undelivered: bool = False,
               progress: Callable[[dict[str, Any]], None] | None = None) -> Summary:
     """Store and enqueue every event of ``name`` created since ``since`` (unix s) that is missing."""
-    from webhooks import batch, receive  # the receiver's own store and enqueue: "as if delivered"
+    from webhooks import batch, rows  # the receiver's own store and enqueue: "as if delivered"
 
     endpoint = endpoint_of(rt, name)
     summary = Summary()
@@ -79,8 +79,8 @@ def reconcile(rt: Runtime, name: str, since: int, *, undelivered: bool = False,
             continue
         summary.seen += 1
         body = json.dumps(event, separators=(",", ":")).encode()
-        receive.check_storable(verified)
-        new = batch.committer(rt).store(receive.pending(endpoint, verified, body, {}, datetime.now(UTC))).new
+        rows.check_storable(verified)
+        new = batch.committer(rt).store(rows.pending(endpoint, verified, body, {}, datetime.now(UTC))).new
         summary.added += len(new)
         summary.stored += 1 - len(new)
         if progress is not None:
