@@ -17,7 +17,7 @@ from werkzeug.datastructures import EnvironHeaders
 from werkzeug.http import HTTP_STATUS_CODES
 from werkzeug.wsgi import get_content_length, get_host, get_input_stream
 
-from webhooks import batch, metrics, providers, quarantine, rows
+from webhooks import batch, clients, metrics, providers, quarantine, rows
 from webhooks.errors import PayloadError, UnavailableError, VerificationError
 from webhooks.providers.base import Endpoint, Request, Verified
 from webhooks.ratelimit import RateLimits
@@ -117,12 +117,14 @@ def accept(rt: Runtime, name: str, headers: dict[str, str], body: bytes, url: st
     return deliver(rt, name, headers, body, url, now=now).verified
 
 
-def deliver(rt: Runtime, name: str, headers: dict[str, str], body: bytes, url: str, *, now: float) -> Delivery:
+def deliver(
+    rt: Runtime, name: str, headers: dict[str, str], body: bytes, url: str, *, now: float, sender: str = ""
+) -> Delivery:
     """``accept``, telling what became of the delivery."""
     endpoint = rt.settings.endpoints.get(name)
     if endpoint is None:
         raise VerificationError(Reason.UNKNOWN_ENDPOINT, status=404)
-    req = Request({k.lower(): v for k, v in headers.items()}, body, url)
+    req = Request({k.lower(): v for k, v in headers.items()}, body, url, sender=sender)
     verified = verify(endpoint, req, now)
     rows.check_storable(verified)
     new: list[str] = []
@@ -165,7 +167,9 @@ def handle(rt: Runtime, limits: RateLimits, endpoint_name: str, environ: dict[st
     body = b""
     try:
         body = read_body(environ, rt.settings.max_body_bytes, rt.settings.read_timeout)
-        delivery = deliver(rt, endpoint_name, headers, body, url, now=time.time())
+        forwarded = environ.get("HTTP_X_FORWARDED_FOR")
+        who = clients.sender(environ.get("REMOTE_ADDR"), [forwarded] if forwarded else [], rt.settings.trusted_proxies)
+        delivery = deliver(rt, endpoint_name, headers, body, url, now=time.time(), sender=who)
     except VerificationError as exc:
         _account(label, started, "rejected", reason=exc.reason)
         kept = b"" if exc.reason in BODY_NOT_KEPT else body

@@ -15,7 +15,8 @@ import logging
 from flask import abort, current_app, jsonify, render_template, request
 from werkzeug.wrappers import Response
 
-from webhooks.admin.throttle import LoginThrottle, client_key
+from webhooks.admin.throttle import LoginThrottle
+from webhooks.clients import sender
 from webhooks.metrics import ADMIN_AUTH_FAILURES
 from webhooks.quarantine import basic_credentials
 from webhooks.runtime import Runtime
@@ -33,13 +34,7 @@ def runtime() -> Runtime:
 
 def client() -> str:
     """The address the throttle counts this request under."""
-    address = request.remote_addr
-    hops = runtime().settings.trusted_proxies
-    if hops:
-        forwarded = [a.strip() for a in ",".join(request.headers.getlist("X-Forwarded-For")).split(",")]
-        if len(forwarded) >= hops and forwarded[-hops]:
-            address = forwarded[-hops]
-    return client_key(address)
+    return sender(request.remote_addr, request.headers.getlist("X-Forwarded-For"), runtime().settings.trusted_proxies)
 
 
 def check_auth() -> Response | None:

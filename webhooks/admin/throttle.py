@@ -1,7 +1,7 @@
 """Wrong admin passwords, throttled per client: ``FREE`` tries, then one every ``REFILL`` seconds.
 
-A token bucket per client (``client_key``: its address; an IPv6 address by its /64, which one host
-usually holds whole): each wrong password takes a token. With none left, every request from that
+A token bucket per client (``clients.client_key``: its address; an IPv6 address by its /64, which
+one host usually holds whole): each wrong password takes a token. With none left, every request from that
 client — even with the right password — is answered 429 with ``Retry-After`` until a token is
 back; the answer does not depend on the password, so a throttled client learns nothing. Other
 clients are never affected. With ``REDIS_URL`` the buckets live in Redis (one Lua script, given this
@@ -14,7 +14,6 @@ Redis cannot answer, that is never a 5xx and never a lockout: this process's buc
 
 from __future__ import annotations
 
-import ipaddress
 import logging
 import math
 import threading
@@ -48,19 +47,6 @@ redis.call("PEXPIRE", KEYS[1], math.ceil((capacity - tokens) * per * 1000) + 100
 if tokens < 1 then return "last" end
 return "0"
 """
-
-
-def client_key(address: str | None) -> str:
-    """Who a request comes from, as the throttle counts it."""
-    try:
-        ip = ipaddress.ip_address(address or "")
-    except ValueError:  # a Unix socket, or an address no server would set
-        return (address or "unknown")[:100]
-    if isinstance(ip, ipaddress.IPv6Address):
-        if ip.ipv4_mapped is not None:
-            return str(ip.ipv4_mapped)
-        return str(ipaddress.IPv6Network(f"{ip}/64", strict=False))
-    return str(ip)
 
 
 class LoginThrottle:

@@ -41,12 +41,14 @@ class Endpoint:
 
 @dataclass(frozen=True)
 class Request:
-    """What a provider needs of an HTTP request: lower-cased headers, the raw body, the URL."""
+    """What a provider needs of an HTTP request: lower-cased headers, the raw body, the URL, and
+    who sent it (``clients.sender``, for per-sender budgets; empty when unknown: a re-verify)."""
 
     headers: Mapping[str, str]
     body: bytes
     url: str = ""
     method: str = "POST"
+    sender: str = ""
 
     def header(self, name: str) -> str | None:
         return self.headers.get(name.lower())

@@ -106,7 +106,7 @@ class PayPal(Provider):
         except ValueError as exc:
             raise ConfigError(f"endpoint {endpoint.name!r}: options.certificate is not a PEM certificate") from exc
 
-    def _certificate(self, endpoint: Endpoint, url: str) -> x509.Certificate:
+    def _certificate(self, endpoint: Endpoint, url: str, sender: str = "") -> x509.Certificate:
         # Imported late: the defaults do I/O, which this module must not do at import or by itself.
         from webhooks.providers import paypal_certs
 
@@ -114,8 +114,10 @@ class PayPal(Provider):
             pem = str(endpoint.options["certificate"]).encode()
         elif endpoint.options.get("cert_file"):
             pem = (self.pinned_reader or paypal_certs.read_pinned)(str(endpoint.options["cert_file"]))
-        else:
-            pem = (self.cert_loader or paypal_certs.default_loader)(url)
+        elif self.cert_loader is not None:
+            pem = self.cert_loader(url)
+        else:  # the shared loader also budgets its fetches per sender
+            pem = paypal_certs.default_loader(url, sender)
         try:
             return x509.load_pem_x509_certificates(pem)[0]
         except ValueError as exc:
@@ -133,7 +135,7 @@ class PayPal(Provider):
         if not is_paypal_cert_url(cert_url):
             raise VerificationError(Reason.URL_MISMATCH, "PAYPAL-CERT-URL is not a PayPal certificate URL")
         signed_at = transmission_time(time, now, endpoint.tolerance_seconds)
-        cert = self._certificate(endpoint, cert_url)
+        cert = self._certificate(endpoint, cert_url, request.sender)
         moment = datetime.fromtimestamp(now, UTC)
         if not cert.not_valid_before_utc <= moment <= cert.not_valid_after_utc:
             raise VerificationError(Reason.SIGNATURE_MISMATCH, "certificate is not valid now")

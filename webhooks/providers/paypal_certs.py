@@ -9,10 +9,13 @@ Failures: PayPal unreachable or 5xx → ``UnavailableError`` (PayPal retries); a
 ``VerificationError("signature_mismatch")``.
 Budget, per distinct URL: a URL is fetched at most once per ``failure_ttl`` seconds (a failure is
 remembered and answered again without a fetch; concurrent requests for one uncached URL share one
-fetch), so junk naming a URL spends only that URL's fetch, never a genuine one's. Overall at most
-``max_fetches`` distinct URLs are fetched per ``per_seconds`` (beyond: ``UnavailableError``), so
-fetches to PayPal stay bounded: a genuine certificate waits only when more than ``max_fetches`` - 1
-distinct junk URLs reach this process within a minute. ``fetch`` and ``clock`` are injectable for tests.
+fetch), so junk naming a URL spends only that URL's fetch, never a genuine one's. A sender (its
+address, ``clients.sender``) gets at most ``per_sender`` fetches of new URLs per ``per_seconds``,
+and overall at most ``max_fetches`` distinct URLs are fetched per ``per_seconds`` (beyond either:
+``UnavailableError``, a 503 PayPal retries), so fetches to PayPal stay bounded and junk from one
+sender never spends PayPal's own: a genuine certificate waits only when more than
+``max_fetches`` / ``per_sender`` senders send junk URLs within a minute. ``fetch`` and ``clock``
+are injectable for tests.
 ``read_pinned(path)`` reads a pinned certificate file once, for offline set-ups.
 """
 
@@ -39,6 +42,7 @@ from webhooks.words import Reason
 
 SUBJECTS = ("messageverificationcerts.paypal.com", "messageverificationcerts.sandbox.paypal.com")
 MAX_BYTES = 64 * 1024
+MAX_SENDERS = 10_000  # senders whose recent fetches are remembered (the least recent forgotten first)
 END = b"-----END CERTIFICATE-----"
 
 
@@ -52,18 +56,20 @@ class CertLoader:
     def __init__(
         self, *, ca_file: str | None = None, timeout: float = 5.0, check_chain: bool = True,
         fetch: Callable[[str], bytes] | None = None, clock: Callable[[], float] = time.monotonic,
-        failure_ttl: float = 60.0, max_fetches: int = 60, per_seconds: float = 60.0,
+        failure_ttl: float = 60.0, max_fetches: int = 60, per_seconds: float = 60.0, per_sender: int = 5,
     ) -> None:
         self.ca_file, self.timeout, self.check_chain = ca_file, timeout, check_chain
         self.fetch, self.clock = fetch or self._fetch, clock
         self.failure_ttl, self.max_fetches, self.per_seconds = failure_ttl, max_fetches, per_seconds
         self._cache: dict[str, tuple[bytes, float]] = {}
         self._failures: dict[str, tuple[Reason | None, str, float]] = {}  # url -> (reason, detail, until)
+        self.per_sender = per_sender
         self._fetches: deque[float] = deque()  # clock() of recent fetches
+        self._by_sender: dict[str, deque[float]] = {}  # sender -> clock() of its recent fetches, oldest sender first
         self._pending: dict[str, threading.Event] = {}  # url -> set when its one fetch is done
         self._lock = threading.Lock()
 
-    def __call__(self, url: str) -> bytes:
+    def __call__(self, url: str, sender: str = "") -> bytes:
         now = time.time()
         if not is_paypal_cert_url(url):
             raise VerificationError(Reason.URL_MISMATCH, "not a PayPal certificate URL")
@@ -74,7 +80,7 @@ class CertLoader:
                     return cached[0]
                 pending = self._pending.get(url)
                 if pending is None:
-                    self._admit(url)
+                    self._admit(url, sender)
                     done = self._pending[url] = threading.Event()
                     break
             pending.wait(self.timeout)  # another request fetches this URL: share its outcome
@@ -95,20 +101,25 @@ class CertLoader:
                 del self._pending[url]
             done.set()
 
-    def _admit(self, url: str) -> None:
-        """Raise a remembered failure of ``url``, or when the fetch budget is spent; else count a fetch.
-
-        Called with the lock held."""
+    def _admit(self, url: str, sender: str) -> None:
+        """Raise a remembered failure of ``url``, or when the sender's or the overall fetch budget
+        is spent; else count a fetch. Called with the lock held."""
         moment = self.clock()
         for key in [k for k, (_, _, until) in self._failures.items() if until <= moment]:
             del self._failures[key]
         failed = self._failures.get(url)
         if failed is None:
-            while self._fetches and self._fetches[0] <= moment - self.per_seconds:
-                self._fetches.popleft()
-            if len(self._fetches) >= self.max_fetches:
+            mine = self._by_sender.pop(sender, None) or deque()
+            self._by_sender[sender] = mine  # the most recent sender last
+            while len(self._by_sender) > MAX_SENDERS:
+                del self._by_sender[next(iter(self._by_sender))]
+            for recent in (self._fetches, mine):
+                while recent and recent[0] <= moment - self.per_seconds:
+                    recent.popleft()
+            if len(mine) >= self.per_sender or len(self._fetches) >= self.max_fetches:
                 raise UnavailableError("PayPal certificate fetches are rate-limited; retry later")
             self._fetches.append(moment)
+            mine.append(moment)
             return
         reason, detail, _ = failed
         if reason is None:
