@@ -262,22 +262,22 @@ def test_junk_certificate_urls_never_make_a_genuine_delivery_fail(
     body = b'{"id":"WH-hostile-1","event_type":"PAYMENT.CAPTURE.COMPLETED"}'
     answers = []
     # Fresh times, PayPal hosts, RSA-sized junk signatures: each new URL would cost a fetch. From
-    # 11 addresses, 7 new URLs each: more than the overall budget of 60 fetches a minute.
-    for n in range(77):
+    # 11 addresses, 12 new URLs each: more than the overall budget of 120 fetches a minute.
+    for n in range(132):
         _, headers = providers.get("paypal").sign(endpoint, body, now=time.time())
         headers |= {"PAYPAL-CERT-URL": f"{CERTS}CERT-junk-{n}", "PAYPAL-TRANSMISSION-SIG": "A" * 344}
         for _ in range(2):  # a repeated junk URL is answered from memory
             answer = client.post("/webhooks/paypal", data=body, headers=headers,
                                  environ_overrides={"REMOTE_ADDR": f"203.0.113.{n % 11}"})
             answers.append((answer.status_code, answer.get_json()["error"]))
-    assert answers.count((400, "signature_mismatch")) == 2 * 55  # 5 fetches a sender, each answered twice
+    assert answers.count((400, "signature_mismatch")) == 2 * 110  # 10 fetches a sender, each answered twice
     assert answers.count((503, "unavailable")) == 2 * 22  # the rest: rate-limited, never fetched
-    assert len(hits) == 55
+    assert len(hits) == 110
     # PayPal's own address has its budget, and the overall one has room left: the genuine passes.
     _, headers = providers.get("paypal").sign(endpoint, body, now=time.time())
     answer = client.post("/webhooks/paypal", data=body, headers=headers, environ_overrides={"REMOTE_ADDR": "173.0.80.1"})
     assert answer.status_code == 200, answer.get_data()
-    assert len(hits) == 56 and hits[-1].endswith("/CERT-genuine")
+    assert len(hits) == 111 and hits[-1].endswith("/CERT-genuine")
     assert rows(app, "SELECT event_id FROM events") == [("WH-hostile-1",)]
 
 
