@@ -170,17 +170,17 @@ def test_a_signature_of_the_wrong_size_is_refused_before_parsing(form_parses: li
 # -- the same refusals through the receiver ---------------------------------------------------------
 
 
-@pytest.fixture
-def hostile_app(sqlite_url: str) -> Flask:
-    return make_app(
-        base_config(
-            sqlite_url,
-            ENDPOINTS={
-                "standard": {"provider": "standard", "secrets": [PUBLIC]},
-                "twilio": {"provider": "twilio", "secrets": ["12345"], "public_url": "https://example.com/hook"},
-            },
-        )
-    )
+@pytest.fixture(params=["sqlite", "postgres"])
+def hostile_app(request: pytest.FixtureRequest) -> Flask:
+    """The caps' endpoints on the embedded default and on PostgreSQL + Redis."""
+    endpoints = {
+        "standard": {"provider": "standard", "secrets": [PUBLIC]},
+        "twilio": {"provider": "twilio", "secrets": ["12345"], "public_url": "https://example.com/hook"},
+    }
+    if request.param == "sqlite":
+        return make_app(base_config(request.getfixturevalue("sqlite_url"), ENDPOINTS=endpoints))
+    return make_app(base_config(request.getfixturevalue("pg_url"), REDIS_URL=request.getfixturevalue("redis_url"),
+                                ENDPOINTS=endpoints))
 
 
 def test_the_receiver_answers_the_caps_with_their_reasons(hostile_app: Flask) -> None:
