@@ -190,6 +190,13 @@ def enqueue(rt: Runtime, events: list[tuple[str, str]]) -> None:
             log.warning("could not mark events received; the sweeper finds them queued")
 
 
+def known_body(rt: Runtime, endpoint: str, digest: str) -> bool:
+    """Whether a multi-event delivery with this body is kept already (a replayed capture)."""
+    with rt.engine.connect() as conn:
+        found = conn.execute(select(Body.digest).where(Body.endpoint == endpoint, Body.digest == digest)).first()
+    return found is not None
+
+
 def _bodies(batch: list[Pending], created: set[tuple[str, str]]) -> list[dict[str, object]]:
     """The ``bodies`` rows of the deliveries that stored an event (a replayed batch stores none)."""
     return [item.body for item in batch if item.body is not None

@@ -130,16 +130,17 @@ def deliver(
     new: list[str] = []
     replayed = False
     if verified.events:
-        item = rows.pending(endpoint, verified, body, rows.stored_headers(endpoint, verified, headers),
-                            datetime.now(UTC))
         try:
-            # Shares one INSERT, COMMIT and Redis round trip with concurrent deliveries.
-            done = batch.committer(rt).store(item)
+            item = rows.pending(endpoint, verified, body, rows.stored_headers(endpoint, verified, headers),
+                                datetime.now(UTC), known=lambda name, digest: batch.known_body(rt, name, digest))
+            if item is not None:
+                # Shares one INSERT, COMMIT and Redis round trip with concurrent deliveries.
+                done = batch.committer(rt).store(item)
+                new, replayed = done.new, done.replayed
         except SQLAlchemyError as exc:
             # Down, failing over, pool exhausted: nothing was acknowledged, the provider retries.
             log.warning("store failed, answering 503: %s", exc.__class__.__name__)
             raise UnavailableError("database unavailable") from exc
-        new, replayed = done.new, done.replayed
     return Delivery(verified, new, replayed)
 
 

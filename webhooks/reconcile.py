@@ -80,7 +80,8 @@ def reconcile(rt: Runtime, name: str, since: int, *, undelivered: bool = False,
         summary.seen += 1
         body = json.dumps(event, separators=(",", ":")).encode()
         rows.check_storable(verified)
-        new = batch.committer(rt).store(rows.pending(endpoint, verified, body, {}, datetime.now(UTC))).new
+        item = rows.pending(endpoint, verified, body, {}, datetime.now(UTC))
+        new = batch.committer(rt).store(item).new if item is not None else []
         summary.added += len(new)
         summary.stored += 1 - len(new)
         if progress is not None:

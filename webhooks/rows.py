@@ -4,6 +4,7 @@ whose events are items of its body, its ``bodies`` row (the body and headers, ke
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 from datetime import datetime
 
 from webhooks import batch, providers
@@ -46,9 +47,10 @@ def stored_headers(endpoint: Endpoint, verified: Verified, headers: dict[str, st
 def body_row(
     endpoint: Endpoint, verified: Verified, body: bytes, headers: dict[str, str], now: datetime
 ) -> dict[str, object] | None:
-    """The ``bodies`` row of a delivery whose events are items of its body (kept once for all of
-    them), or None when the body is its one event's own."""
-    if not any(e.index is not None for e in verified.events):
+    """The ``bodies`` row of a delivery that carries several events, items of its body (kept once
+    for all of them), or None when the body is its one event's own (a batch of one item stays
+    whole in its event's row: its ``item_index`` finds the item, as before)."""
+    if len(verified.events) < 2 or all(e.index is None for e in verified.events):
         return None
     return {"endpoint": endpoint.name, "digest": hashlib.sha256(body).hexdigest(), "body": body,
             "headers": headers, "received_at": now}
@@ -94,10 +96,16 @@ def event_rows(
 
 
 def pending(
-    endpoint: Endpoint, verified: Verified, body: bytes, headers: dict[str, str], now: datetime
-) -> batch.Pending:
-    """One verified delivery's rows, ready for the group commit."""
+    endpoint: Endpoint, verified: Verified, body: bytes, headers: dict[str, str], now: datetime,
+    known: Callable[[str, str], bool] | None = None,
+) -> batch.Pending | None:
+    """One verified delivery's rows, ready for the group commit; None for a batch whose body
+    ``known(endpoint, digest)`` says is kept already: its events were stored with it, in one
+    transaction, and each is stored still or purged and tombstoned, so it is a duplicate, and its
+    thousands of rows are neither built nor sent."""
     kept = body_row(endpoint, verified, body, headers, now)
+    if kept is not None and known is not None and known(endpoint.name, str(kept["digest"])):
+        return None
     rows = event_rows(endpoint, verified, body, headers, now, None if kept is None else str(kept["digest"]))
     return batch.Pending(endpoint, verified, rows, kept)
 

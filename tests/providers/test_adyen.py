@@ -166,7 +166,7 @@ def test_right_basic_auth_is_accepted_and_redacted(auth_app: Flask) -> None:
         "/webhooks/adyen", data=adyen_body(adyen_item()), headers=basic("adyen-user:s3cret")
     )
     assert response.data == b"[accepted]"
-    ((headers,),) = rows(auth_app, "SELECT headers FROM bodies")
+    ((headers,),) = rows(auth_app, "SELECT headers FROM events")
     assert "s3cret" not in str(headers) and "[redacted]" in str(headers)
 
 
@@ -211,7 +211,7 @@ def test_a_resplit_signed_string_never_yields_another_event(any_app: Flask) -> N
     response = client.post("/webhooks/adyen", data=adyen_body(genuine), content_type="application/json")
     assert (response.status_code, response.data) == (200, b"[accepted]")
     ((event_id, payload),) = rows(any_app, "SELECT event_id, payload FROM events")
-    stored = json.loads(bytes(payload))  # the event's own item (its batch's body is kept in ``bodies``)
+    stored = json.loads(bytes(payload))["notificationItems"][0]["NotificationRequestItem"]  # a batch of one
     assert (event_id, stored["merchantAccountCode"], stored["merchantReference"]) == (
         "PSPX:AUTHORISATION:true",
         "TestMerchant",
