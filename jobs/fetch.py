@@ -33,7 +33,8 @@ from webhooks.providers.stripe_api import ApiError, retrieve, throttle
 
 PAYPAL_API = "https://api-m.paypal.com"
 COMPARED = ("id", "event_type", "resource_type", "resource")
-_tokens: dict[tuple[str, str], tuple[str, float]] = {}  # (endpoint, client id) → (token, expiry)
+# (endpoint, client id, API base) → (token, expiry): a token of one API (sandbox, live) is never sent to another
+_tokens: dict[tuple[str, str, str], tuple[str, float]] = {}
 _versions = {"last": 0}
 _lock = threading.Lock()
 
@@ -106,7 +107,7 @@ def _paypal_get(endpoint: Endpoint, base: str, url: str) -> tuple[int, Any]:
     if answer.status == 404:
         return 404, None
     if answer.status == 401:  # revoked or expired early: the next attempt asks for a new token
-        _tokens.pop((endpoint.name, str(endpoint.options["client_id"])), None)
+        _tokens.pop(_token_key(endpoint, base), None)
     if answer.status >= 300:
         raise FetchError(f"PayPal {url} answered {answer.status}")
     try:
@@ -115,9 +116,13 @@ def _paypal_get(endpoint: Endpoint, base: str, url: str) -> tuple[int, Any]:
         raise FetchError(f"PayPal {url}: not JSON") from None
 
 
+def _token_key(endpoint: Endpoint, base: str) -> tuple[str, str, str]:
+    return endpoint.name, str(endpoint.options["client_id"]), base
+
+
 def _paypal_token(endpoint: Endpoint, base: str, timeout: float) -> str:
     """An OAuth access token (client credentials), cached until a minute before it expires."""
-    key = (endpoint.name, str(endpoint.options["client_id"]))
+    key = _token_key(endpoint, base)
     cached = _tokens.get(key)
     if cached is not None and cached[1] > time.monotonic():
         return cached[0]
