@@ -1,0 +1,146 @@
+"""The manual stays true: every test the guarantees page names exists, the README stays a short
+front page that reaches every page of ``docs/``, and every endpoint example in the docs starts.
+
+(``mkdocs build --strict`` in ``.ci/run`` checks links, anchors, the nav and included files.)
+"""
+
+from __future__ import annotations
+
+import ast
+import base64
+import re
+from functools import cache
+from pathlib import Path
+
+import pytest
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+
+from webhooks import config
+
+ROOT = Path(__file__).resolve().parent.parent
+DOCS = ROOT / "docs"
+TESTS = ROOT / "tests"
+README_MAX_LINES = 150
+SPAN = re.compile(r"`([^`]+)`")
+NAMED = re.compile(r"^(?P<file>(?:tests/|benchmarks/)?[\w/]+\.py)?(?:::(?P<name>\w+))?$")
+
+
+@cache
+def functions(path: Path) -> frozenset[str]:
+    """Every function defined in a module, at any depth (tests in classes too)."""
+    tree = ast.parse(path.read_text())
+    return frozenset(n.name for n in ast.walk(tree) if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef))
+
+
+def resolve(file: str) -> Path | None:
+    """A path from the repository's root, or a bare ``test_x.py`` found once under ``tests/``."""
+    if "/" in file:
+        path = ROOT / file
+        return path if path.is_file() else None
+    found = sorted(TESTS.rglob(file))
+    return found[0] if len(found) == 1 else None
+
+
+def missing_in(cell: str) -> list[str]:
+    """What a "proved by" cell names that does not exist: ``file.py``, ``file.py::test``,
+    ``::test`` (in the file named last) or a bare ``test_name``."""
+    missing: list[str] = []
+    current: Path | None = None
+    for span in SPAN.findall(cell):
+        if re.fullmatch(r"test_\w+", span):
+            span = f"::{span}"
+        match = NAMED.match(span)
+        if not match or not (match["file"] or match["name"]):
+            continue  # prose in code (a figure, a variable), not a reference
+        if match["file"]:
+            current = resolve(match["file"])
+            if current is None:
+                missing.append(span)
+                continue
+        name = match["name"]
+        if name and (current is None or name not in functions(current)):
+            missing.append(span if current is None else f"{current.relative_to(ROOT)}::{name}")
+    return missing
+
+
+def guarantee_rows() -> list[tuple[str, str]]:
+    """(promise, proved by) for each row of the guarantees table."""
+    rows = []
+    for line in (DOCS / "guarantees.md").read_text().splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if line.startswith("|") and len(cells) == 2 and cells[0] != "promise" and not set(cells[0]) <= {"-"}:
+            rows.append((cells[0], cells[1]))
+    return rows
+
+
+def test_every_test_the_guarantees_page_names_exists() -> None:
+    rows = guarantee_rows()
+    assert len(rows) >= 20
+    named = sum(len(SPAN.findall(proof)) for _, proof in rows)
+    assert named >= len(rows)  # every promise names its proof
+    missing = {promise[:60]: gone for promise, proof in rows if (gone := missing_in(proof))}
+    assert missing == {}
+
+
+@pytest.mark.parametrize(
+    ("cell", "missing"),
+    [
+        ("`test_receive.py::test_no_such_test`", ["tests/test_receive.py::test_no_such_test"]),
+        ("`tests/faults/test_storm.py` (ok), `::test_gone`", ["tests/faults/test_storm.py::test_gone"]),
+        ("`tests/test_renamed_away.py`", ["tests/test_renamed_away.py"]),
+        ("`test_adyen.py::test_a_resplit_signed_string_never_yields_another_event`", []),
+        ("`test_purge.py`, `test_never_written`", ["tests/test_purge.py::test_never_written"]),
+        ("`benchmarks/hostile.py`; `WEBHOOKS_MAX_ATTEMPTS`, `n = 1`", []),
+    ],
+)
+def test_a_renamed_or_removed_test_is_reported(cell: str, missing: list[str]) -> None:
+    assert missing_in(cell) == missing
+
+
+def test_the_readme_is_a_short_front_page_that_reaches_every_docs_page() -> None:
+    readme = (ROOT / "README.md").read_text()
+    assert len(readme.splitlines()) <= README_MAX_LINES
+    links = set(re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", readme))
+    local = {link for link in links if "://" not in link}
+    assert {link for link in local if not (ROOT / link).exists()} == set()
+    pages = {str(p.relative_to(ROOT)) for p in DOCS.rglob("*.md")}
+    assert pages - local == set()
+
+
+def test_the_readme_keeps_the_two_quick_start_commands() -> None:
+    readme = (ROOT / "README.md").read_text()
+    ci = (ROOT / ".ci" / "run").read_text()
+    test_command = ci.split("# The README's test command, verbatim:\n", 1)[1].strip()
+    assert f"```sh\n{test_command}\n```" in readme
+    assert "```sh\npython3 -m venv .venv && .venv/bin/pip install -q . && .venv/bin/webhooks serve\n```" in readme
+
+
+def _sendgrid_public_key() -> str:
+    public = ec.generate_private_key(ec.SECP256R1()).public_key()
+    der = public.public_bytes(serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
+    return base64.b64encode(der).decode()
+
+
+def examples() -> list[tuple[str, str]]:
+    """(page, TOML) for each endpoint example on a provider page and in the README."""
+    pages = [*sorted((DOCS / "providers").glob("*.md")), ROOT / "README.md"]
+    return [
+        (str(p.relative_to(ROOT)), block)
+        for p in pages
+        for block in re.findall(r"```toml\n(.*?)```", p.read_text(), re.S)
+    ]
+
+
+@pytest.mark.parametrize(("page", "toml"), examples(), ids=[page for page, _ in examples()])
+def test_every_endpoint_example_starts(page: str, toml: str, tmp_path: Path) -> None:
+    values = {
+        "ADYEN_HMAC_KEY": "44782DEF547AAA06C910C43932B1EB0C71FC68D9D0C057550C48EC2ACF6BA056",
+        "SENDGRID_WEBHOOK_PUBLIC_KEY": _sendgrid_public_key(),
+        "ADYEN_BASIC_AUTH": "user:password",
+    }
+    environ = {name: values.get(name, f"value-of-{name}") for name in re.findall(r'"env:(\w+)"', toml)}
+    path = tmp_path / "webhooks.toml"
+    path.write_text(toml.replace("…", "x"))
+    settings = config.load({"DATABASE_URL": "sqlite://", "WEBHOOKS_CONFIG": str(path), **environ})
+    assert settings.endpoints
