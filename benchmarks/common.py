@@ -89,7 +89,10 @@ if threading.current_thread() is threading.main_thread():  # imported by a bench
 def _dies_with_parent() -> None:
     """A child's ``preexec_fn``: the kernel SIGTERMs it when the benchmark dies, even by SIGKILL (a
     child in its own session is out of reach of the terminal's and ``timeout``'s group signals)."""
-    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    _PRCTL(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
+_PRCTL = ctypes.CDLL(None, use_errno=True).prctl  # looked up here: the forked child only calls it
 
 
 def ensure_tools() -> None:

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 PR_SET_PDEATHSIG = 1
+_PRCTL = ctypes.CDLL(None, use_errno=True).prctl  # looked up here: the forked child only calls it
 STARTED: list[Redis | Postgres] = []  # every server this process started and has not stopped yet
 
 
@@ -50,7 +51,7 @@ def _dies_with_parent(sig: int) -> Callable[[], None]:
     (it runs after Popen's ``user=`` switch, which would otherwise clear the setting)."""
 
     def arm() -> None:
-        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, sig)
+        _PRCTL(PR_SET_PDEATHSIG, sig)
 
     return arm
 
