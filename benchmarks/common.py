@@ -8,6 +8,7 @@ a baseline measured in the same run: the machine's absolute speed varies from ru
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import json
 import os
 import shutil
@@ -16,6 +17,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -69,6 +71,28 @@ function done(summary, latency, requests)
     + summary.errors.timeout, latency:percentile(50), latency:percentile(99), latency.max))
 end
 """
+
+
+def _stop_on_sigterm(signum: int, frame: object) -> None:
+    """SIGTERM (``timeout``, ``kill``) unwinds like Ctrl-C: every ``finally`` and context manager runs,
+    so servers are stopped and the scratch database dropped. A second signal is ignored: it would cut
+    that cleanup short."""
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    raise SystemExit(128 + signum)
+
+
+if threading.current_thread() is threading.main_thread():  # imported by a benchmark script: its main thread
+    signal.signal(signal.SIGTERM, _stop_on_sigterm)
+
+
+def _dies_with_parent() -> None:
+    """A child's ``preexec_fn``: the kernel SIGTERMs it when the benchmark dies, even by SIGKILL (a
+    child in its own session is out of reach of the terminal's and ``timeout``'s group signals)."""
+    _PRCTL(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
+_PRCTL = ctypes.CDLL(None, use_errno=True).prctl  # looked up here: the forked child only calls it
 
 
 def ensure_tools() -> None:
@@ -145,9 +169,11 @@ def wait_http(url: str, timeout: float = 60) -> None:
 @contextlib.contextmanager
 def process(cmd: list[str], env: dict[str, str], cwd: Path = ROOT, up: str | None = None,
             log: Path | None = None) -> Iterator[subprocess.Popen[bytes]]:
-    """A child process in its own session, stopped (SIGTERM, then SIGKILL) by its id on exit."""
+    """A child process in its own session, stopped (SIGTERM, then SIGKILL) by its id on exit, and by
+    the kernel if the benchmark dies first."""
     out = open(log, "wb") if log else subprocess.DEVNULL  # noqa: SIM115 - closed below
-    proc = subprocess.Popen(cmd, env=env, cwd=cwd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    proc = subprocess.Popen(cmd, env=env, cwd=cwd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+                            preexec_fn=_dies_with_parent)
     try:
         if up:
             wait_http(up)
@@ -177,17 +203,17 @@ def scratch_database() -> Iterator[str]:
     """A fresh PostgreSQL database at the head revision (dropped after) and a flushed Redis db."""
     admin = sa.create_engine(PG, isolation_level="AUTOCOMMIT")
     name = f"wh_bench_{uuid.uuid4().hex[:8]}"
-    with admin.connect() as conn:
-        conn.execute(sa.text(f'CREATE DATABASE "{name}"'))
-    url = admin.url.set(database=name).render_as_string(hide_password=False)
-    redis.Redis.from_url(REDIS).flushdb()
-    try:
+    try:  # from the CREATE on: a signal at any point still drops it
+        with admin.connect() as conn:
+            conn.execute(sa.text(f'CREATE DATABASE "{name}"'))
+        url = admin.url.set(database=name).render_as_string(hide_password=False)
+        redis.Redis.from_url(REDIS).flushdb()
         subprocess.run([str(BIN / "webhooks"), "db", "upgrade"], env={**os.environ, "DATABASE_URL": url},
                        check=True, capture_output=True)
         yield url
     finally:
         with admin.connect() as conn:
-            conn.execute(sa.text(f'DROP DATABASE "{name}" WITH (FORCE)'))
+            conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
         admin.dispose()
         redis.Redis.from_url(REDIS).flushdb()
 

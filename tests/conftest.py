@@ -1,11 +1,14 @@
 """Fixtures: apps on SQLite (embedded queue) and on real PostgreSQL + Redis, and signers.
 
-Real services come from ``TEST_DATABASE_URL`` / ``TEST_REDIS_URL`` (defaults: the local ones).
-Without them those tests skip on a laptop but fail under ``CI=true``.
+Real services are the suite's own throwaway PostgreSQL cluster and redis-server (tests/support/servers.py:
+temporary directories, free ports, started once per session when a test first needs them, stopped
+after); a server the user names with ``TEST_DATABASE_URL`` / ``TEST_REDIS_URL`` is used instead, and
+only then. Without the binaries (or the named server) those tests skip on a laptop but fail under ``CI=true``.
 """
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import socket
@@ -24,14 +27,17 @@ from hypothesis import HealthCheck, settings
 from rq import SimpleWorker
 
 from tests import sample_handlers
+from tests.support import servers
 from webhooks import create_app
 from webhooks.cli import upgrade
 from webhooks.runtime import Runtime
 
 ROOT = Path(__file__).resolve().parent.parent
 PAYLOADS = Path(__file__).resolve().parent / "payloads"
-PG_URL = os.environ.get("TEST_DATABASE_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres")
-REDIS_URL = os.environ.get("TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
+# Servers the user named; unset (the default), the suite starts its own and never touches the machine's.
+PG_URL = os.environ.get("TEST_DATABASE_URL", "")
+REDIS_URL = os.environ.get("TEST_REDIS_URL", "")
+atexit.register(servers.stop_all)  # a session cut short (Ctrl-C in a fixture) still leaves no server
 STRIPE_SECRET = "whsec_test_secret"
 ADYEN_KEY = "44782DEF547AAA06C910C43932B1EB0C71FC68D9D0C057550C48EC2ACF6BA056"
 ADMIN_PASSWORD = "admin-test-password"
@@ -77,10 +83,41 @@ def sqlite_url(tmp_path: Path) -> str:
     return f"sqlite:///{tmp_path / 'webhooks.db'}"
 
 
+@pytest.fixture(scope="session")
+def pg_admin_url() -> Iterator[str]:
+    """The PostgreSQL server test databases are made on: ``TEST_DATABASE_URL`` when named, else a
+    throwaway cluster started now (the first test that needs it) and removed at the session's end."""
+    if PG_URL:
+        yield PG_URL
+        return
+    try:
+        cluster = servers.Postgres()
+        cluster.start()
+    except servers.Unavailable as exc:
+        unavailable("PostgreSQL", exc)
+    yield cluster.url
+    cluster.remove()
+
+
+@pytest.fixture(scope="session")
+def redis_server_url() -> Iterator[str]:
+    """The Redis database tests use: ``TEST_REDIS_URL`` when named, else a throwaway redis-server's."""
+    if REDIS_URL:
+        yield REDIS_URL
+        return
+    try:
+        server = servers.Redis()
+        server.start()
+    except servers.Unavailable as exc:
+        unavailable("Redis", exc)
+    yield server.url
+    server.remove()
+
+
 @pytest.fixture
-def pg_url() -> Iterator[str]:
+def pg_url(pg_admin_url: str) -> Iterator[str]:
     """A fresh, empty PostgreSQL database for this test."""
-    admin = sa.create_engine(PG_URL, isolation_level="AUTOCOMMIT")
+    admin = sa.create_engine(pg_admin_url, isolation_level="AUTOCOMMIT")
     name = f"wh_test_{uuid.uuid4().hex[:12]}"
     try:
         with admin.connect() as conn:
@@ -95,14 +132,16 @@ def pg_url() -> Iterator[str]:
 
 
 @pytest.fixture
-def redis_url() -> str:
+def redis_url(redis_server_url: str) -> str:
     """A real Redis, on a database index reserved for tests and emptied first."""
-    client = redis.Redis.from_url(REDIS_URL)
+    client = redis.Redis.from_url(redis_server_url)
     try:
         client.flushdb()
     except redis.RedisError as exc:
         unavailable("Redis", exc)
-    return REDIS_URL
+    finally:
+        client.close()
+    return redis_server_url
 
 
 def base_config(database_url: str, **extra: Any) -> dict[str, Any]:

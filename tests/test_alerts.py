@@ -20,7 +20,10 @@ DOCS = Path(__file__).resolve().parent.parent / "docs"
 def promtool() -> str:
     found = shutil.which("promtool")
     if found is None:
-        message = "promtool not found (Debian's prometheus package)"
+        message = (
+            "promtool not found: it comes with Debian's prometheus package "
+            "(`apt-get install --no-install-recommends prometheus`; its service need not run)"
+        )
         if os.environ.get("CI") == "true":
             pytest.fail(message + " — required under CI=true")
         pytest.skip(message)
