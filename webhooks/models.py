@@ -195,7 +195,8 @@ class Attempt(Base):
     error: Mapped[str | None] = mapped_column(Text)
     traceback: Mapped[str | None] = mapped_column(Text)
 
-    __table_args__ = (Index("ix_attempts_event", "endpoint", "event_id", "number"),)
+    __table_args__ = (Index("ix_attempts_event", "endpoint", "event_id", "number"),
+                      Index("ix_attempts_finished_at", "finished_at"))  # the console's overview
 
 
 class Replay(Base):
