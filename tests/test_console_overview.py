@@ -19,6 +19,7 @@ from tests.conftest import (
     runtime,
     stripe_event,
     stripe_headers,
+    wait_until,
 )
 from webhooks.admin import amounts
 
@@ -158,3 +159,56 @@ def test_overview_plots_each_endpoints_hour_and_day(any_app: Flask) -> None:
             else "UPDATE events SET status_at = datetime(status_at, '-3 hours') WHERE event_id = 'evt_waiting'"
         )
     assert 'id="oldest-pending">3 h<' in page(client, "/admin/overview")
+
+
+def status_text(html: str, event_id: str) -> str:
+    return cell(html, event_id, "status")
+
+
+def test_each_event_shows_how_many_times_it_was_delivered(any_app: Flask) -> None:
+    client = any_app.test_client()
+    body = stripe_event("evt_dup", obj={"id": "pi_dup", "object": "payment_intent"})
+    for _ in range(3):  # Stripe's retries of one event, each signed afresh
+        assert client.post("/webhooks/stripe", data=body, headers=stripe_headers(body)).status_code == 200
+    deliver(client, "evt_once")
+    single = adyen_body(adyen_item(psp="8816178914391301"))  # Adyen's usual delivery: one item
+    for _ in range(2):
+        assert client.post("/webhooks/adyen", data=single).text == "[accepted]"
+    drain(any_app)
+
+    # Counts are written together at most a second later (batch.Duplicates).
+    def counted() -> str | None:
+        html = page(client, "/admin/")
+        return html if "delivered 3×" in status_text(html, "evt_dup") else None
+
+    html = wait_until(counted)
+    assert "delivered" not in status_text(html, "evt_once")
+    assert "delivered 2×" in status_text(html, "8816178914391301:AUTHORISATION:true")
+    detail = page(client, "/admin/events/stripe/evt_dup")
+    assert re.search(r'<dd class="deliveries">3 <span class="quiet">\(the first stored, 2 duplicate', detail)
+    assert rows(any_app, "SELECT count(*) FROM test_handler_calls WHERE event_id = 'evt_dup'") == [(1,)]
+
+
+def test_concurrent_duplicates_are_each_counted_once(any_app: Flask) -> None:
+    """Deliveries of one event racing through one group-commit batch (or several): one row,
+    one job, and every delivery counted."""
+    import threading
+
+    body = stripe_event("evt_race", obj={"id": "pi_race", "object": "payment_intent"})
+    start = threading.Barrier(8)
+    answers: list[int] = []
+
+    def send() -> None:
+        client = any_app.test_client()
+        start.wait()
+        answers.append(client.post("/webhooks/stripe", data=body, headers=stripe_headers(body)).status_code)
+
+    threads = [threading.Thread(target=send) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert answers == [200] * 8
+    drain(any_app)
+    wait_until(lambda: rows(any_app, "SELECT count FROM duplicates WHERE event_id = 'evt_race'") == [(7,)])
+    assert rows(any_app, "SELECT count(*) FROM test_handler_calls WHERE event_id = 'evt_race'") == [(1,)]

@@ -18,7 +18,7 @@ from typing import Any
 
 from sqlalchemy import Select, and_, exists, func, literal, or_, select, tuple_, type_coerce, union_all
 from sqlalchemy.dialects.postgresql import JSONB
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, undefer
 from sqlalchemy.sql.elements import ColumnElement
 
 from webhooks.db import is_storable
@@ -230,7 +230,7 @@ def page(
     query = feed(filters, endpoints)
     if cursor:
         query = query.where(tuple_(Event.received_at, Event.endpoint, Event.event_id) < decode_cursor(cursor))
-    events = list(session.scalars(query.limit(limit + 1)))
+    events = list(session.scalars(query.options(undefer(Event.duplicates)).limit(limit + 1)))
     more = len(events) > limit
     events = events[:limit]
     return events, encode_cursor(events[-1]) if more and events else None
