@@ -19,13 +19,14 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 import weakref
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
 import redis
-from sqlalchemy import select, update
+from sqlalchemy import BigInteger, DateTime, bindparam, select, text, update
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
@@ -71,6 +72,7 @@ class GroupCommit:
         self._rows = Rows(rt.engine) if rt.engine.dialect.driver == "psycopg" else None
         self._conn: Connection | None = None
         self._insert: Any = None
+        self.duplicates = Duplicates(rt)
 
     def store(self, item: Pending) -> Pending:
         """Store ``item``'s rows (alone or with others') and queue the new ones' jobs; returns it
@@ -119,6 +121,7 @@ class GroupCommit:
                 item.error = exc
         else:
             self._enqueue([item for item in batch if item.new])
+            self.duplicates.add(_duplicates(batch))
         for item in batch:
             item.done = True
 
@@ -127,11 +130,11 @@ class GroupCommit:
         if self._rows is not None:
             _sort(batch, self._rows(rows, lambda created: _bodies(batch, created)))  # committed
             # Only a scheme with replay keys can have replayed a signature: checked after, rarely.
-            again = [item for item in batch if not item.new and item.verified.replay_key is not None]
+            again_signed = [item for item in batch if not item.new and item.verified.replay_key is not None]
             try:
-                if again:
+                if again_signed:
                     with self.rt.engine.connect() as conn, conn.begin():
-                        for item in again:
+                        for item in again_signed:
                             item.replayed = replayed(conn, item.endpoint, item.verified, datetime.now(UTC))
             except SQLAlchemyError as exc:  # the rows are committed: only the replay's count is lost
                 log.warning("could not check replayed signatures (%s); answered as duplicates",
@@ -210,6 +213,82 @@ def _sort(batch: list[Pending], created: set[tuple[str, str]]) -> None:
         keys = [(item.endpoint.name, e.event_id) for e in item.verified.events]
         item.new = [e for p, e in keys if (p, e) in created]
         created.difference_update(keys)
+
+
+# Only an event that is stored gets a count: a tombstoned id, or a captured signature re-sent
+# under an invented id (another event's replay key), counts nothing and adds no row.
+COUNT_DUPLICATES = text(
+    "INSERT INTO duplicates (endpoint, event_id, count, last_at)"
+    " SELECT e.endpoint, e.event_id, CAST(:n AS BIGINT), :now FROM events e"
+    " WHERE e.endpoint = :endpoint AND e.event_id = :event_id"
+    " ON CONFLICT (endpoint, event_id) DO UPDATE SET count = duplicates.count + excluded.count,"
+    " last_at = excluded.last_at"
+).bindparams(bindparam("n", type_=BigInteger()), bindparam("now", type_=DateTime(timezone=True)))
+
+
+class Duplicates:
+    """Duplicate deliveries counted in memory and written together (``duplicates``) at most
+    every ``FLUSH_SECONDS``: by the batch writer when that long has passed, else by a timer.
+
+    Counting each duplicate in its own batch's transaction doubled a duplicate's CPU (an upsert
+    written and committed per delivery, on the path that today costs one ``INSERT … ON CONFLICT
+    DO NOTHING``): in memory it costs a dictionary update. A process that dies loses at most
+    that many seconds of counts; the counts are for reading, nothing depends on them. At most
+    ``MAX_KEPT`` events wait (a database outage drops counts, never grows memory)."""
+
+    FLUSH_SECONDS = 1.0
+    MAX_KEPT = 10_000
+
+    def __init__(self, rt: Runtime) -> None:
+        self.rt = rt
+        self._lock = threading.Lock()
+        self._waiting: dict[tuple[str, str], int] = {}
+        self._flushed = time.monotonic()
+        self._timer: threading.Timer | None = None
+
+    def add(self, again: dict[tuple[str, str], int]) -> None:
+        if not again:
+            return
+        with self._lock:
+            for key, n in again.items():
+                if key in self._waiting or len(self._waiting) < self.MAX_KEPT:
+                    self._waiting[key] = self._waiting.get(key, 0) + n
+            due = time.monotonic() - self._flushed >= self.FLUSH_SECONDS
+            if not due and self._timer is None:
+                self._timer = threading.Timer(self.FLUSH_SECONDS, self.flush)
+                self._timer.daemon = True
+                self._timer.start()
+        if due:
+            self.flush()
+
+    def flush(self) -> None:
+        """Write the waiting counts in one transaction (only those of stored events)."""
+        with self._lock:
+            waiting, self._waiting = self._waiting, {}
+            self._flushed = time.monotonic()
+            timer, self._timer = self._timer, None
+        if timer is not None and timer is not threading.current_thread():
+            timer.cancel()
+        if not waiting:
+            return
+        now = datetime.now(UTC)
+        try:
+            with self.rt.engine.begin() as conn:
+                conn.execute(COUNT_DUPLICATES, [{"endpoint": p, "event_id": e, "n": n, "now": now}
+                                                for (p, e), n in sorted(waiting.items())])
+        except SQLAlchemyError as exc:
+            log.warning("could not count %d duplicate deliveries (%s)", sum(waiting.values()),
+                        exc.__class__.__name__)
+
+
+def _duplicates(batch: list[Pending]) -> dict[tuple[str, str], int]:
+    """After ``_sort``: each event delivered again by this batch, and by how many of its deliveries."""
+    again: dict[tuple[str, str], int] = {}
+    for item in batch:
+        for event_id in {e.event_id for e in item.verified.events}.difference(item.new):
+            key = (item.endpoint.name, event_id)
+            again[key] = again.get(key, 0) + 1
+    return again
 
 
 def replayed(conn: Connection, endpoint: Endpoint, verified: Verified, now: datetime) -> bool:

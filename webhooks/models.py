@@ -21,10 +21,11 @@ from sqlalchemy import (
     String,
     Text,
     false,
+    select,
     text,
 )
 from sqlalchemy.dialects.postgresql import JSONB
-from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+from sqlalchemy.orm import DeclarativeBase, Mapped, column_property, mapped_column
 
 from webhooks.words import Status
 
@@ -48,6 +49,19 @@ STATUS_CHECK = "status IN (" + ", ".join(f"'{s}'" for s in STATUSES) + ")"
 
 class Base(DeclarativeBase):
     metadata = MetaData(naming_convention=NAMING)
+
+
+class Duplicate(Base):
+    """How many times an event was delivered again after it was stored (one row per event that
+    was, written on the duplicate path only: never a lock on the ``events`` row, which a worker
+    holds while its handlers run)."""
+
+    __tablename__ = "duplicates"
+
+    endpoint: Mapped[Name] = mapped_column(primary_key=True)
+    event_id: Mapped[Ident] = mapped_column(primary_key=True)
+    count: Mapped[int] = mapped_column(BigInteger)
+    last_at: Mapped[Timestamp]
 
 
 class Event(Base):
@@ -82,6 +96,14 @@ class Event(Base):
     # sha256 hex of the verified signature for schemes that sign no id or timestamp: unique per
     # endpoint (NULLs never collide), so one captured signature can never mint a second event.
     replay_key: Mapped[str | None] = mapped_column(String(64))
+    # Its duplicate deliveries (``duplicates``), read only where asked for (``undefer``: the console's lists).
+    duplicates: Mapped[int | None] = column_property(
+        select(Duplicate.count)
+        .where(Duplicate.endpoint == endpoint, Duplicate.event_id == event_id)
+        .correlate_except(Duplicate)
+        .scalar_subquery(),
+        deferred=True,
+    )
 
     __table_args__ = (
         # Keyset pagination, newest first: (received_at, endpoint, event_id) is the cursor, so both
@@ -195,7 +217,8 @@ class Attempt(Base):
     error: Mapped[str | None] = mapped_column(Text)
     traceback: Mapped[str | None] = mapped_column(Text)
 
-    __table_args__ = (Index("ix_attempts_event", "endpoint", "event_id", "number"),)
+    __table_args__ = (Index("ix_attempts_event", "endpoint", "event_id", "number"),
+                      Index("ix_attempts_finished_at", "finished_at"))  # the console's overview
 
 
 class Replay(Base):

@@ -23,7 +23,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from webhooks.db import upsert
 from webhooks.errors import ConfigError, WebhooksError
-from webhooks.models import Body, Event, Tombstone
+from webhooks.models import Body, Duplicate, Event, Tombstone
 from webhooks.providers import PROVIDERS
 from webhooks.providers.base import Provider, duration_seconds
 from webhooks.words import Status
@@ -117,6 +117,7 @@ def _bury(session: Session, found: Sequence[Any], moment: datetime) -> None:
     ])
     keys = [(endpoint, event_id) for endpoint, event_id, _, _ in found]
     session.execute(delete(Event).where(tuple_(Event.endpoint, Event.event_id).in_(keys)))
+    session.execute(delete(Duplicate).where(tuple_(Duplicate.endpoint, Duplicate.event_id).in_(keys)))
     digests = {(endpoint, digest) for endpoint, _, _, digest in found if digest is not None}
     if digests:
         still = select(Event.event_id).where(Event.endpoint == Body.endpoint, Event.body_digest == Body.digest)

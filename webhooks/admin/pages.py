@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+from datetime import UTC, datetime, timedelta
 from typing import Any
 from urllib.parse import quote, urlencode
 
@@ -17,11 +18,11 @@ from flask import Blueprint, abort, redirect, render_template, request, url_for
 from werkzeug.wrappers import Response
 
 from webhooks import providers
-from webhooks.admin import csrf, errors, queries, versions
+from webhooks.admin import amounts, csrf, errors, overview, queries, versions
 from webhooks.admin.auth import WHO, check_auth, runtime
 from webhooks.admin.queries import FilterError, Filters
 from webhooks.admin.replay import BULK_LIMIT, ReplayError, matching_count, replay_matching, replay_one
-from webhooks.models import STATUSES, Attempt, Event, Replay
+from webhooks.models import STATUSES, Attempt, Event, Object, Replay
 from webhooks.timestamps import aware
 from webhooks.words import Status
 
@@ -30,6 +31,7 @@ bp = Blueprint("admin_pages", __name__, url_prefix="/admin", template_folder="te
 bp.before_request(check_auth)
 errors.init(bp, errors.page_answer)
 PAGE_SIZE = 50
+REJECTED_WINDOW = timedelta(hours=24)  # "recent" rejections on the events page
 # No inline script or style, nothing from elsewhere; forms post only here; never framed.
 CSP = ("default-src 'none'; style-src 'self'; img-src 'self' data:; form-action 'self'; "
        "frame-ancestors 'none'; base-uri 'none'")
@@ -150,11 +152,14 @@ def _events_page(filters: Filters, title: str) -> str:
     cursor = request.args.get("cursor") or None
     refresh = request.args.get("refresh") == "1"
     with rt.sessions() as session:
-        counts = queries.status_counts(session, filters)
+        # The rejections kept from the last day, counted in the same query as the statuses.
+        counts = queries.status_counts(session, filters, rejected_since=datetime.now(UTC) - REJECTED_WINDOW)
         found, next_cursor = queries.page(session, filters, limit=PAGE_SIZE, cursor=cursor,
                                           endpoints=rt.settings.endpoints)
+        rejected = counts.pop(queries.REJECTED, 0)
         return render_template(
             "events.html", title=title, events=found, counts=counts, cap=queries.COUNT_CAP,
+            amounts={(e.endpoint, e.event_id): amounts.of(e) for e in found}, rejected=rejected,
             filters=filters, shown=filters.as_dict(), next_cursor=next_cursor, cursor=cursor,
             refresh=refresh, endpoints=sorted(rt.settings.endpoints), dead=title == "Dead letter",
         )
@@ -187,12 +192,29 @@ def event(provider: str, event_id: str) -> Any:
         replays = queries.replays_of(session, found)
         return render_template(
             "event.html", title=f"{provider} {event_id}", event=found, obj=obj, moved=moved,
+            superseded=_superseded(found, obj),
             attempts=attempts, replays=replays, since_replay=_since(attempts, replays),
             payload=_payload(found, delivery.body), headers=delivery.headers, size=len(delivery.body),
             sha256=hashlib.sha256(delivery.body).hexdigest(), skew=queries.skew_seconds(found),
             secrets_configured=len(endpoint.secrets) if endpoint else None,
             replayed=request.args.get("replayed"),
         )
+
+
+def _superseded(event: Event, obj: Object | None) -> bool:
+    """Whether a newer version of the event's object than the event's own was applied since."""
+    return (obj is not None and obj.last_event_id != event.event_id and event.object_version is not None
+            and obj.version > event.object_version)
+
+
+@bp.get("/overview")
+def overview_page() -> str:
+    """Per endpoint: received, rejected and processing outcomes over the last hour and day."""
+    rt = runtime()
+    with rt.sessions() as session:
+        found = overview.build(session, rt.settings.endpoints, datetime.now(UTC))
+    return render_template("overview.html", title="Overview", overview=found, bars=overview.bars,
+                           chart_w=overview.CHART_W, chart_h=overview.CHART_H)
 
 
 def _since(attempts: list[Attempt], replays: list[Replay]) -> int:

@@ -18,7 +18,7 @@ from typing import Any
 
 from sqlalchemy import Select, and_, exists, func, literal, or_, select, tuple_, type_coerce, union_all
 from sqlalchemy.dialects.postgresql import JSONB
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, undefer
 from sqlalchemy.sql.elements import ColumnElement
 
 from webhooks.db import is_storable
@@ -27,6 +27,7 @@ from webhooks.models import STATUSES, Attempt, Body, Event, Object, Rejection, R
 from webhooks.timestamps import aware
 
 COUNT_CAP = 10_000
+REJECTED = "rejected"  # the key of the recent rejections' count beside the status counts (no status)
 MAX_LIMIT = 1000
 MAX_ID = 2**63 - 1  # BIGINT; SQLite's INTEGER too
 MAX_CURSOR = 8192  # ample for a time, an endpoint name and a 255-character id, as base64 JSON
@@ -229,17 +230,19 @@ def page(
     query = feed(filters, endpoints)
     if cursor:
         query = query.where(tuple_(Event.received_at, Event.endpoint, Event.event_id) < decode_cursor(cursor))
-    events = list(session.scalars(query.limit(limit + 1)))
+    events = list(session.scalars(query.options(undefer(Event.duplicates)).limit(limit + 1)))
     more = len(events) > limit
     events = events[:limit]
     return events, encode_cursor(events[-1]) if more and events else None
 
 
-def counts_query(filters: Filters) -> Any:
+def counts_query(filters: Filters, rejected_since: datetime | None = None) -> Any:
     """Events per status for the endpoint and time range, each capped at ``COUNT_CAP + 1``.
 
     Each status reads at most that many entries of ``ix_events_status_feed``: exact for the
-    statuses an operator acts on (failed, queued), "10 000+" for the rest on a big table.
+    statuses an operator acts on (failed, queued), "10 000+" for the rest on a big table. With
+    ``rejected_since``, a row ``REJECTED`` counts the rejections kept since then (as capped, from
+    ``ix_rejections_received_at``) in the same query.
     """
     scope = conditions(Filters(endpoint=filters.endpoint, since=filters.since, until=filters.until))
     parts = []
@@ -247,12 +250,16 @@ def counts_query(filters: Filters) -> Any:
         capped = select(literal(1).label("one")).where(Event.status == status, *scope).limit(COUNT_CAP + 1)
         counted = select(func.count()).select_from(capped.subquery()).scalar_subquery()
         parts.append(select(literal(status).label("status"), counted.label("n")))
+    if rejected_since is not None:
+        capped = select(literal(1).label("one")).where(Rejection.received_at >= rejected_since).limit(COUNT_CAP + 1)
+        counted = select(func.count()).select_from(capped.subquery()).scalar_subquery()
+        parts.append(select(literal(REJECTED).label("status"), counted.label("n")))
     return union_all(*parts)
 
 
-def status_counts(session: Session, filters: Filters) -> dict[str, int]:
+def status_counts(session: Session, filters: Filters, rejected_since: datetime | None = None) -> dict[str, int]:
     """``counts_query`` run: one query."""
-    return {status: int(n) for status, n in session.execute(counts_query(filters))}
+    return {status: int(n) for status, n in session.execute(counts_query(filters, rejected_since))}
 
 
 def object_history(session: Session, event: Event, limit: int = 50) -> tuple[Object | None, list[Event]]:
@@ -317,3 +324,4 @@ def replays(session: Session, limit: int = 100, before: int | None = None) -> li
     if before is not None:
         query = query.where(Replay.id < before)
     return list(session.scalars(query))
+
