@@ -161,6 +161,7 @@ def serve(host: str, port: int) -> None:
 
     settings = load_settings()
     handlers.load(settings.handler_modules)  # refuse to start on a module it cannot import
+    handlers.announce(settings.handler_modules)
     if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):  # one process needs none, but a named one must exist
         from webhooks.service import prepare_metrics_dir
 
