@@ -131,6 +131,7 @@ def test_serve_prints_one_format_then_its_banner_and_keeps_its_password(tmp_path
             "unknown environment variable WEBHOOKS_MAX_ATTEMPT is ignored (did you mean WEBHOOKS_MAX_ATTEMPTS?)"
             in messages
         )
+        assert any(m.startswith("no handlers (WEBHOOKS_HANDLERS is not set)") for m in messages)
         assert len(logs) <= 8, logs  # not ~20 lines burying the banner
         found = re.fullmatch(rf"  console    {base}/admin/  user admin, password (\S+) \(kept in (.+)\)", banner[1])
         assert found, banner
