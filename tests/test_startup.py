@@ -172,3 +172,16 @@ def test_a_cleanly_stopped_worker_leaves_the_scheduler_lock_to_the_next(tmp_path
         # Well within the lock's minute, on a slow machine too.
         wait_until(lambda: Job.fetch(due.id, connection=client).get_status() == "finished", timeout=30)
         stop(second)
+
+
+def test_a_password_from_the_environment_is_never_printed() -> None:
+    from webhooks.cli import banner
+    from webhooks.config import Settings
+
+    text = banner(Settings(admin_password="s3cret-from-env"), ["http://127.0.0.1:8000"], None)
+    assert "s3cret-from-env" not in text
+    assert (
+        text.splitlines()[1]
+        == "  console    http://127.0.0.1:8000/admin/  user admin, password from WEBHOOKS_ADMIN_PASSWORD"
+    )
+    assert text.splitlines()[2].startswith("  endpoints  none configured: set STRIPE_WEBHOOK_SECRET=")
