@@ -24,12 +24,13 @@ _ADD = insert(Attempt.__table__)  # type: ignore[arg-type]  # a Table: a plain C
 
 
 def add(session: Session, endpoint: str, event_id: str, number: int, started_at: datetime,
-        status: str) -> None:
-    """Add the row of attempt ``number`` (``processed`` or ``ignored``) to the session's transaction
-    (a plain INSERT: nothing reads the row back, so no ORM object and no fetched id)."""
+        status: str, handlers: list[str]) -> None:
+    """Add the row of attempt ``number`` (``processed`` or ``ignored``, and the ``handlers`` that
+    ran) to the session's transaction (a plain INSERT: nothing reads the row back, so no ORM
+    object and no fetched id)."""
     session.connection().execute(_ADD, {
         "endpoint": endpoint, "event_id": event_id, "number": number, "started_at": started_at,
-        "finished_at": datetime.now(UTC), "status": status,
+        "finished_at": datetime.now(UTC), "status": status, "handlers": handlers,
     })
 
 

@@ -22,6 +22,7 @@ import functools
 import hashlib
 import importlib
 import inspect
+import logging
 import os
 import sys
 from collections import defaultdict
@@ -33,6 +34,7 @@ from sqlalchemy.orm import Session
 
 from webhooks.errors import ConfigError
 
+log = logging.getLogger(__name__)
 Handler = Callable[..., Any]
 REGISTRY: dict[tuple[str, str], list[Handler]] = defaultdict(list)
 
@@ -107,9 +109,37 @@ def handlers_for(endpoint: str, kind: str, event_type: str, modules: Iterable[st
     return found
 
 
+def name(handler: Handler) -> str:
+    """A handler's name as attempts record it: ``module.qualname``."""
+    return f"{handler.__module__}.{getattr(handler, '__qualname__', repr(handler))}"
+
+
+def names(found: Iterable[Handler]) -> list[str]:
+    return [name(h) for h in found]
+
+
+def loaded(modules: Iterable[str]) -> dict[str, list[str]]:
+    """``provider event-type`` → the handlers that run for it, from the configured modules: what
+    ``serve`` and ``worker`` log at start-up."""
+    modules = tuple(modules)
+    return {f"{provider} {event_type}": names(h for h in found if _enabled(h, modules))
+            for (provider, event_type), found in sorted(REGISTRY.items())
+            if any(_enabled(h, modules) for h in found)}
+
+
+def announce(modules: Iterable[str]) -> None:
+    """Log in one line which handlers run for which events (``serve`` and ``worker`` at start-up)."""
+    modules = tuple(modules)
+    table = loaded(modules)
+    if table:
+        log.info("handlers: %s", "; ".join(f"{key} → {', '.join(found)}" for key, found in table.items()))
+    else:
+        where = f"in {', '.join(modules)}" if modules else "(WEBHOOKS_HANDLERS is not set)"
+        log.info("no handlers %s: events are stored and their objects recorded, no code of yours runs", where)
+
+
 def idempotency_key(endpoint: str, event_id: str, handler: Handler) -> str:
-    name = f"{handler.__module__}.{handler.__qualname__}"
-    return "whk_" + hashlib.sha256(f"{endpoint}\0{event_id}\0{name}".encode()).hexdigest()[:32]
+    return "whk_" + hashlib.sha256(f"{endpoint}\0{event_id}\0{name(handler)}".encode()).hexdigest()[:32]
 
 
 def call(handler: Handler, event: HandlerEvent, state: Any) -> Any:

@@ -90,8 +90,9 @@ MARK = Statement("mark", (
     " object_id = coalesce(%(id)s, object_id), object_version = coalesce(%(version)s, object_version)"
     f" WHERE endpoint = %(endpoint)s AND event_id = %(event_id)s AND status = {PROCESSING}"
     " AND attempts = %(attempt)s RETURNING endpoint, event_id, attempts)"
-    " INSERT INTO attempts (endpoint, event_id, number, started_at, finished_at, status)"
-    " SELECT endpoint, event_id, attempts, %(started)s::timestamptz, %(now)s, %(status)s FROM marked"
+    " INSERT INTO attempts (endpoint, event_id, number, started_at, finished_at, status, handlers)"
+    " SELECT endpoint, event_id, attempts, %(started)s::timestamptz, %(now)s, %(status)s, %(handlers)s::jsonb"
+    " FROM marked"
     " RETURNING number"
 ))
 
@@ -113,7 +114,7 @@ def process(rt: runtime.Runtime, wire: Wire, claimed: Claimed, started_at: datet
     params: dict[str, Any] = {
         "endpoint": endpoint, "event_id": event_id, "attempt": attempt,
         "status": status.value, "started": started_at, "now": datetime.now(UTC), "type": None, "id": None,
-        "version": None,
+        "version": None, "handlers": Jsonb(handlers.names(found)),
     }
     lock: list[Step] = [BEGIN, LOCK_ROW]
     if ref is not None:

@@ -111,7 +111,7 @@ def _upsert(session: Session) -> Any:
     return stmt
 
 
-def _run(session: Session, event: Event, settings: Settings, prepared: Prepared) -> str:
+def _run(session: Session, event: Event, settings: Settings, prepared: Prepared) -> tuple[str, list[str]]:
     data, ref = prepared
     state: Any = None
     latest = True
@@ -126,14 +126,14 @@ def _run(session: Session, event: Event, settings: Settings, prepared: Prepared)
     )
     for handler in found:
         handlers.call(handler, context, state)
-    return Status.PROCESSED if ref is not None or found else Status.IGNORED
+    return Status.PROCESSED if ref is not None or found else Status.IGNORED, handlers.names(found)
 
 
-def _mark(session: Session, event: Event, status: str, started_at: datetime) -> None:
+def _mark(session: Session, event: Event, status: str, started_at: datetime, ran: list[str]) -> None:
     """Mark the row done and add the attempt's history row, in the caller's transaction."""
     event.status, event.status_at = status, datetime.now(UTC)
     event.processed_at, event.last_error, event.last_traceback = datetime.now(UTC), None, None
-    attempts.add(session, event.endpoint, event.event_id, event.attempts, started_at, status)
+    attempts.add(session, event.endpoint, event.event_id, event.attempts, started_at, status, ran)
 
 
 def _process_locked(rt: runtime.Runtime, claimed: Event, started_at: datetime, prepared: Prepared) -> str:
@@ -143,13 +143,13 @@ def _process_locked(rt: runtime.Runtime, claimed: Event, started_at: datetime, p
         event = mine(session, claimed.endpoint, claimed.event_id, claimed.attempts)
         if event is None:
             return "skipped"  # a newer claim took over; it decides
-        status = _run(session, event, rt.settings, prepared)
-        _mark(session, event, status, started_at)
+        status, ran = _run(session, event, rt.settings, prepared)
+        _mark(session, event, status, started_at, ran)
     return status
 
 
 def _finish(session: Session, endpoint: str, event_id: str, attempt: int, ref: ObjectRef | None,
-            status: str, started_at: datetime) -> bool:
+            status: str, started_at: datetime, ran: list[str]) -> bool:
     """Apply the state and mark the row, if the claim is still ours."""
     event = mine(session, endpoint, event_id, attempt)
     if event is None:
@@ -157,7 +157,7 @@ def _finish(session: Session, endpoint: str, event_id: str, attempt: int, ref: O
     if ref is not None:
         _, ref = apply_state(session, endpoint, event_id, ref, event.kind)
         event.object_type, event.object_id, event.object_version = ref.type, ref.id, ref.version
-    _mark(session, event, status, started_at)
+    _mark(session, event, status, started_at, ran)
     return True
 
 
@@ -192,6 +192,7 @@ def process(rt: runtime.Runtime, claimed: Event, started_at: datetime) -> str:
                 state = view.state
         found = handlers.handlers_for(endpoint, event.kind, event.event_type, rt.settings.handler_modules)
         status = Status.PROCESSED if ref is not None or found else Status.IGNORED
+        ran = handlers.names(found)
         context = handlers.HandlerEvent(
             endpoint, event.kind, event_id, event.event_type, data, ref.type if ref else event.object_type,
             ref.id if ref else event.object_id, ref.version if ref else event.object_version, latest, attempt,
@@ -205,7 +206,7 @@ def process(rt: runtime.Runtime, claimed: Event, started_at: datetime) -> str:
                 session.flush()
                 wrote = _changes(session) != before
                 # A handler that wrote holds the write lock: the mark joins its writes.
-                if wrote and not _finish(session, endpoint, event_id, attempt, ref, status, started_at):
+                if wrote and not _finish(session, endpoint, event_id, attempt, ref, status, started_at, ran):
                     raise _Superseded
         except _Superseded:
             return "skipped"
@@ -215,6 +216,6 @@ def process(rt: runtime.Runtime, claimed: Event, started_at: datetime) -> str:
             return _process_locked(rt, claimed, started_at, prepared)
     if not wrote:
         with rt.sessions.begin() as session:
-            if not _finish(session, endpoint, event_id, attempt, ref, status, started_at):
+            if not _finish(session, endpoint, event_id, attempt, ref, status, started_at, ran):
                 return "skipped"
     return status

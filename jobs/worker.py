@@ -50,21 +50,33 @@ def run(settings: Settings, *, burst: bool = False) -> bool:
     _alias_old_job_path()
     rt = Runtime(settings)
     handlers.load(settings.handler_modules)
+    handlers.announce(settings.handler_modules)
     ticker = Ticker(rt.queue, tick(rt), settings.sweep_interval)
-    if burst:
-        rt.sweep()
-        ticker.scheduler.acquire_locks()
-        ticker.scheduler.enqueue_scheduled_jobs()
-    else:
-        threading.Thread(target=ticker.run, name="webhooks-ticker", daemon=True).start()
-    # Jobs run in this process: forking per job costs ~13 ms. A killed worker's job is found by
-    # the sweeper (its row is `processing` and no transaction holds it) and run again.
-    with pgwire.keep(rt.engine):  # one connection for this loop's events, not one per event
-        return _work(rt, burst)
-
-
-def _work(rt: Runtime, burst: bool) -> bool:
+    thread = threading.Thread(target=ticker.run, name="webhooks-ticker", daemon=True)
     stop = _Stop()
+    stop.install()  # until RQ installs its own: a SIGTERM while it starts is a clean stop too
+    try:
+        if burst:
+            rt.sweep()
+            ticker.scheduler.acquire_locks()
+            ticker.scheduler.enqueue_scheduled_jobs()
+        else:
+            thread.start()
+        # Jobs run in this process: forking per job costs ~13 ms. A killed worker's job is found by
+        # the sweeper (its row is `processing` and no transaction holds it) and run again.
+        with pgwire.keep(rt.engine):  # one connection for this loop's events, not one per event
+            return _work(rt, burst, stop)
+    except StopRequested:  # SIGTERM before RQ's handler was installed (or while waiting to restart it)
+        return False
+    finally:  # a clean stop leaves RQ's scheduler lock to the next worker (Ticker.release)
+        ticker.stopped.set()
+        if thread.is_alive():
+            thread.join(timeout=10)
+        else:
+            ticker.release()
+
+
+def _work(rt: Runtime, burst: bool, stop: _Stop) -> bool:
     while True:
         worker = None
         try:

@@ -38,13 +38,15 @@ def process_group(cmd: list[str], env: dict[str, str]) -> Iterator[subprocess.Po
 
 
 def test_honcho_start_runs_release_web_and_worker(pg_url: str, redis_url: str, tmp_path: object) -> None:
-    port = free_port()  # honcho gives each Procfile line the base port + 100 × its position: web is second
+    # honcho gives each Procfile line the base port + 100 × its position: web is first, so
+    # `honcho start -p 8000` (the README's local run) serves on 8000, not 8100.
+    port = free_port()
     env = clean_env(
         DATABASE_URL=pg_url, REDIS_URL=redis_url, STRIPE_WEBHOOK_SECRET=STRIPE_SECRET,
         WEBHOOKS_ADMIN_PASSWORD=ADMIN_PASSWORD,
         WEB_CONCURRENCY="1", PROMETHEUS_MULTIPROC_DIR=str(tmp_path), PATH=f"{BIN}:{clean_env()['PATH']}",
     )
-    cmd = [str(BIN / "honcho"), "start", "-f", str(ROOT / "Procfile"), "-d", str(ROOT), "-p", str(port - 100)]
+    cmd = [str(BIN / "honcho"), "start", "-f", str(ROOT / "Procfile"), "-d", str(ROOT), "-p", str(port)]
     with process_group(cmd, env) as honcho:
         base = f"http://127.0.0.1:{port}"
         wait_http(f"{base}/healthz")

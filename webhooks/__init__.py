@@ -36,11 +36,19 @@ def create_app(config: Mapping[str, Any] | Settings | None = None) -> Flask:
     receive.init_app(app)
     health.init_app(app)
     admin.init_app(app)
+    app.add_url_rule("/", "index", _index)
     if settings.embedded_queue and settings.embedded_worker:
         # Without Redis the work runs in this process; start it with the first request (of any
         # route: deliveries are answered by receive.Front, ahead of Flask).
         app.wsgi_app = _StartingWorker(app.wsgi_app, rt)  # type: ignore[method-assign]  # Flask's way to add WSGI middleware
     return app
+
+
+def _index() -> Any:
+    """``/``: a redirect to the console, where a person opening the service's URL means to go."""
+    from flask import redirect, url_for
+
+    return redirect(url_for("admin_pages.events"))
 
 
 class _StartingWorker:

@@ -141,10 +141,11 @@ def main() -> None:
     traceback.
     """
     from webhooks.config import log_options
-    from webhooks.service import configure_logging
+    from webhooks.service import configure_logging, warn_unknown_variables
 
     level, fmt = log_options()
     configure_logging(level, fmt)
+    warn_unknown_variables()
 
 
 @main.command()
@@ -156,16 +157,21 @@ def serve(host: str, port: int) -> None:
 
     from webhooks import create_app, gunicorn_conf
     from webhooks.jobs import handlers, worker
+    from webhooks.service import admin_password_file, kept_password, quiet
 
     settings = load_settings()
     handlers.load(settings.handler_modules)  # refuse to start on a module it cannot import
+    handlers.announce(settings.handler_modules)
     if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):  # one process needs none, but a named one must exist
         from webhooks.service import prepare_metrics_dir
 
         prepare_metrics_dir()
-    generated = not settings.admin_password
-    if generated:
-        settings = dataclasses.replace(settings, admin_password=secrets.token_urlsafe(12))
+    kept = None
+    if not settings.admin_password:  # one password for this database, not a new one every start
+        kept = admin_password_file(settings.database_url).resolve()
+        settings = dataclasses.replace(settings, admin_password=kept_password(kept, lambda: secrets.token_urlsafe(12)))
+    # Alembic's and the embedded worker's INFO lines would bury the banner; DEBUG shows them.
+    quiet("alembic.runtime.migration", "rq.worker", "rq.scheduler")
     upgrade(settings.database_url)
 
     def load() -> Any:
@@ -178,12 +184,9 @@ def serve(host: str, port: int) -> None:
         worker.start_embedded(rt)  # the worker thread, and the ticker: due reconciliations, the sweep
         return app
 
-    def ready(server: Any) -> None:
-        bound = ", ".join(str(listener).removeprefix("http://") for listener in server.LISTENERS)
-        endpoints = ", ".join(f"/webhooks/{name}" for name in settings.endpoints) or "none configured"
-        click.echo(f"webhooks serving on http://{bound} (endpoints: {endpoints})")
-        if generated:
-            click.echo(f"admin console: user admin, password {settings.admin_password}")
+    def ready(process: Any) -> None:
+        # In the worker process once the app is loaded: after every start-up line, the banner.
+        click.echo(banner(settings, [str(s) for s in process.sockets], kept))
         sys.stdout.flush()
 
     class Server(BaseApplication):  # type: ignore[misc]  # gunicorn ships no type hints
@@ -198,12 +201,25 @@ def serve(host: str, port: int) -> None:
             self.cfg.set("workers", 1)  # one process: the embedded queue is in its memory
             self.cfg.set("worker_class", gunicorn_conf.worker_class)
             self.cfg.set("threads", gunicorn_conf.threads)
-            self.cfg.set("when_ready", ready)
+            self.cfg.set("logger_class", gunicorn_conf.logger_class)
+            self.cfg.set("post_worker_init", ready)
 
         def load(self) -> Any:
             return load()
 
     Server().run()
+
+
+def banner(settings: Settings, listeners: list[str], kept: Any) -> str:
+    """What ``serve`` prints last: where it listens, the console and its password, the endpoints."""
+    base = listeners[0] if listeners else "http://127.0.0.1"
+    login = (f"user admin, password {settings.admin_password} (kept in {kept})" if kept
+             else "user admin, password from WEBHOOKS_ADMIN_PASSWORD")
+    endpoints = [f"POST {base}/webhooks/{name}" for name in settings.endpoints] or [
+        "none configured: set STRIPE_WEBHOOK_SECRET=… (or another provider's) or write webhooks.toml"]
+    lines = [f"webhooks serving on {', '.join(listeners)}", f"  console    {base}/admin/  {login}"]
+    lines += [f"  {'endpoints' if i == 0 else '':9}  {line}" for i, line in enumerate(endpoints)]
+    return "\n".join(lines)
 
 
 @main.command()

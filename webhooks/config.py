@@ -247,6 +247,40 @@ def load(environ: Mapping[str, Any] | None = None) -> Settings:
     )
 
 
+# Every ``WEBHOOKS_*`` variable something reads (the test suite's too): any other is a typo.
+VARIABLES = (
+    "WEBHOOKS_ADMIN_PASSWORD", "WEBHOOKS_CONFIG", "WEBHOOKS_EMBEDDED_WORKER", "WEBHOOKS_HANDLERS",
+    "WEBHOOKS_JOB_TIMEOUT", "WEBHOOKS_LOG_FORMAT", "WEBHOOKS_LOG_LEVEL", "WEBHOOKS_MAX_ATTEMPTS",
+    "WEBHOOKS_MAX_BODY_BYTES", "WEBHOOKS_OUTBOUND_TIMEOUT_SECONDS", "WEBHOOKS_QUARANTINE_BYTES",
+    "WEBHOOKS_QUARANTINE_DAYS", "WEBHOOKS_QUARANTINE_ROWS", "WEBHOOKS_QUEUE", "WEBHOOKS_READ_TIMEOUT_SECONDS",
+    "WEBHOOKS_RETRY_BASE_SECONDS", "WEBHOOKS_RETRY_MAX_SECONDS", "WEBHOOKS_SWEEP_AGE", "WEBHOOKS_SWEEP_INTERVAL",
+    "WEBHOOKS_TRUSTED_PROXIES", "WEBHOOKS_TEST_CHROMIUM",
+)
+
+
+def unknown_variables(environ: Mapping[str, Any] | None = None) -> list[str]:
+    """One warning per ``WEBHOOKS_*`` variable nobody reads, naming the closest known one: a typo
+    (``WEBHOOKS_MAX_ATTEMPT``) would otherwise keep the default without a word."""
+    env: Mapping[str, Any] = os.environ if environ is None else environ
+    warnings = []
+    for name in sorted(n for n in env if n.startswith("WEBHOOKS_") and n not in VARIABLES):
+        # Compared without the prefix every name shares, which would make any name look close.
+        close = difflib.get_close_matches(name[9:], [v[9:] for v in VARIABLES], n=1, cutoff=0.6)
+        hint = f"did you mean WEBHOOKS_{close[0]}?" if close else "no such setting"
+        warnings.append(f"unknown environment variable {name} is ignored ({hint})")
+    return warnings
+
+
+def deployment(environ: Mapping[str, Any] | None = None) -> str:
+    """A short name for this deployment, the same in each of its processes: a hash of its
+    ``DATABASE_URL`` and working directory (two services of one user on one host differ)."""
+    import hashlib
+
+    env: Mapping[str, Any] = os.environ if environ is None else environ
+    url = database_url(env.get("DATABASE_URL") or "sqlite:///webhooks.db")
+    return hashlib.sha256(f"{url}\0{os.getcwd()}".encode()).hexdigest()[:12]
+
+
 LOG_FORMATS = ("json", "text")
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 

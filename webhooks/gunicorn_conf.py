@@ -35,16 +35,19 @@ control_socket_disable = True
 # No access log: formatting it was ~7 % of a web process's CPU under load, and the receiver's own
 # one-line delivery log (webhooks.receive) already records every delivery and its answer.
 accesslog = None
+# gunicorn's own lines in the service's log format (webhooks.service), not a second format.
+logger_class = "webhooks.gunicorn_worker.RootLogger"
 
 
 def on_starting(server: Any) -> None:
     from webhooks import config, schema
     from webhooks.errors import ConfigError
-    from webhooks.service import configure_logging, prepare_metrics_dir
+    from webhooks.service import configure_logging, prepare_metrics_dir, warn_unknown_variables
 
     prepare_metrics_dir()  # before any worker imports prometheus_client
     try:
         configure_logging(*config.log_options())
+        warn_unknown_variables()
         settings = config.load()
     except ConfigError as exc:  # one line, not a traceback from inside gunicorn
         raise SystemExit(f"Error: configuration: {exc}") from None

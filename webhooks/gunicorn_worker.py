@@ -19,7 +19,7 @@ import socket
 import time
 from typing import Any
 
-from gunicorn import util  # type: ignore[import-untyped]  # gunicorn ships no type hints
+from gunicorn import glogging, util  # type: ignore[import-untyped]  # gunicorn ships no type hints
 from gunicorn.http.unreader import SocketUnreader  # type: ignore[import-untyped]
 from gunicorn.workers import gthread  # type: ignore[import-untyped]
 
@@ -155,3 +155,23 @@ class DeadlineWorker(gthread.ThreadWorker):  # type: ignore[misc]
             self.answer_timeout(client, addr, exc)
         else:
             super().handle_error(req, client, addr, exc)
+
+
+class RootLogger(glogging.Logger):  # type: ignore[misc]  # gunicorn ships no type hints
+    """gunicorn's logger with its error log (start, stop, worker boots) written by the root
+    logger's handler (``webhooks.service.configure_logging``): one format for every line a
+    process prints, not gunicorn's own beside it. The access log stays gunicorn's (off by default)."""
+
+    def setup(self, cfg: Any) -> None:
+        super().setup(cfg)
+        if not logging.getLogger().handlers:  # before on_starting: gunicorn's first lines are ours too
+            from webhooks import config
+            from webhooks.errors import ConfigError
+            from webhooks.service import configure_logging
+
+            try:
+                configure_logging(*config.log_options())
+            except ConfigError:  # on_starting says it in one line
+                pass
+        self.error_log.handlers[:] = []
+        self.error_log.propagate = True

@@ -216,6 +216,9 @@ class Attempt(Base):
     status: Mapped[str] = mapped_column(String(16))
     error: Mapped[str | None] = mapped_column(Text)
     traceback: Mapped[str | None] = mapped_column(Text)
+    # The handlers that ran (``module.qualname``); ``[]`` when none matched; NULL: not recorded
+    # (failed attempts, and attempts before revision 0010).
+    handlers: Mapped[list[str] | None] = mapped_column(Json)
 
     __table_args__ = (Index("ix_attempts_event", "endpoint", "event_id", "number"),
                       Index("ix_attempts_finished_at", "finished_at"))  # the console's overview

@@ -18,6 +18,7 @@ import re
 import sys
 import tempfile
 import traceback
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -110,15 +111,65 @@ def configure_logging(level: str, fmt: str | None, stream: Any = None) -> None:
     logging.getLogger("alembic.runtime.plugins").setLevel(max(logging.WARNING, root.level))
 
 
+def warn_unknown_variables() -> None:
+    """Log one warning per misspelt ``WEBHOOKS_*`` variable (after ``configure_logging``)."""
+    from webhooks.config import unknown_variables
+
+    for warning in unknown_variables():
+        logging.getLogger("webhooks.config").warning("%s", warning)
+
+
+def admin_password_file(database_url: str) -> Path:
+    """Where ``webhooks serve`` keeps the admin password it generated: beside the SQLite database
+    (``webhooks.db`` → ``webhooks.db.admin-password``), else in the working directory."""
+    from sqlalchemy.engine import make_url
+
+    url = make_url(database_url)
+    if url.get_backend_name() == "sqlite" and url.database and url.database != ":memory:":
+        database = Path(url.database)
+        return database.with_name(database.name + ".admin-password")
+    return Path("webhooks.admin-password")
+
+
+def kept_password(path: Path, generate: Callable[[], str]) -> str:
+    """The password kept in ``path``, or a new one from ``generate`` written there; the file is
+    the owner's only (0600): it opens the console."""
+    try:
+        kept = path.read_text().strip()
+    except FileNotFoundError:
+        kept = ""
+    if kept:
+        if path.stat().st_mode & 0o077:
+            logging.getLogger(__name__).warning("%s was readable by others: now 0600", path)
+            path.chmod(0o600)
+        return kept
+    password = generate()
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as file:
+        os.fchmod(fd, 0o600)  # an empty file left before keeps its mode through O_CREAT
+        file.write(password + "\n")
+    return password
+
+
+def quiet(*names: str) -> None:
+    """Drop these loggers' INFO chatter unless the level asks for DEBUG."""
+    if logging.getLogger().level > logging.DEBUG:
+        for name in names:
+            logging.getLogger(name).setLevel(logging.WARNING)
+
+
 def prepare_metrics_dir(directory: str | None = None) -> str:
     """Multiprocess metrics for this process and its children; call before ``prometheus_client``
     is imported (``webhooks.metrics`` imports it).
 
-    The directory is ``PROMETHEUS_MULTIPROC_DIR`` (else one per user under the temp directory),
-    created if missing; the files of processes that are gone are removed, so a deployment start
-    begins from the live processes' samples.
+    The directory is ``PROMETHEUS_MULTIPROC_DIR`` (else one per user and deployment under the temp
+    directory: ``webhooks-metrics-<uid>-<config.deployment()>``, so two deployments on one host never
+    add up or delete each other's samples), created if missing; the files of processes that are
+    gone are removed, so a deployment start begins from the live processes' samples.
     """
-    default = Path(tempfile.gettempdir()) / f"webhooks-metrics-{os.getuid()}"
+    from webhooks.config import deployment
+
+    default = Path(tempfile.gettempdir()) / f"webhooks-metrics-{os.getuid()}-{deployment()}"
     path = Path(directory or os.environ.get(MULTIPROC) or default)
     path.mkdir(parents=True, exist_ok=True)
     os.environ[MULTIPROC] = str(path)

@@ -92,7 +92,8 @@ def detail(event: Event, delivery: queries.Received) -> dict[str, Any]:
 
 def attempt_json(attempt: Attempt) -> dict[str, Any]:
     return {"number": attempt.number, "status": attempt.status, "started_at": iso(attempt.started_at),
-            "finished_at": iso(attempt.finished_at), "error": attempt.error, "traceback": attempt.traceback}
+            "finished_at": iso(attempt.finished_at), "error": attempt.error, "traceback": attempt.traceback,
+            "handlers": attempt.handlers}
 
 
 def object_json(obj: Object) -> dict[str, Any]:

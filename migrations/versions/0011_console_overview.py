@@ -1,7 +1,7 @@
 """attempts are indexed by finish time, for the console's overview; duplicates are counted per event
 
-Revision ID: 0010c
-Revises: 0009
+Revision ID: 0011
+Revises: 0010
 Create Date: 2026-12-01 22:00:00
 
 The overview counts processing outcomes per endpoint over the last hour and day by
@@ -11,8 +11,7 @@ scan of every attempt ever made.
 ``duplicates`` counts, per event delivered again after it was stored, those deliveries (the
 console shows "delivered n times"). A table of its own, not a column of ``events``: counting in
 ``events`` would lock the row a worker holds ``FOR UPDATE`` while its handlers run, so a
-duplicate arriving then would stall its whole group-commit batch. (Named 0010c: another revision
-0010 may land beside it.)
+duplicate arriving then would stall its whole group-commit batch.
 """
 
 from __future__ import annotations
@@ -20,8 +19,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0010c"
-down_revision = "0009"
+revision = "0011"
+down_revision = "0010"
 branch_labels = None
 depends_on = None
 
