@@ -83,35 +83,31 @@ def sqlite_url(tmp_path: Path) -> str:
     return f"sqlite:///{tmp_path / 'webhooks.db'}"
 
 
-@pytest.fixture(scope="session")
-def pg_admin_url() -> Iterator[str]:
-    """The PostgreSQL server test databases are made on: ``TEST_DATABASE_URL`` when named, else a
-    throwaway cluster started now (the first test that needs it) and removed at the session's end."""
-    if PG_URL:
-        yield PG_URL
+def _server(named: str | None, make: Callable[[], Any], what: str) -> Iterator[str]:
+    """``named`` when the user named a server, else one ``make`` builds, started now (the first
+    test that needs it) and removed at the session's end."""
+    if named:
+        yield named
         return
     try:
-        cluster = servers.Postgres()
-        cluster.start()
+        server = make()
+        server.start()
     except servers.Unavailable as exc:
-        unavailable("PostgreSQL", exc)
-    yield cluster.url
-    cluster.remove()
+        unavailable(what, exc)
+    yield server.url
+    server.remove()
+
+
+@pytest.fixture(scope="session")
+def pg_admin_url() -> Iterator[str]:
+    """The PostgreSQL server test databases are made on: ``TEST_DATABASE_URL`` or a throwaway cluster."""
+    yield from _server(PG_URL, servers.Postgres, "PostgreSQL")
 
 
 @pytest.fixture(scope="session")
 def redis_server_url() -> Iterator[str]:
-    """The Redis database tests use: ``TEST_REDIS_URL`` when named, else a throwaway redis-server's."""
-    if REDIS_URL:
-        yield REDIS_URL
-        return
-    try:
-        server = servers.Redis()
-        server.start()
-    except servers.Unavailable as exc:
-        unavailable("Redis", exc)
-    yield server.url
-    server.remove()
+    """The Redis database tests use: ``TEST_REDIS_URL`` or a throwaway redis-server's."""
+    yield from _server(REDIS_URL, servers.Redis, "Redis")
 
 
 @pytest.fixture
