@@ -27,7 +27,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import redis
-import sqlalchemy as sa
 from common import BIN, REDIS, base_env, process, scalar, scratch_database, signed, workdir  # script's folder
 from rq import Queue, Worker
 from rq.job import Job
@@ -90,7 +89,6 @@ def rq_noop(count: int, n: int, env: dict[str, str], work: Path) -> float:
 
 def events(count: int, n: int, env: dict[str, str], work: Path, profile: Path | None = None) -> float:
     from webhooks import create_app
-    from webhooks.models import Event
     from webhooks.queue import job_id
     from webhooks.rows import event_rows
 
@@ -104,13 +102,13 @@ def events(count: int, n: int, env: dict[str, str], work: Path, profile: Path | 
         from webhooks.receive import verify
 
         t, ids = int(time.time()), []
-        with rt.engine.connect() as conn:
-            for i in range(n):
-                header, body = signed(f"evt_w{count}_{i}", t, i)
-                verified = verify(endpoint, Request({"stripe-signature": header}, body.encode(), "http://x/"), t)
-                with conn.begin():  # stored, not queued: the jobs are queued at once below, timed
-                    conn.execute(sa.insert(Event), event_rows(endpoint, verified, body.encode(), {}, datetime.now(UTC)))
-                ids.append(f"evt_w{count}_{i}")
+        inserts = rt.store.inserts()  # stored, not queued: the jobs are queued at once below, timed
+        for i in range(n):
+            header, body = signed(f"evt_w{count}_{i}", t, i)
+            verified = verify(endpoint, Request({"stripe-signature": header}, body.encode(), "http://x/"), t)
+            inserts.insert(event_rows(endpoint, verified, body.encode(), {}, datetime.now(UTC)), lambda _: [])
+            ids.append(f"evt_w{count}_{i}")
+        inserts.drop()
         wenv = {**env, "DATABASE_URL": db, "REDIS_URL": REDIS, "WEBHOOKS_HANDLERS": "bench_handlers"}
         with workers([str(BIN / "webhooks"), "worker"], wenv, count, work):
             spy = None

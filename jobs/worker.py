@@ -19,7 +19,7 @@ from typing import Any
 import redis
 from rq.exceptions import StopRequested
 
-from webhooks import config, reconcile
+from webhooks import config, reconcile, sweeper
 from webhooks.config import Settings
 from webhooks.embedded import EmbeddedWorker
 from webhooks.jobs import handlers, pgwire, process
@@ -57,7 +57,7 @@ def run(settings: Settings, *, burst: bool = False) -> bool:
     stop.install()  # until RQ installs its own: a SIGTERM while it starts is a clean stop too
     try:
         if burst:
-            rt.sweep()
+            sweeper.sweep(rt)
             ticker.scheduler.acquire_locks()
             ticker.scheduler.enqueue_scheduled_jobs()
         else:
@@ -106,7 +106,7 @@ def tick(rt: Runtime) -> Callable[[], None]:
 
     def run() -> None:
         reconciles()
-        rt.sweep()
+        sweeper.sweep(rt)
 
     return run
 

@@ -36,6 +36,7 @@ from tests.support.console import admin_urls, csrf_token
 from webhooks import create_app
 from webhooks.admin import queries
 from webhooks.cli import main
+from webhooks.sweeper import sweep
 
 PENDING = "the sweeper"
 
@@ -122,11 +123,11 @@ def test_replays_while_redis_is_down_are_audited_then_swept_and_processed_once(
     assert handler_runs(app) == {"evt_ok": 1}
 
     redis_server.start()  # back, and empty (no persistence): only the database remembers
-    assert runtime(app).sweep(age=0) == 3
+    assert sweep(runtime(app), age=0) == 3
     drain(app)
     assert {status for (status,) in rows(app, "SELECT status FROM events")} == {"processed"}
     assert handler_runs(app) == {"evt_ok": 2, "evt_bad": 1, "evt_late": 1}  # once each since the replays
-    assert runtime(app).sweep(age=0) == 0
+    assert sweep(runtime(app), age=0) == 0
 
 
 def test_bulk_replay_is_all_or_nothing(outage_app: Flask, monkeypatch: pytest.MonkeyPatch) -> None:

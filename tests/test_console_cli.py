@@ -12,6 +12,7 @@ from flask import Flask
 from tests import sample_handlers
 from tests.conftest import admin_headers, drain, stripe_event, stripe_headers
 from webhooks.cli import main
+from webhooks.sweeper import sweep
 
 
 @pytest.fixture
@@ -53,7 +54,7 @@ def test_bulk_replay_dry_run_then_confirmed_and_audited(cli_env: Flask) -> None:
     assert json.loads(run("show", "stripe", "evt_bad"))["status"] == "queued"
     # Without REDIS_URL the CLI's queue is its own: the app's sweeper picks the queued row up.
     later = datetime.now(UTC) + timedelta(minutes=5)
-    assert cli_env.extensions["webhooks"].sweep(now=later) == 1
+    assert sweep(cli_env.extensions["webhooks"], now=later) == 1
     drain(cli_env)
     assert json.loads(run("show", "stripe", "evt_bad"))["status"] == "processed"
 

@@ -18,6 +18,7 @@ from flask import Flask
 from tests import sample_handlers
 from tests.conftest import admin_headers, base_config, make_app, rows, runtime, stripe_event, stripe_headers, wait_until
 from webhooks import HandlerEvent, on
+from webhooks.sweeper import sweep
 
 PROMPT = 10.0  # seconds: a delivery or a read that waits for the handler takes 30 s (busy timeout)
 STARTED = threading.Event()
@@ -146,7 +147,7 @@ def test_the_sweeper_leaves_a_running_job_alone(embedded: Flask) -> None:
     wait_until(STARTED.is_set)
     rt = runtime(embedded)
     # Long after its claim, by the sweeper's clock: the row is `processing`, but its job is live.
-    assert rt.sweep(now=datetime.now(UTC) + timedelta(hours=1), age=0) == 0
+    assert sweep(rt, now=datetime.now(UTC) + timedelta(hours=1), age=0) == 0
     found = event(embedded, "evt_long")
     assert (found["status"], found["attempts"]) == ("processing", 1)
     RELEASE.set()

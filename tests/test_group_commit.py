@@ -121,7 +121,7 @@ def test_a_connection_dropped_under_a_batch_loses_nothing_acknowledged(pg_app: F
     killed: list[int] = []
 
     def kill_the_batch_connection() -> None:
-        pid = committer._rows._raw.driver_connection.info.backend_pid  # type: ignore[union-attr]
+        pid = committer._inserts._raw.driver_connection.info.backend_pid  # type: ignore[union-attr]
         with admin.connect() as other:
             assert other.execute(sa.text("SELECT pg_terminate_backend(:pid)"), {"pid": pid}).scalar()
         killed.append(pid)

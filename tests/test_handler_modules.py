@@ -13,6 +13,7 @@ from flask import Flask
 from tests.conftest import base_config, drain, make_app, rows, stripe_event, stripe_headers
 from tests.support.processes import BIN, clean_env
 from webhooks.cli import upgrade
+from webhooks.sweeper import sweep
 
 MISSING = "myapp_that_is_not_there.handlers"
 EXPECTED = (f"Error: configuration: WEBHOOKS_HANDLERS: cannot import '{MISSING}' "
@@ -58,4 +59,4 @@ def test_a_job_whose_handlers_cannot_load_records_each_attempt_then_fails(broken
     assert error.startswith(f"ConfigError: WEBHOOKS_HANDLERS: cannot import '{MISSING}'")
     assert rows(broken, "SELECT count(*) FROM attempts WHERE status = 'error'")[0][0] == 3
     rt = broken.extensions["webhooks"]
-    assert rt.sweep(age=0) == 0  # nothing left for the sweeper to enqueue again
+    assert sweep(rt, age=0) == 0  # nothing left for the sweeper to enqueue again

@@ -12,6 +12,7 @@ from flask.testing import FlaskClient
 from tests.conftest import base_config, drain, free_port, make_app, rows, runtime, stripe_event, stripe_headers
 from webhooks import create_app
 from webhooks.errors import ConfigError
+from webhooks.sweeper import sweep
 
 
 def test_unknown_endpoint_is_404(client: FlaskClient) -> None:
@@ -61,8 +62,8 @@ def test_redis_down_still_acknowledges_and_the_sweeper_recovers(redis_down_app: 
     # Redis is back (here: the embedded queue on the same database); the sweeper re-enqueues.
     healed = make_app(base_config(sqlite_url))
     rt = runtime(healed)
-    assert rt.sweep() == 0  # younger than the threshold: maybe still on its way
-    assert rt.sweep(now=datetime.now(UTC) + timedelta(minutes=5)) == 1
+    assert sweep(rt) == 0  # younger than the threshold: maybe still on its way
+    assert sweep(rt, now=datetime.now(UTC) + timedelta(minutes=5)) == 1
     drain(healed)
     assert rows(healed, "SELECT status FROM events") == [("processed",)]
 
@@ -73,8 +74,8 @@ def test_sweeper_requeues_queued_rows_whose_job_vanished(app: Flask) -> None:
     rt = runtime(app)
     rt.queue.connection.flushall()  # Redis lost everything
     later = datetime.now(UTC) + timedelta(minutes=5)
-    assert rt.sweep(now=later) == 1
-    assert rt.sweep(now=later) == 0  # its job is live again: nothing to do
+    assert sweep(rt, now=later) == 1
+    assert sweep(rt, now=later) == 0  # its job is live again: nothing to do
     drain(app)
     assert rows(app, "SELECT status FROM events") == [("processed",)]
 
@@ -132,9 +133,9 @@ def test_body_read_in_short_chunks_is_whole(app: Flask) -> None:
 def test_a_stranded_row_behind_a_backlog_of_live_jobs_is_found(app: Flask, monkeypatch: pytest.MonkeyPatch) -> None:
     """Under a backlog most stale `queued` rows have live jobs; the sweeper walks past them all
     (a page per Redis round trip) to the one whose job is gone."""
-    from webhooks import runtime as runtime_module
+    from webhooks.store import sql
 
-    monkeypatch.setattr(runtime_module, "SWEEP_PAGE", 4)  # several pages with a few rows
+    monkeypatch.setattr(sql, "SWEEP_PAGE", 4)  # several pages with a few rows
     client = app.test_client()
     for i in range(10):
         body = stripe_event(f"evt_backlog_{i}", created=1700000000 + i)
@@ -145,7 +146,7 @@ def test_a_stranded_row_behind_a_backlog_of_live_jobs_is_found(app: Flask, monke
     from webhooks.queue import job_id
 
     Job.fetch(job_id("stripe", "evt_backlog_9"), connection=rt.queue.connection).delete()  # the newest: last page
-    assert rt.sweep(now=datetime.now(UTC) + timedelta(minutes=5)) == 1
+    assert sweep(rt, now=datetime.now(UTC) + timedelta(minutes=5)) == 1
     assert rt.queue.live([("stripe", f"evt_backlog_{i}") for i in range(10)]) == [True] * 10
 
 

@@ -20,6 +20,7 @@ from tests.fake_apis import serve
 from webhooks import reconcile
 from webhooks.cli import main
 from webhooks.providers import stripe_api
+from webhooks.sweeper import sweep
 
 API_KEY = "sk_test_reconcile"
 
@@ -145,7 +146,7 @@ def test_cli_reconciles_only_undelivered_events_and_prints_a_summary(
     result = CliRunner().invoke(main, ["reconcile", "stripe", "--since", "3d"], env=env)
     assert "seen 30, already stored 12, added 18" in result.output
     # The CLI's embedded queue ends with it: the service's sweeper enqueues the rows.
-    runtime(app).sweep(age=0)
+    sweep(runtime(app), age=0)
     drain(app)
     assert sorted(handled()) == sorted(e["id"] for e in events.events[:30])
 

@@ -17,6 +17,7 @@ from tests.conftest import base_config, drain, make_app, rows, runtime, stripe_e
 from webhooks import HandlerEvent, on
 from webhooks.jobs.process import process_event
 from webhooks.queue import job_id
+from webhooks.sweeper import sweep
 
 ACTIVE: dict[str, int] = {}
 OVERLAPS: list[str] = []
@@ -81,9 +82,9 @@ def test_abandoned_processing_row_is_requeued_and_processed_once(any_app: Flask)
     post(any_app, "evt_killed")
     strand(any_app, "evt_killed")
     rt = runtime(any_app)
-    assert rt.sweep() == 0  # younger than WEBHOOKS_SWEEP_AGE: maybe still running
-    assert rt.sweep(now=later()) == 1
-    assert rt.sweep(now=later()) == 0  # queued again, with a live job
+    assert sweep(rt) == 0  # younger than WEBHOOKS_SWEEP_AGE: maybe still running
+    assert sweep(rt, now=later()) == 1
+    assert sweep(rt, now=later()) == 0  # queued again, with a live job
     drain(any_app)
     assert rows(any_app, "SELECT status, attempts FROM events") == [("processed", 2)]
     assert len(rows(any_app, "SELECT 1 FROM test_handler_calls")) == 1
@@ -92,7 +93,7 @@ def test_abandoned_processing_row_is_requeued_and_processed_once(any_app: Flask)
 def test_abandoned_row_that_used_every_attempt_fails_instead_of_looping(any_app: Flask) -> None:
     post(any_app, "evt_poison")
     strand(any_app, "evt_poison", attempts=5)
-    assert runtime(any_app).sweep(now=later()) == 0
+    assert sweep(runtime(any_app), now=later()) == 0
     status, error = rows(any_app, "SELECT status, last_error FROM events")[0]
     assert status == "failed" and error.startswith("AbandonedJobError")
 
@@ -103,8 +104,8 @@ def test_processing_row_held_by_a_live_transaction_is_left_alone(pg_app: Flask) 
     rt = runtime(pg_app)
     with rt.engine.begin() as conn:  # a worker inside its processing transaction
         conn.execute(sa.text("SELECT 1 FROM events WHERE event_id = 'evt_busy' FOR UPDATE"))
-        assert rt.sweep(now=later()) == 0
-    assert rt.sweep(now=later()) == 1
+        assert sweep(rt, now=later()) == 0
+    assert sweep(rt, now=later()) == 1
 
 
 def test_a_superseded_claim_does_not_process(any_app: Flask) -> None:
@@ -113,7 +114,7 @@ def test_a_superseded_claim_does_not_process(any_app: Flask) -> None:
     post(any_app, "evt_stall")
     strand(any_app, "evt_stall")
     rt = runtime(any_app)
-    rt.sweep(now=later())
+    sweep(rt, now=later())
     drain(any_app)
     from webhooks.jobs import sqlite
 
@@ -179,7 +180,7 @@ def test_a_job_taken_by_a_worker_killed_before_its_claim_is_requeued(any_app: Fl
     queue = rt.queue.queue
     assert Queue.lmove(queue.connection, queue.key, timeout=None) is not None  # taken; then SIGKILL
     assert queue.count == 0
-    assert rt.sweep(now=later()) == 1
+    assert sweep(rt, now=later()) == 1
     drain(any_app)
     assert rows(any_app, "SELECT status, attempts FROM events") == [("processed", 1)]
 
@@ -199,6 +200,6 @@ def test_a_job_started_by_a_worker_killed_before_its_claim_is_requeued(any_app: 
     job = queue.fetch_job(taken[1].decode() if isinstance(taken[1], bytes) else taken[1])
     assert job is not None
     job.set_status(JobStatus.STARTED)  # then SIGKILL, before the claim
-    assert rt.sweep(now=later()) == 1
+    assert sweep(rt, now=later()) == 1
     drain(any_app)
     assert rows(any_app, "SELECT status, attempts FROM events") == [("processed", 1)]

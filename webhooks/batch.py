@@ -7,8 +7,9 @@ meanwhile wait for it to finish and form the next batch. One request at a time p
 
 The committer keeps one connection for its batches (one batch is written at a time): no pool
 check-out, pre-ping and reset per batch. A batch that fails drops it, so the next one connects
-afresh (through the pool's pre-ping: a restarted database is followed). On PostgreSQL a batch is
-one statement (``Rows``) that is its own transaction: one round trip, one disk flush.
+afresh (through the pool's pre-ping: a restarted database is followed). The storing is the store's
+(``Store.inserts``; on PostgreSQL a batch is one statement that is its own transaction: one round
+trip, one disk flush); so is the replayed-signature check, made after the commit on every database.
 
 A batch that fails is not anyone's answer: each of its deliveries is stored again alone, so one
 delivery's bad row (or a connection dropped mid-batch) costs its batch-mates a second try, never a
@@ -22,23 +23,15 @@ import threading
 import weakref
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
 
-import redis
-from sqlalchemy import select, update
-from sqlalchemy.engine import Connection
+from sqlalchemy import select
 from sqlalchemy.exc import SQLAlchemyError
-from sqlalchemy.orm import Session
 
-from webhooks import metrics
-from webhooks.batch_postgres import CHUNK_ROWS, Rows
-from webhooks.db import upsert
+from webhooks import outbox
 from webhooks.duplicates import Duplicates
-from webhooks.models import Body, Event, Tombstone
+from webhooks.models import Body
 from webhooks.providers.base import Endpoint, Verified
-from webhooks.quarantine import count as count_rejection
 from webhooks.runtime import Runtime
-from webhooks.words import Reason, Status
 
 log = logging.getLogger(__name__)
 MAX_DELIVERIES = 64  # per batch: bounds one statement's size and a batch's latency
@@ -68,10 +61,7 @@ class GroupCommit:
         self._lock = threading.Lock()
         self._pending: list[Pending] = []
         self._writing = False
-        # Used by the batch writer only (one at a time): PostgreSQL through psycopg, else SQLAlchemy.
-        self._rows = Rows(rt.engine) if rt.engine.dialect.driver == "psycopg" else None
-        self._conn: Connection | None = None
-        self._insert: Any = None
+        self._inserts = rt.store.inserts()  # used by the batch writer only (one at a time)
         self.duplicates = Duplicates(rt)
 
     def store(self, item: Pending) -> Pending:
@@ -127,70 +117,21 @@ class GroupCommit:
 
     def _commit(self, batch: list[Pending]) -> None:
         rows = [row for item in batch for row in item.rows]
-        if self._rows is not None:
-            _sort(batch, self._rows(rows, lambda created: _bodies(batch, created)))  # committed
-            # Only a scheme with replay keys can have replayed a signature: checked after, rarely.
-            again_signed = [item for item in batch if not item.new and item.verified.replay_key is not None]
-            try:
-                if again_signed:
-                    with self.rt.engine.connect() as conn, conn.begin():
-                        for item in again_signed:
-                            item.replayed = replayed(conn, item.endpoint, item.verified, datetime.now(UTC))
-            except SQLAlchemyError as exc:  # the rows are committed: only the replay's count is lost
-                log.warning("could not check replayed signatures (%s); answered as duplicates",
-                            exc.__class__.__name__)
-            return
-        if self._conn is None:
-            self._conn = self.rt.engine.connect()
-            self._insert = upsert(self._conn, Event).on_conflict_do_nothing().returning(Event.endpoint, Event.event_id)
-        conn = self._conn
-        with conn.begin():
-            created: set[tuple[str, str]] = set()
-            for start in range(0, len(rows), CHUNK_ROWS):  # SQLAlchemy's executemany holds a whole call's rows
-                created.update((p, e) for p, e in conn.execute(self._insert, rows[start:start + CHUNK_ROWS]))
-            bodies = _bodies(batch, created)
-            if bodies:
-                conn.execute(upsert(conn, Body).on_conflict_do_nothing(), bodies)
-            _sort(batch, created)
-            now = datetime.now(UTC)
-            for item in batch:
-                if not item.new:
-                    item.replayed = replayed(conn, item.endpoint, item.verified, now)
+        _sort(batch, self._inserts.insert(rows, lambda created: _bodies(batch, created)))  # committed
+        # Only a scheme with replay keys can have replayed a signature: checked after, rarely.
+        again_signed = [item for item in batch if not item.new and item.verified.replay_key is not None]
+        try:
+            for item in again_signed:
+                item.replayed = replayed(self.rt, item.endpoint, item.verified, datetime.now(UTC))
+        except SQLAlchemyError as exc:  # the rows are committed: only the replay's count is lost
+            log.warning("could not check replayed signatures (%s); answered as duplicates", exc.__class__.__name__)
 
     def _drop_connection(self) -> None:
         """Discard the batches' connection after a failure: the next batch connects afresh."""
-        if self._rows is not None:
-            self._rows.drop()
-        conn, self._conn = self._conn, None
-        if conn is not None:
-            try:
-                conn.invalidate()  # whatever broke it (or not), it never goes back to the pool
-                conn.close()
-            except SQLAlchemyError:
-                log.debug("discarding the batch connection failed", exc_info=True)
+        self._inserts.drop()
 
     def _enqueue(self, stored: list[Pending]) -> None:
-        enqueue(self.rt, [(item.endpoint.name, event_id) for item in stored for event_id in item.new])
-
-
-def enqueue(rt: Runtime, events: list[tuple[str, str]]) -> None:
-    """Queue the jobs of stored events in one Redis round trip (``CHUNK_ROWS`` jobs a call: a
-    big batch's script arguments stay small); if Redis refuses, the rows not queued go back to
-    ``received`` for the sweeper (they are committed: their deliveries are answered 2xx anyway)."""
-    start = 0
-    try:
-        for start in range(0, len(events), CHUNK_ROWS):
-            rt.queue.enqueue_many(events[start:start + CHUNK_ROWS])
-    except redis.RedisError as exc:
-        events = events[start:]
-        log.warning("enqueue failed, left for the sweeper: %s", exc.__class__.__name__)
-        for endpoint, _ in events:
-            metrics.ENQUEUE_FAILURES.labels(endpoint).inc()
-        try:
-            with rt.engine.connect() as conn, conn.begin():
-                _mark_received(conn, events)
-        except SQLAlchemyError:
-            log.warning("could not mark events received; the sweeper finds them queued")
+        outbox.enqueue(self.rt, [(item.endpoint.name, event_id) for item in stored for event_id in item.new])
 
 
 def known_body(rt: Runtime, endpoint: str, digest: str) -> bool:
@@ -225,36 +166,13 @@ def _duplicates(batch: list[Pending]) -> dict[tuple[str, str], int]:
     return again
 
 
-def replayed(conn: Connection, endpoint: Endpoint, verified: Verified, now: datetime) -> bool:
-    """Inside the storing transaction, for a delivery that stored nothing: whether its replay key
-    is held by another event id, stored or purged (tombstoned): a captured signature re-sent with
-    another id or topic, answered as a duplicate, counted under ``replayed_signature``."""
+def replayed(rt: Runtime, endpoint: Endpoint, verified: Verified, now: datetime) -> bool:
+    """After the commit, for a delivery that stored nothing: whether its replay key is held by
+    another event id, stored or purged (tombstoned): a captured signature re-sent with another id
+    or topic, answered as a duplicate, counted under ``replayed_signature``."""
     if verified.replay_key is None:
         return False
-    holder = conn.execute(
-        select(Event.event_id).where(Event.endpoint == endpoint.name, Event.replay_key == verified.replay_key)
-    ).scalar()
-    if holder is None:  # purged: its tombstone still holds the key
-        holder = conn.execute(select(Tombstone.event_id).where(
-            Tombstone.endpoint == endpoint.name, Tombstone.replay_key == verified.replay_key)).scalar()
-    if holder is None or holder in {e.event_id for e in verified.events}:
-        return False
-    with Session(bind=conn) as session:
-        count_rejection(session, endpoint.name, Reason.REPLAYED_SIGNATURE, now)
-        session.flush()
-    return True
-
-
-def _mark_received(conn: Connection, events: list[tuple[str, str]]) -> None:
-    by_endpoint: dict[str, list[str]] = {}
-    for endpoint, event_id in events:
-        by_endpoint.setdefault(endpoint, []).append(event_id)
-    for endpoint, ids in by_endpoint.items():
-        conn.execute(
-            update(Event)
-            .where(Event.endpoint == endpoint, Event.event_id.in_(ids), Event.status == Status.QUEUED)
-            .values(status=Status.RECEIVED, status_at=datetime.now(UTC))
-        )
+    return rt.store.replayed(endpoint.name, verified.replay_key, {e.event_id for e in verified.events}, now)
 
 
 _committers: weakref.WeakKeyDictionary[Runtime, GroupCommit] = weakref.WeakKeyDictionary()

@@ -155,7 +155,7 @@ def serve(host: str, port: int) -> None:
     """Run everything in one process: SQLite, an in-process queue and worker, the admin console."""
     from gunicorn.app.base import BaseApplication  # type: ignore[import-untyped]
 
-    from webhooks import create_app, gunicorn_conf
+    from webhooks import create_app, gunicorn_conf, sweeper
     from webhooks.jobs import handlers, worker
     from webhooks.service import admin_password_file, kept_password, quiet
 
@@ -180,7 +180,7 @@ def serve(host: str, port: int) -> None:
         app = create_app(settings)
         rt = app.extensions["webhooks"]
         # The in-process queue starts empty: whatever the last run left unfinished is stranded now.
-        rt.sweep(age=0)
+        sweeper.sweep(rt, age=0)
         worker.start_embedded(rt)  # the worker thread, and the ticker: due reconciliations, the sweep
         return app
 

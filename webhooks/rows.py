@@ -1,5 +1,6 @@
-"""What one verified delivery stores: its ``events`` rows (status ``queued``), and for a delivery
-whose events are items of its body, its ``bodies`` row (the body and headers, kept once)."""
+"""What one verified delivery stores: its ``events`` rows (their status is the store's to write),
+and for a delivery whose events are items of its body, its ``bodies`` row (the body and headers,
+kept once)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,6 @@ from webhooks import batch, providers
 from webhooks.db import is_storable, redact, storable_text
 from webhooks.errors import PayloadError
 from webhooks.providers.base import Endpoint, Verified, VerifiedEvent, encode_item
-from webhooks.words import Status
 
 KEY_WIDTH = 255  # events.event_id and event_type
 
@@ -60,7 +60,8 @@ def event_rows(
     endpoint: Endpoint, verified: Verified, body: bytes, headers: dict[str, str], now: datetime,
     digest: str | None = None,
 ) -> list[dict[str, object]]:
-    """The ``events`` rows of one verified delivery, status ``queued``. With ``digest`` (the body
+    """The ``events`` rows of one verified delivery, without a status (``Store.inserts`` writes
+    it, and ``status_at``). With ``digest`` (the body
     is kept in ``bodies``), each batch item's row holds the item's own JSON and no headers."""
     provider = providers.get(endpoint.kind)
     data = provider.event_data(body, None) if digest is not None else None  # parsed once for every item
@@ -74,10 +75,8 @@ def event_rows(
             "event_id": e.event_id,
             "kind": endpoint.kind,
             "event_type": e.event_type,
-            "status": Status.QUEUED,
             "attempts": 0,
             "received_at": now,
-            "status_at": now,
             "payload": own(e),
             "item_index": e.index,
             "headers": headers if digest is None else {},

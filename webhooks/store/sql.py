@@ -4,15 +4,159 @@ failed attempt). ``SqliteStore`` and ``PostgresStore`` extend it with their own 
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Iterator, Sequence
+from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Engine
+from sqlalchemy import Engine, select, tuple_, update
+from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.orm import Session, sessionmaker
+
+from webhooks.db import make_sessionmaker
+from webhooks.models import Event, Replay, Tombstone
+from webhooks.quarantine import count as count_rejection
+from webhooks.store.base import Inserts, Key
+from webhooks.store.sql_rows import SqlInserts
+from webhooks.store.transitions import ABANDON, LEAVE, REPLAY, REQUEUE, values
+from webhooks.words import Reason, Status
+
+log = logging.getLogger(__name__)
+CHUNK = 500  # keys per UPDATE … IN (…)
+SWEEP_PAGE = 500  # stranded rows a page (their jobs checked a page per Redis round trip)
+ABANDONED = "AbandonedJobError: the worker died while processing this event"
+
+
+class _Refused(Exception):
+    """An all-or-nothing replay that could not mark every key: its transaction is rolled back."""
 
 
 class SqlStore:
     def __init__(self, engine: Engine, **parts: Any) -> None:
         self.engine = engine
+        self.sessions: sessionmaker[Session] = make_sessionmaker(engine)
 
     # ===== the worker's shared part (claim / process / fail helpers) ==========================
 
     # ===== the receiver, the sweeper, replay =================================================
+    def inserts(self) -> Inserts:
+        """A writer for one group commit: SQLAlchemy's ``INSERT … RETURNING`` on a kept connection."""
+        return SqlInserts(self.engine)
+
+    def replayed(self, endpoint: str, replay_key: str, event_ids: set[str], now: datetime) -> bool:
+        """Whether another event id holds ``replay_key`` (stored, or purged: its tombstone); if so
+        counted under ``replayed_signature``, in the same transaction."""
+        with self.sessions.begin() as session:
+            holder = session.scalar(
+                select(Event.event_id).where(Event.endpoint == endpoint, Event.replay_key == replay_key))
+            if holder is None:  # purged: its tombstone still holds the key
+                holder = session.scalar(select(Tombstone.event_id).where(
+                    Tombstone.endpoint == endpoint, Tombstone.replay_key == replay_key))
+            if holder is None or holder in event_ids:
+                return False
+            count_rejection(session, endpoint, Reason.REPLAYED_SIGNATURE, now)
+            return True
+
+    def leave_for_sweeper(self, keys: Sequence[Key], now: datetime) -> None:
+        """``queued`` → ``received``; best effort (a row left ``queued`` is found by the sweeper too)."""
+        try:
+            with self.sessions.begin() as session:
+                for start in range(0, len(keys), CHUNK):
+                    session.execute(
+                        update(Event)
+                        .where(tuple_(Event.endpoint, Event.event_id).in_(keys[start:start + CHUNK]),
+                               Event.status.in_(LEAVE.sources))
+                        .values(values(LEAVE, Status.RECEIVED, now))
+                    )
+        except SQLAlchemyError:
+            log.warning("could not mark events received; the sweeper finds them queued", exc_info=True)
+
+    def replay(self, keys: Sequence[Key], audit: dict[str, Any], now: datetime, *,
+               every: bool = False) -> tuple[list[Key], int | None]:
+        """``REPLAY`` the keys not ``processing`` and write the audit record, in one transaction."""
+        try:
+            with self.sessions.begin() as session:
+                return self._replay(session, keys, audit, now, every)
+        except _Refused:  # rolled back: nothing marked, no record
+            return [], None
+
+    def _replay(self, session: Session, keys: Sequence[Key], audit: dict[str, Any], now: datetime,
+                every: bool) -> tuple[list[Key], int | None]:
+        marked: list[Key] = []
+        for start in range(0, len(keys), CHUNK):
+            marked += [(p, e) for p, e in session.execute(
+                update(Event)
+                .where(tuple_(Event.endpoint, Event.event_id).in_(keys[start:start + CHUNK]),
+                       Event.status.in_(REPLAY.sources))
+                .values(values(REPLAY, Status.QUEUED, now))
+                .returning(Event.endpoint, Event.event_id)
+            )]
+        if every and len(set(marked)) < len(set(keys)):
+            raise _Refused
+        order = {pair: n for n, pair in enumerate(keys)}
+        marked.sort(key=order.__getitem__)
+        entry = Replay(at=now, count=len(marked), event_ids=[list(pair) for pair in marked], **audit)
+        session.add(entry)
+        session.flush()
+        return marked, entry.id
+
+    def status(self, key: Key) -> str | None:
+        with self.sessions() as session:
+            return session.scalar(select(Event.status).where(Event.endpoint == key[0], Event.event_id == key[1]))
+
+    def abandoned(self, cutoff: datetime, limit: int, max_attempts: int, now: datetime) -> list[Key]:
+        """``processing`` rows that no transaction holds (PostgreSQL: ``FOR UPDATE SKIP LOCKED``
+        skips a live job's locked row; ``SqliteStore`` holds the processing lock around this)."""
+        query = (
+            select(Event.endpoint, Event.event_id, Event.attempts)
+            .where(Event.status.in_(ABANDON.sources), Event.status_at < cutoff)
+            .order_by(Event.status_at)
+            .limit(limit)
+            .with_for_update(skip_locked=True)
+        )
+        requeue: list[Key] = []
+        with self.sessions.begin() as session:
+            for endpoint, event_id, attempts in session.execute(query).all():
+                exhausted = attempts >= max_attempts
+                change = values(ABANDON, Status.FAILED if exhausted else Status.QUEUED, now)
+                if exhausted:
+                    change["last_error"] = ABANDONED
+                else:
+                    requeue.append((endpoint, event_id))
+                session.execute(
+                    update(Event).where(Event.endpoint == endpoint, Event.event_id == event_id).values(change))
+                log.warning("sweeper: %s/%s abandoned by its worker, %s", endpoint, event_id,
+                            "failed" if exhausted else "requeued")
+        return requeue
+
+    def stranded(self, cutoff: datetime, limit: int) -> Iterator[list[tuple[Key, str]]]:
+        """``received`` / ``queued`` rows older than ``cutoff``: keyset pages of ``SWEEP_PAGE``."""
+        base = (
+            select(Event.status_at, Event.endpoint, Event.event_id, Event.status)
+            .where(Event.status.in_(REQUEUE.sources), Event.status_at < cutoff)
+            .order_by(Event.status_at, Event.endpoint, Event.event_id)
+            .limit(SWEEP_PAGE)
+        )
+        after: tuple[datetime, str, str] | None = None
+        seen = 0
+        while seen < limit:
+            key = tuple_(Event.status_at, Event.endpoint, Event.event_id)
+            query = base if after is None else base.where(key > after)
+            with self.sessions() as session:
+                rows = session.execute(query).all()
+            if not rows:
+                return
+            seen += len(rows)
+            after = (rows[-1][0], rows[-1][1], rows[-1][2])
+            yield [((p, e), s) for _, p, e, s in rows]
+
+    def requeued(self, key: Key, status: str, now: datetime) -> None:
+        """``REQUEUE`` the row if it is still in ``status`` (one of ``REQUEUE.sources``)."""
+        if status not in REQUEUE.sources:
+            raise ValueError(f"requeue cannot take an event from {status}")
+        with self.sessions.begin() as session:
+            session.execute(
+                update(Event)
+                .where(Event.endpoint == key[0], Event.event_id == key[1], Event.status == status)
+                .values(values(REQUEUE, Status.QUEUED, now))
+            )

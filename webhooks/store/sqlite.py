@@ -2,11 +2,48 @@
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Engine
+
+from webhooks.db import sqlite_lock
+from webhooks.store.base import Key
 from webhooks.store.sql import SqlStore
+
+Hold = Callable[[float | None], AbstractContextManager[bool]]  # ``Runtime.processing``'s shape
+HOLD_TIMEOUT = 5.0  # seconds the sweeper waits for the processing lock (a job keeps it: next tick)
 
 
 class SqliteStore(SqlStore):
+    def __init__(self, engine: Engine, **parts: Any) -> None:
+        super().__init__(engine, **parts)
+        # The runtime's processing lock (``Runtime.processing``): held by a job from claim to mark.
+        self.processing: Hold = parts.get("processing") or _own_lock(engine)
+
     # ===== the worker: claim, process (handlers outside the write lock), mark ==================
 
-    # ===== the receiver: the group commit's insert ===========================================
-    pass
+    # ===== the receiver, the sweeper: a processing row is abandoned only under the lock ========
+    def abandoned(self, cutoff: datetime, limit: int, max_attempts: int, now: datetime) -> list[Key]:
+        """A job holds the processing lock from its claim to its mark: with the lock held, no
+        ``processing`` row is live (and when a job keeps it past ``HOLD_TIMEOUT``, none is taken)."""
+        with self.processing(HOLD_TIMEOUT) as held:
+            return super().abandoned(cutoff, limit, max_attempts, now) if held else []
+
+
+def _own_lock(engine: Engine) -> Hold:
+    """The processing lock of a store built without a runtime (the file lock beside the database)."""
+    lock = sqlite_lock(engine, "-processing.lock")
+
+    @contextlib.contextmanager
+    def hold(timeout: float | None) -> Iterator[bool]:
+        if lock is None:
+            yield True
+            return
+        with lock.hold(timeout) as held:
+            yield held
+
+    return hold

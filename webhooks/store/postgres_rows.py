@@ -1,24 +1,25 @@
-r"""The group commit's PostgreSQL writer: a batch's rows as ``$n``-placeholder ``INSERT``\s on one
-kept psycopg connection in autocommit (``batch.GroupCommit`` uses it on PostgreSQL)."""
+r"""The group commit's PostgreSQL writer (psycopg): a batch's rows as ``$n``-placeholder
+``INSERT``\s on one kept psycopg connection in autocommit, their SQL written from the table
+definitions (``PostgresStore.inserts``)."""
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 from typing import Any
 
 from sqlalchemy import JSON, Engine, Table
 from sqlalchemy.exc import DBAPIError
 
 from webhooks.models import Body, Event
+from webhooks.store.base import CHUNK_ROWS, Bodies, Key, Rows
+from webhooks.store.sql_rows import stored
 
 log = logging.getLogger(__name__)
 MAX_CACHED = 64  # statement texts kept per row count up to this (a batch's usual sizes)
-CHUNK_ROWS = 1000  # rows a statement: 1 000 × 19 columns, well under PostgreSQL's 65 535 parameters
 PREPARE_AFTER = 5  # executions of a batch's text before psycopg prepares it (its default; the pool's is off)
 
 
-class Rows:
+class PostgresInserts:
     """PostgreSQL (psycopg): a batch's rows in ``INSERT … VALUES (…), (…) ON CONFLICT DO NOTHING
     RETURNING`` the key of each row stored, on a connection in autocommit: one round trip, one
     commit. Its text, written with PostgreSQL's own ``$n`` placeholders (psycopg's ``RawCursor``),
@@ -47,11 +48,12 @@ class Rows:
             self._json[names] = _json_columns(Event.__table__, names)  # type: ignore[arg-type]
         return found
 
-    def __call__(self, rows: list[dict[str, Any]],
-                 bodies: Callable[[set[tuple[str, str]]], list[dict[str, Any]]]) -> set[tuple[str, str]]:
-        """Store ``rows``, then the ``bodies(created)`` rows, in one transaction; the keys stored."""
+    def insert(self, rows: Rows, bodies: Bodies) -> set[Key]:
+        """Store ``rows`` (status ``STORE``), then the ``bodies(created)`` rows, in one transaction;
+        the keys stored."""
         import psycopg
 
+        stored(rows)
         names = tuple(rows[0])
         chunks = [rows[i:i + CHUNK_ROWS] for i in range(0, len(rows), CHUNK_ROWS)]
         texts = [self._text(names, len(chunk)) for chunk in chunks]
@@ -66,7 +68,7 @@ class Rows:
                 if len(chunks) == 1 and not any(row["body_digest"] for row in rows):
                     return set(cursor.execute(texts[0], _params(chunks[0], names, self._json[names])).fetchall())
                 with conn.transaction():
-                    created: set[tuple[str, str]] = set()
+                    created: set[Key] = set()
                     for chunk, text in zip(chunks, texts, strict=True):
                         created.update(cursor.execute(text, _params(chunk, names, self._json[names])).fetchall())
                     kept = bodies(created)
