@@ -4,8 +4,157 @@ sweeper, console) stay as they are; these pin the rules of ``webhooks.store.tran
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+
+import pytest
+import sqlalchemy as sa
+from flask import Flask
+from rq.job import Job
+
+from tests.conftest import admin_headers, rows, runtime, stripe_event, stripe_headers
+from tests.test_group_commit import pending, queued_jobs, store_as_one_batch
+from webhooks.admin.replay import ReplayError, replay_one
+from webhooks.queue import job_id
+from webhooks.runtime import Runtime
+from webhooks.store import sqlite as sqlite_store
+from webhooks.sweeper import sweep
+
 # ===== the receiver, the sweeper, replay: a duplicate creates no job; a replay is audited with
 # its row change; the sweeper recovers each stranded state ====================================
+
+
+def deliver(app: Flask, event_id: str) -> int:
+    body = stripe_event(event_id)
+    return app.test_client().post("/webhooks/stripe", data=body, headers=stripe_headers(body)).status_code
+
+
+def state(app: Flask, event_id: str) -> tuple[str, int]:
+    found = rows(app, "SELECT status, attempts FROM events WHERE event_id = :e", e=event_id)
+    assert len(found) == 1
+    return found[0][0], found[0][1]
+
+
+def set_row(app: Flask, event_id: str, status: str, attempts: int = 0) -> None:
+    """The row as a crash left it (tests only: nothing in the package writes a status but the store)."""
+    with runtime(app).engine.begin() as conn:
+        conn.execute(sa.text("UPDATE events SET status = :s, attempts = :a WHERE event_id = :e"),
+                     {"s": status, "a": attempts, "e": event_id})
+
+
+def drop_job(app: Flask, event_id: str) -> None:
+    rt = runtime(app)
+    Job.fetch(job_id("stripe", event_id), connection=rt.queue.connection).delete()
+
+
+def later() -> datetime:
+    return datetime.now(UTC) + timedelta(minutes=5)
+
+
+def test_a_duplicate_delivery_creates_no_job(any_app: Flask) -> None:
+    assert deliver(any_app, "evt_dup") == 200
+    assert deliver(any_app, "evt_dup") == 200
+    assert rows(any_app, "SELECT count(*) FROM events")[0][0] == 1
+    assert queued_jobs(any_app) == {job_id("stripe", "evt_dup")}
+
+
+def test_two_deliveries_in_one_batch_store_one_row_and_one_job(any_app: Flask) -> None:
+    outcomes, sizes = store_as_one_batch(any_app, [pending(any_app, "evt_twice"), pending(any_app, "evt_twice")])
+    assert sizes == [2]
+    assert sorted(len(o.new) for o in outcomes) == [0, 1]
+    assert state(any_app, "evt_twice") == ("queued", 0)
+    assert queued_jobs(any_app) == {job_id("stripe", "evt_twice")}
+
+
+def test_a_replay_is_audited_with_its_row_change(any_app: Flask) -> None:
+    assert deliver(any_app, "evt_replayed") == 200
+    set_row(any_app, "evt_replayed", "processed", 1)
+    drop_job(any_app, "evt_replayed")
+    outcome = replay_one(runtime(any_app), "stripe", "evt_replayed", who="ops", reason="customer asked")
+    assert outcome.count == 1 and outcome.queued
+    assert state(any_app, "evt_replayed") == ("queued", 1)
+    audit = rows(any_app, "SELECT id, who, reason, count FROM replays")
+    assert [tuple(r) for r in audit] == [(outcome.replay_id, "ops", "customer asked", 1)]
+    assert queued_jobs(any_app) == {job_id("stripe", "evt_replayed")}
+
+
+def test_a_replay_whose_audit_cannot_be_written_changes_no_row(any_app: Flask) -> None:
+    assert deliver(any_app, "evt_unaudited") == 200
+    set_row(any_app, "evt_unaudited", "failed", 3)
+    before = rows(any_app, "SELECT status, status_at FROM events")
+    unwritable = {"who": "ops", "reason": "r", "filter": {"endpoint": object()}}  # no JSON holds it
+    with pytest.raises(Exception):  # noqa: B017 - whatever the driver raises: the transaction fails
+        runtime(any_app).store.replay([("stripe", "evt_unaudited")], unwritable, datetime.now(UTC))
+    assert rows(any_app, "SELECT status, status_at FROM events") == before
+    assert rows(any_app, "SELECT count(*) FROM replays")[0][0] == 0
+
+
+def test_a_single_replay_of_an_event_being_processed_is_refused_and_not_audited(any_app: Flask) -> None:
+    assert deliver(any_app, "evt_busy") == 200
+    set_row(any_app, "evt_busy", "processing", 1)
+    with pytest.raises(ReplayError) as refused:
+        replay_one(runtime(any_app), "stripe", "evt_busy", who="ops", reason=None)
+    assert (refused.value.reason, refused.value.status) == ("in_progress", 409)
+    with pytest.raises(ReplayError) as missing:
+        replay_one(runtime(any_app), "stripe", "evt_nowhere", who="ops", reason=None)
+    assert (missing.value.reason, missing.value.status) == ("not_found", 404)
+    assert state(any_app, "evt_busy") == ("processing", 1)
+    assert rows(any_app, "SELECT count(*) FROM replays")[0][0] == 0
+    response = any_app.test_client().post("/admin/api/events/stripe/evt_busy/replay", json={"reason": "x"},
+                                          headers=admin_headers())
+    assert (response.status_code, response.get_json()["error"]) == (409, "in_progress")
+
+
+@pytest.mark.parametrize(("status", "attempts", "job"), [
+    ("received", 0, False),  # its job never reached Redis
+    ("queued", 0, False),  # Redis lost its job
+    ("processing", 1, True),  # abandoned by a killed worker (no transaction holds it)
+])
+def test_the_sweeper_requeues_each_stranded_state(any_app: Flask, status: str, attempts: int, job: bool) -> None:
+    assert deliver(any_app, "evt_stranded") == 200
+    set_row(any_app, "evt_stranded", status, attempts)
+    if not job:
+        drop_job(any_app, "evt_stranded")
+    rt = runtime(any_app)
+    assert sweep(rt) == 0  # younger than the sweep age: maybe still on its way
+    assert sweep(rt, now=later()) == 1
+    assert state(any_app, "evt_stranded") == ("queued", attempts)
+    assert rt.queue.live([("stripe", "evt_stranded")]) == [True]
+    assert sweep(rt, now=later()) == 0  # its job is live again
+
+
+def test_the_sweeper_fails_an_abandoned_event_whose_attempts_are_spent(any_app: Flask) -> None:
+    assert deliver(any_app, "evt_spent") == 200
+    rt = runtime(any_app)
+    set_row(any_app, "evt_spent", "processing", rt.settings.max_attempts)
+    assert sweep(rt, now=later()) == 0  # nothing queued again: it would kill its worker again
+    assert state(any_app, "evt_spent") == ("failed", rt.settings.max_attempts)
+    error = rows(any_app, "SELECT last_error FROM events")[0][0]
+    assert error.startswith("AbandonedJobError")
+
+
+@contextlib.contextmanager
+def held(rt: Runtime, event_id: str) -> Iterator[None]:
+    """As a live job holds its row: PostgreSQL, its transaction's row lock; SQLite, the processing lock."""
+    if rt.engine.dialect.name == "sqlite":
+        with rt.processing() as got:
+            assert got
+            yield
+        return
+    with rt.engine.connect() as conn, conn.begin():
+        conn.execute(sa.text("SELECT 1 FROM events WHERE event_id = :e FOR UPDATE"), {"e": event_id})
+        yield
+
+
+def test_the_sweeper_leaves_a_live_processing_row_alone(any_app: Flask, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sqlite_store, "HOLD_TIMEOUT", 0.2)  # the tick gives up on a held lock soon
+    assert deliver(any_app, "evt_live") == 200
+    set_row(any_app, "evt_live", "processing", 1)
+    rt = runtime(any_app)
+    with held(rt, "evt_live"):
+        assert sweep(rt, now=later()) == 0
+    assert state(any_app, "evt_live") == ("processing", 1)
 
 
 # ===== the worker: a superseded claim changes nothing; the newest version wins in every order;
