@@ -136,12 +136,12 @@ def test_bulk_replay_is_all_or_nothing(outage_app: Flask, monkeypatch: pytest.Mo
     for n in range(3):
         deliver(client, f"evt_{n}")
     drain(outage_app)
-    from webhooks.admin import replay
+    from webhooks.store import sql
 
     def broken(*args: Any, **kwargs: Any) -> int:
         raise RuntimeError("audit insert failed")
 
-    monkeypatch.setattr(replay, "_audit", broken)
+    monkeypatch.setattr(sql, "audit_record", broken)
     answer = client.post("/admin/api/events/replay", json={"status": "processed", "reason": "x"},
                          headers=admin_headers())
     assert answer.status_code == 500 and answer.get_json() == {"error": "internal"}

@@ -27,6 +27,14 @@ SWEEP_PAGE = 500  # stranded rows a page (their jobs checked a page per Redis ro
 ABANDONED = "AbandonedJobError: the worker died while processing this event"
 
 
+def audit_record(session: Session, audit: dict[str, Any], marked: list[Key], now: datetime) -> int:
+    """Add a replay's ``replays`` row (``audit``: who, reason, filter) in ``session``; its id."""
+    entry = Replay(at=now, count=len(marked), event_ids=[list(pair) for pair in marked], **audit)
+    session.add(entry)
+    session.flush()
+    return entry.id
+
+
 class _Refused(Exception):
     """An all-or-nothing replay that could not mark every key: its transaction is rolled back."""
 
@@ -95,10 +103,7 @@ class SqlStore:
             raise _Refused
         order = {pair: n for n, pair in enumerate(keys)}
         marked.sort(key=order.__getitem__)
-        entry = Replay(at=now, count=len(marked), event_ids=[list(pair) for pair in marked], **audit)
-        session.add(entry)
-        session.flush()
-        return marked, entry.id
+        return marked, audit_record(session, audit, marked, now)
 
     def status(self, key: Key) -> str | None:
         with self.sessions() as session:
