@@ -13,7 +13,7 @@ from sqlalchemy import Engine, select, tuple_, update
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
-from webhooks.db import make_sessionmaker
+from webhooks.db import deferred, make_sessionmaker
 from webhooks.models import Event, Replay, Tombstone
 from webhooks.quarantine import count as count_rejection
 from webhooks.store.base import Inserts, Key
@@ -43,6 +43,7 @@ class SqlStore:
     def __init__(self, engine: Engine, **parts: Any) -> None:
         self.engine = engine
         self.sessions: sessionmaker[Session] = make_sessionmaker(engine)
+        self.reads: sessionmaker[Session] = make_sessionmaker(deferred(engine))  # SQLite: wait for no writer
 
     # ===== the worker's shared part (claim / process / fail helpers) ==========================
 
@@ -53,17 +54,18 @@ class SqlStore:
 
     def replayed(self, endpoint: str, replay_key: str, event_ids: set[str], now: datetime) -> bool:
         """Whether another event id holds ``replay_key`` (stored, or purged: its tombstone); if so
-        counted under ``replayed_signature``, in the same transaction."""
-        with self.sessions.begin() as session:
+        counted under ``replayed_signature`` (the check reads; only a replay writes)."""
+        with self.reads() as session:
             holder = session.scalar(
                 select(Event.event_id).where(Event.endpoint == endpoint, Event.replay_key == replay_key))
             if holder is None:  # purged: its tombstone still holds the key
                 holder = session.scalar(select(Tombstone.event_id).where(
                     Tombstone.endpoint == endpoint, Tombstone.replay_key == replay_key))
-            if holder is None or holder in event_ids:
-                return False
+        if holder is None or holder in event_ids:
+            return False
+        with self.sessions.begin() as session:
             count_rejection(session, endpoint, Reason.REPLAYED_SIGNATURE, now)
-            return True
+        return True
 
     def leave_for_sweeper(self, keys: Sequence[Key], now: datetime) -> None:
         """``queued`` → ``received``; best effort (a row left ``queued`` is found by the sweeper too)."""
@@ -106,7 +108,7 @@ class SqlStore:
         return marked, audit_record(session, audit, marked, now)
 
     def status(self, key: Key) -> str | None:
-        with self.sessions() as session:
+        with self.reads() as session:
             return session.scalar(select(Event.status).where(Event.endpoint == key[0], Event.event_id == key[1]))
 
     def abandoned(self, cutoff: datetime, limit: int, max_attempts: int, now: datetime) -> list[Key]:
@@ -147,7 +149,7 @@ class SqlStore:
         while seen < limit:
             key = tuple_(Event.status_at, Event.endpoint, Event.event_id)
             query = base if after is None else base.where(key > after)
-            with self.sessions() as session:
+            with self.reads() as session:
                 rows = session.execute(query).all()
             if not rows:
                 return
