@@ -10,6 +10,7 @@ handlers get its data as sent; ``state``, ``object_type`` and ``object_id`` are 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, Protocol
 
 from webhooks import providers
@@ -47,12 +48,13 @@ def storable(ref: ObjectRef) -> ObjectRef:
 
 
 Prepared = tuple[Any, ObjectRef | None]
+Fold = Callable[[Any, ObjectRef], ObjectRef]  # ``Provider.fold``
 
 
 def prepare(event: Row, settings: Settings) -> Prepared:
     """The event's data and the object it moves, as handlers must see them (re-fetched from the
     provider's API when configured: called holding no database lock), storable."""
-    provider = providers.get(event.kind)
+    provider = providers.get(event.kind)  # its declared capabilities: event_data, extract, refetch
     # A batch item's row holds the item itself (its delivery's body is kept once in ``bodies``).
     data = provider.event_data(event.payload, None if event.body_digest is not None else event.item_index)
     ref = provider.extract(event.event_type, data)
@@ -60,9 +62,9 @@ def prepare(event: Row, settings: Settings) -> Prepared:
     return data, None if ref is None else storable(ref)
 
 
-def merge(fold: Any, stored: Any, ref: ObjectRef) -> tuple[ObjectRef, str | None]:
-    """A folding provider's ``ref`` merged into the ``stored`` state, and the id of the event the
-    fold names as its latest."""
+def merge(fold: Fold, stored: Any, ref: ObjectRef) -> tuple[ObjectRef, str | None]:
+    """A folding provider's ``ref`` merged into the ``stored`` state by its ``fold`` (asked only of
+    a kind that declares ``folds``), and the id of the event the fold names as its latest."""
     merged: ObjectRef = storable(fold(stored, ref))
     latest = merged.state.get("latest") if isinstance(merged.state, dict) else None
     return merged, latest if isinstance(latest, str) else None

@@ -121,7 +121,7 @@ def process(rt: runtime.Runtime, wire: Wire, claimed: Claimed, started_at: datet
         params |= {"lock": json.dumps([endpoint, ref.type, ref.id]), "type": ref.type, "id": ref.id}
         lock.append(LOCK_OBJECT)
         latest = None
-        fold = getattr(providers.get(claimed.kind), "fold", None)
+        fold = provider.fold if (provider := providers.get(claimed.kind)).folds else None
         if fold is not None:  # merged with the stored state read under the object's lock
             got = wire.send(*lock, READ_OBJECT, **params)
             if not _ours(got, attempt):

@@ -68,7 +68,7 @@ def mine(session: Session, endpoint: str, event_id: str, attempt: int) -> Event 
 def _folded(session: Session, endpoint: str, kind: str, ref: ObjectRef) -> tuple[ObjectRef, str | None]:
     """``ref`` merged into the stored state when the provider folds its events (else unchanged),
     and the id of the event the fold names as its latest."""
-    fold = getattr(providers.get(kind), "fold", None)
+    fold = provider.fold if (provider := providers.get(kind)).folds else None  # the declared capability
     if fold is None:
         return ref, None
     stored = session.get(Object, (endpoint, ref.type, ref.id), populate_existing=True)

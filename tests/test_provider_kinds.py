@@ -7,6 +7,7 @@ import hashlib
 import hmac
 import json
 import pkgutil
+import re
 import subprocess
 import sys
 import textwrap
@@ -19,7 +20,7 @@ import pytest
 
 import webhooks.providers
 from tests.conftest import admin_headers, base_config, drain, make_app, rows, runtime
-from webhooks import config, purge
+from webhooks import config, purge, reconcile
 from webhooks.providers import PROVIDERS
 
 ACME_SECRET = "acme-test-secret"
@@ -45,22 +46,29 @@ ACME_MODULE = '''
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 from webhooks.errors import VerificationError
 from webhooks.providers.base import (
-    DAY, Endpoint, ObjectRef, Provider, Request, Verified, VerifiedEvent, first_match, hmac_digest, parse_json,
-    require,
+    DAY, Endpoint, Missed, ObjectRef, Provider, Request, Verified, VerifiedEvent, encode_item, first_match,
+    hmac_digest, minor_amount, parse_json, require,
 )
 
 REFETCHED: list[str] = []
+FOLDED: list[str] = []
+LISTED: list[dict[str, Any]] = []  # what "Acme's API" lists for reconciliation
 
 
 class Acme(Provider):
     kind = "acme"
     retry_horizon = 5 * DAY
-    shorthands = {"ACME_SECRET": "secrets"}
+    shorthands = {"ACME_SECRET": "secrets", "ACME_API_TOKEN": "api_token"}
+    option_names = frozenset({"api_token"})
     signature_header_names = ("x-acme-signature",)
+    folds = True  # an order's state is a fold of its events; without order.paid it has a gap
+    gap_type = "order"
+    reconcile_with = "api_token"
 
     def verify(self, request: Request, endpoint: Endpoint, *, now: float) -> Verified:
         raw = require(request, "X-Acme-Signature")
@@ -81,12 +89,33 @@ class Acme(Provider):
         return data["items"][index]
 
     def extract(self, event_type: str, data: Any) -> ObjectRef | None:
-        return ObjectRef("order", data["order"], data["seq"], {"status": data["type"], "seq": data["seq"]})
+        return ObjectRef("order", data["order"], data["seq"], {"event": data["id"], "status": data["type"],
+                                                               "seq": data["seq"]})
 
     def refetch(self, endpoint: Endpoint, event_type: str, data: Any,
                 ref: ObjectRef | None) -> tuple[Any, ObjectRef | None]:
         REFETCHED.append(data["id"])
         return data, ref
+
+    def fold(self, stored: Any, incoming: ObjectRef) -> ObjectRef:
+        FOLDED.append(incoming.state["event"])
+        seen = dict((stored or {}).get("seen", {}))
+        seen[incoming.state["event"]] = [incoming.state["seq"], incoming.state["status"]]
+        latest = max(seen, key=lambda e: seen[e][0])
+        state = {"seen": seen, "status": seen[latest][1], "latest": latest,
+                 "gap": all(status != "order.paid" for _, status in seen.values())}
+        return ObjectRef(incoming.type, incoming.id, len(seen), state)
+
+    def missed(self, endpoint: Endpoint, since: int, *, undelivered: bool = False) -> Iterator[Missed]:
+        for item in LISTED:
+            yield Missed(Verified([VerifiedEvent(item["id"], item["type"])], "acme-listed"), encode_item(item))
+
+    def describe_version(self, version: int) -> str | None:
+        return f"fold of {version} acme event(s)"
+
+    def amount(self, payload: bytes, index: int | None) -> tuple[int, str] | None:
+        item = self.event_data(payload, index)
+        return minor_amount(item.get("cents"), item.get("currency"))
 '''
 
 
@@ -122,10 +151,11 @@ def test_a_new_kind_from_one_module_is_verified_stored_processed_purged_and_show
     # Configuration: the kind's own shorthand variable makes its endpoint.
     settings = config.load({"ACME_SECRET": ACME_SECRET})
     assert settings.endpoints["acme"].kind == "acme" and settings.endpoints["acme"].secrets == (ACME_SECRET,)
-    app = make_app(base_config(sqlite_url, ACME_SECRET=ACME_SECRET))
+    app = make_app(base_config(sqlite_url, ACME_SECRET=ACME_SECRET, ACME_API_TOKEN="token"))
     client = app.test_client()
 
-    items = [{"id": "acme_1", "type": "order.paid", "order": "ord_1", "seq": 1, "note": "first item"},
+    items = [{"id": "acme_1", "type": "order.paid", "order": "ord_1", "seq": 1, "note": "first item",
+              "cents": 1130, "currency": "eur"},
              {"id": "acme_2", "type": "order.shipped", "order": "ord_1", "seq": 2, "note": "second item"}]
     body = json.dumps({"items": items}).encode()
     # Verify: a wrong secret, a tampered body and no signature are refused; the right one is taken.
@@ -141,12 +171,29 @@ def test_a_new_kind_from_one_module_is_verified_stored_processed_purged_and_show
     stored = rows(app, "SELECT event_id, kind, item_index, status FROM events WHERE endpoint = 'acme' ORDER BY event_id")
     assert [(r.event_id, r.kind, r.item_index) for r in stored] == [("acme_1", "acme", 0), ("acme_2", "acme", 1)]
 
-    # Process: the kind's event_data, extract and refetch run; the object ends in its latest state.
+    # Process: the kind's event_data, extract, refetch and fold run; the object ends in its latest state.
     drain(app)
-    assert sorted(acme.REFETCHED) == ["acme_1", "acme_2"]
+    assert sorted(acme.REFETCHED) == sorted(set(acme.FOLDED)) == ["acme_1", "acme_2"]  # a fold may be re-asked
     assert {r.status for r in rows(app, "SELECT status FROM events WHERE endpoint = 'acme'")} == {"processed"}
-    state = rows(app, "SELECT version, state FROM objects WHERE endpoint = 'acme' AND object_id = 'ord_1'")
+    state = rows(app, "SELECT version, state, last_event_id FROM objects WHERE endpoint = 'acme' AND object_id = 'ord_1'")
     assert state[0].version == 2 and json.loads(state[0].state)["status"] == "order.shipped"
+    assert state[0].last_event_id == "acme_2"  # the fold's ``latest``
+
+    # Gaps: an order shipped but never paid is listed, because the kind says its orders have gaps.
+    gap_body = json.dumps({"items": [{"id": "acme_3", "type": "order.shipped", "order": "ord_2", "seq": 2}]}).encode()
+    assert client.post("/webhooks/acme", data=gap_body, headers=sign(gap_body)).status_code == 200
+    drain(app)
+    gaps = client.get("/admin/api/gaps", headers=admin_headers()).get_json()["gaps"]
+    assert [(g["endpoint"], g["object_id"]) for g in gaps] == [("acme", "ord_2")]
+
+    # Reconciliation: the kind's API lists one event already stored and the missing payment.
+    acme.LISTED[:] = [items[0], {"id": "acme_4", "type": "order.paid", "order": "ord_2", "seq": 1}]
+    summary = reconcile.reconcile(runtime(app), "acme", 0)
+    assert (summary.seen, summary.stored, summary.added) == (2, 1, 1)
+    drain(app)
+    assert client.get("/admin/api/gaps", headers=admin_headers()).get_json()["gaps"] == []
+    scheme = rows(app, "SELECT scheme, status FROM events WHERE endpoint = 'acme' AND event_id = 'acme_4'")
+    assert [(r.scheme, r.status) for r in scheme] == [("acme-listed", "processed")]
 
     # Purge horizon: the kind's own, found from the events table even with no kind passed in.
     assert purge.horizon({"acme", "stripe"}) == (timedelta(days=5), "acme")
@@ -163,6 +210,9 @@ def test_a_new_kind_from_one_module_is_verified_stored_processed_purged_and_show
     assert "second item" in item_section and "first item" not in item_section
     listing = client.get("/admin/?provider=acme", headers=admin_headers()).get_data(as_text=True)
     assert "acme_1" in listing and "acme_2" in listing
+    assert "11.30 EUR" in listing  # the kind's amount
+    assert "fold of 2 acme event(s)" in client.get("/admin/events/acme/acme_2", headers=admin_headers()).get_data(
+        as_text=True)  # the kind's version in words
 
 
 def test_every_registered_kind_states_its_retry_horizon_and_shorthands() -> None:
@@ -174,3 +224,45 @@ def test_every_registered_kind_states_its_retry_horizon_and_shorthands() -> None
     assert purge.horizon({"hmac"}) == (timedelta(days=30), "hmac")  # no documented horizon: the longest
     assert purge.horizon({"gone"}) == (timedelta(days=30), "gone")  # a kind no longer registered
     assert config.shorthands()["ADYEN_BASIC_AUTH"] == ("adyen", "adyen", "basic_auth")
+
+
+ROOT = Path(__file__).resolve().parent.parent
+# Modules outside webhooks/providers/ that may name a kind, each with its reason. Anything else
+# that does is provider knowledge outside its module: declare it as a capability on ``Provider``.
+KIND_NAMES_ALLOWED = {
+    "jobs/handlers.py": "its docstring's example of registering a handler for (kind, event type)",
+    "migrations/versions/0005_adyen_fold_versions.py": "a data migration of Adyen's rows: history, never edited",
+}
+
+
+def _outside_providers() -> Iterator[Path]:
+    for top in ("webhooks", "jobs", "migrations"):
+        for path in sorted((ROOT / top).rglob("*")):
+            relative = path.relative_to(ROOT)
+            if path.is_symlink() or any(p.is_symlink() for p in path.parents if ROOT in p.parents):
+                continue  # webhooks/jobs, webhooks/migrations: read once, under their own names
+            if relative.parts[:2] == ("webhooks", "providers") or path.suffix not in (".py", ".html"):
+                continue
+            yield path
+
+
+def test_no_module_outside_the_providers_names_a_provider_kind() -> None:
+    kinds = "|".join(sorted(PROVIDERS))
+    pattern = re.compile(rf"""["']({kinds})["']""")
+    naming = {str(p.relative_to(ROOT)): sorted(set(pattern.findall(p.read_text()))) for p in _outside_providers()}
+    assert {path: found for path, found in naming.items() if found and path not in KIND_NAMES_ALLOWED} == {}
+    assert all(naming.get(path) for path in KIND_NAMES_ALLOWED), "an allowed entry no longer needed: remove it"
+
+
+def test_capabilities_are_declared_and_provider_modules_import_no_jobs() -> None:
+    # Callers ask the declared capability (``provider.folds``), never probe for an attribute.
+    probing = re.compile(r"(getattr|hasattr)\(\s*(providers?\b|providers\.get|PROVIDERS)")
+    assert [str(p.relative_to(ROOT)) for p in _outside_providers() if probing.search(p.read_text())] == []
+    provider_modules = sorted((ROOT / "webhooks" / "providers").glob("*.py"))
+    jobs_import = re.compile(r"webhooks\.jobs|from webhooks import [^\n]*\bjobs\b|^\s*(from|import) jobs\b", re.M)
+    assert [p.name for p in provider_modules if jobs_import.search(p.read_text())] == []
+    for name in ("fold", "refetch", "missed", "reconcile_every", "describe_version", "amount"):
+        assert callable(getattr(webhooks.providers.Provider, name)), name  # declared on the interface
+    assert {k for k, p in PROVIDERS.items() if p.folds} == {"adyen"}
+    assert {k: p.gap_type for k, p in PROVIDERS.items() if p.gap_type} == {"adyen": "payment"}
+    assert {k for k, p in PROVIDERS.items() if p.reconcile_with} == {"stripe"}

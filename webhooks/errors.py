@@ -13,8 +13,8 @@
 HTTP answers are given in two places: the receiver (``receive.py``) for ``VerificationError`` and
 ``UnavailableError``, the console (``admin/errors.py`` and its blueprints) for the rest but
 ``NoRuntimeError`` (a worker's, never shown over HTTP). Outside
-this tree, on purpose: the worker's API clients (``providers.stripe_api.ApiError``,
-``jobs.fetch.FetchError``/``MismatchError``) fail a job and are never shown over HTTP.
+this tree, on purpose: the providers' API clients (``providers.api.ApiError``,
+``FetchError``/``MismatchError``) fail a job and are never shown over HTTP.
 """
 
 from __future__ import annotations

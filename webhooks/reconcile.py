@@ -1,20 +1,21 @@
-"""Reconciliation: store and enqueue the Stripe events a stripe endpoint never received.
+"""Reconciliation: store and enqueue the events an endpoint never received, listed by its
+provider's API (the kind's declared capability: ``Provider.reconciles`` and ``missed``; today
+Stripe's ``/v1/events`` with the endpoint's ``api_key``).
 
-``webhooks reconcile <endpoint> --since 3d`` pages through Stripe's ``/v1/events`` (only the
-undelivered ones with ``--undelivered``: ``delivery_success=false``) with the endpoint's
-``api_key``, and stores and enqueues each event exactly as the receiver does a delivery (the group
-commit, ``batch.committer``: insert-or-ignore on ``(endpoint, event id)``, so an event delivered
-before, during or after the run is stored once, and only new ones are queued). Such rows have the
-scheme ``stripe-reconcile``: they were authenticated by Stripe's API answering our key, not by a
-signature. No database connection is held while a page is fetched.
+``webhooks reconcile <endpoint> --since 3d`` (only the undelivered ones with ``--undelivered``)
+stores and enqueues each listed event exactly as the receiver does a delivery (the group commit,
+``batch.committer``: insert-or-ignore on ``(endpoint, event id)``, so an event delivered before,
+during or after the run is stored once, and only new ones are queued). Such rows carry the scheme
+the provider gives them (``stripe-reconcile``): they were authenticated by the API answering our
+key, not by a signature. No database connection is held while a page is fetched.
 
-``reconcile_every = "15m"`` on the endpoint runs it from the workers (``scheduled``) over the
-last two intervals; a Redis key taken with ``SET NX EX`` makes one worker do each run.
+``reconcile_every = "15m"`` on the endpoint (read by ``Provider.reconcile_every``, which also
+validates it at start-up) runs it from the workers (``scheduled``) over the last two intervals; a
+Redis key taken with ``SET NX EX`` makes one worker do each run.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import sys
 import threading
@@ -22,18 +23,17 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
 
 import click
 
+from webhooks import providers
 from webhooks.errors import ConfigError
-from webhooks.providers import stripe_api
-from webhooks.providers.base import Endpoint, Verified, VerifiedEvent
+from webhooks.providers.api import ApiError
+from webhooks.providers.base import Endpoint, Missed
 from webhooks.purge import parse_age
 from webhooks.runtime import Runtime
 
 log = logging.getLogger(__name__)
-SCHEME = "stripe-reconcile"
 
 
 @dataclass
@@ -50,55 +50,36 @@ def endpoint_of(rt: Runtime, name: str) -> Endpoint:
     endpoint = rt.settings.endpoints.get(name)
     if endpoint is None:
         raise ConfigError(f"no endpoint {name!r}")
-    if endpoint.kind != "stripe" or not endpoint.options.get("api_key"):
-        raise ConfigError(f"endpoint {name!r}: reconciliation needs a stripe endpoint with an api_key")
+    if not providers.get(endpoint.kind).reconciles(endpoint):
+        able = " or ".join(f"a {k} endpoint with an {p.reconcile_with}" for k, p in providers.PROVIDERS.items()
+                           if p.reconcile_with is not None)
+        raise ConfigError(f"endpoint {name!r}: reconciliation needs {able or 'a kind that lists its events'}")
     return endpoint
 
 
-def _verified(event: dict[str, Any]) -> Verified | None:
-    event_id, event_type = event.get("id"), event.get("type")
-    if not isinstance(event_id, str) or not event_id or not isinstance(event_type, str):
-        return None
-    data = event.get("data")
-    obj = data.get("object") if isinstance(data, dict) else event.get("related_object")
-    object_id = obj.get("id") if isinstance(obj, dict) else None
-    return Verified([VerifiedEvent(event_id, event_type, signed_at=event.get("created") if isinstance(
-        event.get("created"), int) else None, object_id=object_id if isinstance(object_id, str) else None)], SCHEME)
-
-
 def reconcile(rt: Runtime, name: str, since: int, *, undelivered: bool = False,
-              progress: Callable[[dict[str, Any]], None] | None = None) -> Summary:
+              progress: Callable[[Missed], None] | None = None) -> Summary:
     """Store and enqueue every event of ``name`` created since ``since`` (unix s) that is missing."""
     from webhooks import batch, rows  # the receiver's own store and enqueue: "as if delivered"
 
     endpoint = endpoint_of(rt, name)
     summary = Summary()
-    for event in stripe_api.events(endpoint, since, undelivered=undelivered):
-        verified = _verified(event)
-        if verified is None:
-            continue
+    for missed in providers.get(endpoint.kind).missed(endpoint, since, undelivered=undelivered):
         summary.seen += 1
-        body = json.dumps(event, separators=(",", ":")).encode()
-        rows.check_storable(verified)
-        item = rows.pending(endpoint, verified, body, {}, datetime.now(UTC))
+        rows.check_storable(missed.verified)
+        item = rows.pending(endpoint, missed.verified, missed.body, {}, datetime.now(UTC))
         new = batch.committer(rt).store(item).new if item is not None else []
         summary.added += len(new)
         summary.stored += 1 - len(new)
         if progress is not None:
-            progress(event)
+            progress(missed)
     log.info("reconcile %s: %s", name, summary)
     return summary
 
 
 def every(endpoint: Endpoint) -> float | None:
-    """The endpoint's ``reconcile_every`` in seconds (None: not scheduled)."""
-    value = endpoint.options.get("reconcile_every")
-    if value in (None, "", 0):
-        return None
-    seconds = parse_age(str(value)).total_seconds()
-    if seconds < 60:
-        raise ConfigError(f"endpoint {endpoint.name!r}: reconcile_every must be at least 60 s")
-    return seconds
+    """The endpoint's ``reconcile_every`` in seconds (None: not scheduled), as its kind reads it."""
+    return providers.get(endpoint.kind).reconcile_every(endpoint)
 
 
 def scheduled(rt: Runtime) -> Callable[[], None]:
@@ -147,17 +128,17 @@ def reconcile_command(endpoint: str, since: str, undelivered: bool) -> None:
     with click.progressbar(length=span, label=f"reconciling {endpoint}", file=sys.stderr) as bar:  # hidden off a tty
         reached = [0]
 
-        def advance(event: dict[str, Any]) -> None:
-            created = event.get("created")
-            if isinstance(created, int):
+        def advance(missed: Missed) -> None:
+            created = missed.created
+            if created is not None:
                 done = min(span, max(0, int(time.time()) - created))
                 bar.update(max(0, done - reached[0]))
                 reached[0] = max(reached[0], done)
 
         try:
             summary = reconcile(rt, endpoint, start, undelivered=undelivered, progress=advance)
-        except stripe_api.ApiError as exc:
-            raise click.ClickException(f"Stripe API: {exc}") from exc
+        except ApiError as exc:  # the API's name, as the kind is configured (``Stripe API: …``)
+            raise click.ClickException(f"{rt.settings.endpoints[endpoint].kind.capitalize()} API: {exc}") from exc
         finally:
             rt.engine.dispose()
     click.echo(str(summary))

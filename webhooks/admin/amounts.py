@@ -1,17 +1,16 @@
-"""The amount an event names, for the events list: Stripe's ``data.object.amount``/``currency``,
-Adyen's ``amount.value``/``currency``; read at render from the page's own rows, never stored."""
+"""The amount an event names, for the events list (its kind's ``Provider.amount``: e.g. Stripe's
+``data.object.amount``/``currency``); read at render from the page's own rows, never stored."""
 
 from __future__ import annotations
 
-import json
 from decimal import Decimal
-from typing import Any
 
 from webhooks import providers
+from webhooks.errors import PayloadError
 from webhooks.models import Event
 
 MAX_PARSED = 256 * 1024  # a bigger payload is not parsed for a list cell (its page shows it all)
-# ISO 4217 minor units that are not 2 (the currencies Stripe and Adyen list).
+# ISO 4217 minor units that are not 2 (the currencies the providers list).
 ZERO = frozenset(
     (
         "BIF",
@@ -44,21 +43,13 @@ def shown(value: int, currency: str) -> str:
 
 
 def of(event: Event) -> str | None:
-    """The event's amount as text, or None when its provider sends none (or the payload is big)."""
-    if event.kind not in ("stripe", "adyen") or len(event.payload) > MAX_PARSED:
+    """The event's amount as text, or None when its provider names none (``Provider.amount``) or
+    the payload is big."""
+    provider = providers.PROVIDERS.get(event.kind)
+    if provider is None or len(event.payload) > MAX_PARSED:
         return None
     try:
-        data: Any = json.loads(event.payload)
-    except ValueError:
+        found = provider.amount(event.payload, None if event.body_digest is not None else event.item_index)
+    except PayloadError:
         return None
-    if event.kind == "stripe":
-        obj = data.get("data", {}).get("object", {}) if isinstance(data, dict) else {}
-        value, currency = (obj.get("amount"), obj.get("currency")) if isinstance(obj, dict) else (None, None)
-    else:
-        if event.body_digest is None and event.item_index is not None:
-            data = providers.PROVIDERS["adyen"].batch_item(data, event.item_index)
-        amount = data.get("amount") if isinstance(data, dict) else None
-        value, currency = (amount.get("value"), amount.get("currency")) if isinstance(amount, dict) else (None, None)
-    if type(value) is not int or not isinstance(currency, str) or not currency.isalpha() or len(currency) != 3:
-        return None
-    return shown(value, currency)
+    return None if found is None else shown(*found)

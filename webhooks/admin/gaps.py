@@ -1,7 +1,9 @@
-"""Adyen payments with gaps (a modification but no AUTHORISATION): ``/admin/api/gaps`` and ``/admin/gaps``.
+"""Objects with gaps (an event missing before the others: an Adyen payment with a modification but
+no AUTHORISATION): ``/admin/api/gaps`` and ``/admin/gaps``.
 
-The fold (``providers.adyen.fold``) marks such a payment ``gap: true``; the list reads that flag
-from the stored state, newest first, in keyset pages of ``(updated_at, endpoint, object_id)``.
+A kind that has gaps says so (``Provider.gap_type``: the object type its fold marks ``gap: true``);
+the list asks each configured endpoint's kind, reads that flag from the stored state of that type
+only, newest first, in keyset pages of ``(updated_at, endpoint, object_id)``.
 """
 
 from __future__ import annotations
@@ -9,8 +11,9 @@ from __future__ import annotations
 from typing import Any
 
 from flask import Blueprint, jsonify, render_template, request
-from sqlalchemy import select, true, tuple_
+from sqlalchemy import and_, or_, select, true, tuple_
 
+from webhooks import providers
 from webhooks.admin.auth import runtime
 from webhooks.admin.queries import FilterError, iso
 from webhooks.models import Object
@@ -18,22 +21,35 @@ from webhooks.models import Object
 PAGE_SIZE = 100
 
 
+def _gap_types() -> dict[str, str]:
+    """Configured endpoint → the object type its kind marks with gaps (kinds without gaps left out)."""
+    endpoints = runtime().settings.endpoints.items()
+    found = {name: providers.get(e.kind).gap_type for name, e in endpoints}
+    return {name: kind_type for name, kind_type in found.items() if kind_type is not None}
+
+
 def _gaps() -> list[dict[str, Any]]:
-    query = (
-        select(Object)
-        .where(Object.object_type == "payment", Object.state["gap"].as_boolean() == true())
-        .order_by(Object.updated_at.desc(), Object.endpoint.desc(), Object.object_id.desc())
-        .limit(PAGE_SIZE)
-    )
+    types = _gap_types()
     if request.args.get("endpoint"):
-        query = query.where(Object.endpoint == request.args["endpoint"])
+        types = {k: v for k, v in types.items() if k == request.args["endpoint"]}
+    anchor = None
     before = request.args.get("before_id")
     if before:
         endpoint, _, object_id = before.partition("/")
         with runtime().sessions() as session:
-            anchor = session.get(Object, (endpoint, "payment", object_id))
+            anchor = session.get(Object, (endpoint, types.get(endpoint, ""), object_id))
         if anchor is None:
             raise FilterError("bad_before")
+    if not types:
+        return []
+    typed = or_(*(and_(Object.endpoint == name, Object.object_type == kind_type) for name, kind_type in types.items()))
+    query = (
+        select(Object)
+        .where(typed, Object.state["gap"].as_boolean() == true())
+        .order_by(Object.updated_at.desc(), Object.endpoint.desc(), Object.object_id.desc())
+        .limit(PAGE_SIZE)
+    )
+    if anchor is not None:
         key = tuple_(Object.updated_at, Object.endpoint, Object.object_id)
         query = query.where(key < tuple_(anchor.updated_at, anchor.endpoint, anchor.object_id))
     with runtime().sessions() as session:
@@ -47,7 +63,8 @@ def _gaps() -> list[dict[str, Any]]:
 
 
 def list_gaps() -> Any:
-    """Adyen payments whose AUTHORISATION has not arrived (``before_id``: ``endpoint/pspReference``)."""
+    """Objects with gaps, e.g. Adyen payments whose AUTHORISATION has not arrived (``before_id``:
+    ``endpoint/object_id``, e.g. the pspReference)."""
     found = _gaps()
     after = f"{found[-1]['endpoint']}/{found[-1]['object_id']}" if len(found) == PAGE_SIZE else None
     return jsonify(gaps=found, next=after)

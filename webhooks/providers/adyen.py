@@ -46,7 +46,9 @@ from webhooks.providers.base import (
     first_match,
     hmac_digest,
     iso_ms,
+    minor_amount,
     parse_json,
+    time_text,
 )
 from webhooks.words import Reason
 
@@ -78,6 +80,8 @@ STAGES = {
     ),
 }
 STAGE = {code: stage for stage, codes in STAGES.items() for code in codes}  # others: 2 (capture)
+STAGE_NAMES = {1: "authorisation", 2: "capture", 3: "cancel or refund", 4: "dispute"}
+LEGACY_STAGE = 10**14  # versions before the fold: stage × 10^14 + eventDate in ms
 NOT_PAYMENTS = frozenset({"REPORT_AVAILABLE", "RECURRING_CONTRACT"})
 ACCEPTED = Reply(b"[accepted]", "text/plain")
 # The signed string joins its fields with ``:`` unescaped, so a ``:`` may only be where Adyen puts
@@ -227,10 +231,30 @@ class Adyen(Provider):
         payment = data.get("originalReference") or data.get("pspReference")
         return ObjectRef("payment", str(payment), 1, fold(None, _notification(event_type, data)))
 
-    def fold(self, current: Any, incoming: ObjectRef) -> ObjectRef:
-        """The payment's state with ``incoming``'s notifications added to ``current``'s."""
-        state = fold(current, *incoming.state.get("notifications", {}).values())
+    folds = True
+    gap_type = "payment"
+
+    def fold(self, stored: Any, incoming: ObjectRef) -> ObjectRef:
+        """The payment's state with ``incoming``'s notifications added to ``stored``'s."""
+        state = fold(stored, *incoming.state.get("notifications", {}).values())
         return ObjectRef(incoming.type, incoming.id, len(state["notifications"]), state)
+
+    def describe_version(self, version: int) -> str | None:
+        """The fold's count; rows stored before the fold (revision 0005): ``stage × 10^14`` + ``eventDate`` ms."""
+        if 0 < version < LEGACY_STAGE:
+            return f"fold of {version} notification(s)"
+        stage, ms = divmod(version, LEGACY_STAGE)
+        if version < 0 or stage not in STAGE_NAMES:
+            return None
+        at = time_text(ms) if ms else None
+        return f"stage {stage} ({STAGE_NAMES[stage]}), eventDate {at or 'missing'}"
+
+    def amount(self, payload: bytes, index: int | None) -> tuple[int, str] | None:
+        data = parse_json(payload)
+        if index is not None:
+            data = self.batch_item(data, index)
+        found = data.get("amount") if isinstance(data, dict) else None
+        return minor_amount(found.get("value"), found.get("currency")) if isinstance(found, dict) else None
 
     def sign(
         self, endpoint: Endpoint, body: bytes, *, now: float, secret_index: int = 0, url: str = ""

@@ -2,7 +2,11 @@
 
 A provider module is sans-I/O: raw bytes, headers and secrets in; a ``Verified`` result or one
 ``VerificationError`` out. It never imports Flask, SQLAlchemy or Redis, and never reads the clock:
-the caller passes ``now``.
+the caller passes ``now``. Beyond verifying, a kind declares its capabilities on ``Provider``,
+each with a default meaning "not supported": ``fold`` (``folds``), ``refetch``, reconciliation
+(``reconcile_with``, ``missed``, ``reconcile_every``), ``describe_version``, gaps (``gap_type``) and
+``amount``. Callers ask these, never a kind's name; the I/O a capability needs lives in the kind's
+API client module beside it (``stripe_api``, ``paypal_api``), loaded only inside the capability.
 """
 
 from __future__ import annotations
@@ -13,9 +17,9 @@ import hashlib
 import hmac
 import json
 import re
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any, ClassVar
 
 from webhooks.errors import ConfigError, PayloadError, VerificationError
@@ -104,6 +108,16 @@ class ObjectRef:
     state: Any
 
 
+@dataclass(frozen=True)
+class Missed:
+    """One event listed by the provider's API (``Provider.missed``): verified by the API answering
+    our key (one event, ``scheme`` of its own), its body as stored, and its creation time."""
+
+    verified: Verified
+    body: bytes
+    created: int | None = None  # unix seconds
+
+
 class Provider:
     """Base of every provider kind; subclasses override what differs."""
 
@@ -153,11 +167,53 @@ class Provider:
         """The object this event moves, or None when it carries no object."""
         return None
 
+    # -- capabilities; each default means "not supported" ------------------------------------
+
+    # The object's state is a fold of all its events (``fold``), not the newest event's snapshot.
+    folds: ClassVar[bool] = False
+    # The object type whose folded state may say ``gap: true`` (an event missing before the
+    # others: ``/admin/gaps``); None: this kind has no gaps.
+    gap_type: ClassVar[str | None] = None
+
+    def fold(self, stored: Any, incoming: ObjectRef) -> ObjectRef:
+        """``incoming`` merged into the ``stored`` state (None: nothing stored); asked only when
+        ``folds``. A ``latest`` key in the merged state names the event the fold counts as newest."""
+        raise NotImplementedError(f"{self.kind} does not fold its events")
+
     def refetch(self, endpoint: Endpoint, event_type: str, data: Any,
                 ref: ObjectRef | None) -> tuple[Any, ObjectRef | None]:
         """The data and object handlers see, re-fetched from the provider's API when the endpoint
-        asks for it (worker side, before any lock; see ``jobs.fetch``). Default: as delivered."""
+        asks for it (worker side, before any lock; see ``jobs.fetch``): raise ``api.FetchError``
+        to retry, ``api.MismatchError`` to fail at once. Default: as delivered."""
         return data, ref
+
+    # The endpoint option holding the credential ``missed`` lists events with (None: this kind
+    # cannot reconcile); ``reconciles`` is whether an endpoint has it.
+    reconcile_with: ClassVar[str | None] = None
+
+    def reconciles(self, endpoint: Endpoint) -> bool:
+        """Whether ``missed`` can list this endpoint's events from the provider's API."""
+        return self.reconcile_with is not None and bool(endpoint.options.get(self.reconcile_with))
+
+    def reconcile_every(self, endpoint: Endpoint) -> float | None:
+        """Seconds between the workers' reconciliations of ``endpoint`` (None: not scheduled);
+        ``validate`` refuses a value this cannot read."""
+        return None
+
+    def missed(self, endpoint: Endpoint, since: int, *, undelivered: bool = False) -> Iterator[Missed]:
+        """Every event the provider's API lists as created at or after ``since`` (unix seconds);
+        ``undelivered``: only those it has not delivered. ``api.ApiError`` when it cannot answer."""
+        raise NotImplementedError(f"{self.kind} cannot list its events")
+
+    def describe_version(self, version: int) -> str | None:
+        """An object version of this kind in words (the inverse of ``extract``'s formula); None:
+        no formula made it (shown as ``version N``)."""
+        return None
+
+    def amount(self, payload: bytes, index: int | None) -> tuple[int, str] | None:
+        """The amount (minor units, ISO 4217 code) a stored event names, or None. ``payload`` and
+        ``index`` as in ``event_data``."""
+        return None
 
     def post_url(self, url: str, body: bytes) -> str:
         """The URL a delivery of ``body`` to ``url`` is posted to (Twilio adds ``bodySHA256``)."""
@@ -230,6 +286,29 @@ def prefixed_hex(value: str, prefix: str, header: str) -> bytes:
         return bytes.fromhex(digest)
     except ValueError as exc:
         raise VerificationError(Reason.MALFORMED_SIGNATURE, "signature is not hex") from exc
+
+
+def time_text(ms: int) -> str | None:
+    """Unix milliseconds as ``2024-05-01 10:00:00 UTC`` (with .mmm when it has them); None if out of range."""
+    try:
+        at = datetime.fromtimestamp(ms / 1000, UTC)
+    except (OverflowError, OSError, ValueError):
+        return None
+    text = at.strftime("%Y-%m-%d %H:%M:%S")
+    return (f"{text}.{ms % 1000:03d}" if ms % 1000 else text) + " UTC"
+
+
+def updated_text(ms: int) -> str | None:
+    """``describe_version`` of a kind whose version is the object's update time in ms."""
+    at = time_text(ms) if ms > 0 else None
+    return f"updated {at}" if at else None
+
+
+def minor_amount(value: Any, currency: Any) -> tuple[int, str] | None:
+    """``(value, currency)`` when they are an amount in minor units and an ISO 4217 code, else None."""
+    if type(value) is not int or not isinstance(currency, str) or not currency.isalpha() or len(currency) != 3:
+        return None
+    return value, currency
 
 
 def iso_ms(value: Any) -> int | None:

@@ -35,6 +35,7 @@ from webhooks.providers.base import (
     prefixed_hex,
     replay_key,
     require,
+    updated_text,
 )
 
 EVENT_KEYS = (
@@ -87,6 +88,9 @@ class GitHub(Provider):
             return None
         version = iso_ms(obj.get("updated_at")) or iso_ms(obj.get("created_at"))
         return None if version is None else ObjectRef(name.removesuffix("s"), str(obj["id"]), version, obj)
+
+    def describe_version(self, version: int) -> str | None:
+        return updated_text(version)
 
     def sign(
         self, endpoint: Endpoint, body: bytes, *, now: float, secret_index: int = 0, url: str = ""

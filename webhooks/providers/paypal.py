@@ -46,6 +46,7 @@ from webhooks.providers.base import (
     parse_json,
     replay_key,
     require,
+    updated_text,
 )
 from webhooks.providers.paypal_hosts import is_paypal_cert_url
 from webhooks.words import Reason
@@ -158,10 +159,13 @@ class PayPal(Provider):
         """With ``client_id`` and ``client_secret``: only PayPal's own copy of the event is acted on."""
         if not (endpoint.options.get("client_id") and endpoint.options.get("client_secret")):
             return data, ref
-        from webhooks.jobs import fetch  # the API client is worker-side I/O, loaded only here
+        from webhooks.providers import paypal_api  # the API client is worker-side I/O, loaded only here
 
-        copy = fetch.paypal_event(endpoint, data)
+        copy = paypal_api.event(endpoint, data)
         return copy, self.extract(event_type, copy)
+
+    def describe_version(self, version: int) -> str | None:
+        return updated_text(version)
 
     def extract(self, event_type: str, data: Any) -> ObjectRef | None:
         resource = data.get("resource")

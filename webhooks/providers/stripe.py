@@ -13,16 +13,20 @@ Docs: https://docs.stripe.com/webhooks#verify-manually
 Version of an object state: ``created`` in milliseconds × 10 + a lifecycle rank, so that of two
 events of one object in the same second a terminal one (``…succeeded``, ``…canceled``) outranks
 an ``…updated``, which outranks a ``…created``. Equal versions keep the state applied first.
+Capabilities (I/O in ``stripe_api``): ``refetch`` with ``api_key`` (thin events; every event with
+``refetch = true``), reconciliation from ``/v1/events`` (``reconcile_every``), amounts.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 from webhooks.errors import ConfigError, PayloadError, VerificationError
 from webhooks.providers.base import (
     DAY,
     Endpoint,
+    Missed,
     ObjectRef,
     Provider,
     Request,
@@ -31,13 +35,19 @@ from webhooks.providers.base import (
     capped_split,
     check_timestamp,
     duration_seconds,
+    encode_item,
     first_match,
     hmac_digest,
     iso_ms,
+    minor_amount,
     parse_json,
     require,
+    time_text,
 )
 from webhooks.words import Reason
+
+RECONCILED = "stripe-reconcile"  # the scheme of events listed by the API: our key authenticated them
+RANKS = {0: "created", 1: "update", 2: "terminal"}
 
 TERMINAL = (
     "succeeded", "canceled", "deleted", "paid", "failed", "payment_failed", "refunded",
@@ -50,6 +60,19 @@ def _rank(event_type: str) -> int:
     if suffix == "created":
         return 0
     return 2 if suffix in TERMINAL else 1
+
+
+def _event(event: Any, **known: Any) -> VerifiedEvent | None:
+    """The event a parsed body (or an item of ``/v1/events``) is, or None without an id and type."""
+    if not isinstance(event, dict) or not isinstance(event.get("id"), str) or not event["id"]:
+        return None
+    if not isinstance(event.get("type"), str):
+        return None
+    data = event.get("data")
+    obj = data.get("object") if isinstance(data, dict) else event.get("related_object")
+    object_id = obj.get("id") if isinstance(obj, dict) else None
+    return VerifiedEvent(event["id"], event["type"], object_id=object_id if isinstance(object_id, str) else None,
+                         **known)
 
 
 def _created_ms(created: Any) -> int:
@@ -68,6 +91,7 @@ class Stripe(Provider):
     retry_horizon = 3 * DAY  # live mode: up to 3 days
     shorthands = {"STRIPE_WEBHOOK_SECRET": "secrets"}
     option_names = frozenset({"api_key", "api_base", "refetch", "reconcile_every"})
+    reconcile_with = "api_key"
 
     def validate(self, endpoint: Endpoint) -> None:
         super().validate(endpoint)
@@ -76,13 +100,19 @@ class Stripe(Provider):
             raise ConfigError(f"endpoint {name!r}: refetch must be true or false")
         if (options.get("refetch") or options.get("reconcile_every")) and not options.get("api_key"):
             raise ConfigError(f"endpoint {name!r}: refetch and reconcile_every need api_key")
-        if options.get("reconcile_every"):
-            try:
-                seconds = duration_seconds(str(options["reconcile_every"]))
-            except ValueError as exc:
-                raise ConfigError(f"endpoint {name!r}: reconcile_every: {exc}") from None
-            if seconds < 60:
-                raise ConfigError(f"endpoint {name!r}: reconcile_every must be at least 60 s")
+        self.reconcile_every(endpoint)
+
+    def reconcile_every(self, endpoint: Endpoint) -> float | None:
+        value = endpoint.options.get("reconcile_every")
+        if value in (None, "", 0):
+            return None
+        try:
+            seconds = duration_seconds(str(value))
+        except ValueError as exc:
+            raise ConfigError(f"endpoint {endpoint.name!r}: reconcile_every: {exc}") from None
+        if seconds < 60:
+            raise ConfigError(f"endpoint {endpoint.name!r}: reconcile_every must be at least 60 s")
+        return seconds
 
     def verify(self, request: Request, endpoint: Endpoint, *, now: float) -> Verified:
         header = require(request, "Stripe-Signature")
@@ -113,17 +143,10 @@ class Stripe(Provider):
         event = parse_json(request.body)
         if not isinstance(event, dict) or not isinstance(event.get("id"), str) or not event["id"]:
             raise PayloadError("no event id")
-        event_type = event.get("type")
-        if not isinstance(event_type, str):
+        verified = _event(event, secret_index=index, signed_at=ts)
+        if verified is None:
             raise PayloadError("no event type")
-        data = event.get("data")
-        obj = data.get("object") if isinstance(data, dict) else event.get("related_object")
-        object_id = obj.get("id") if isinstance(obj, dict) else None
-        return Verified(
-            [VerifiedEvent(event["id"], event_type, secret_index=index, signed_at=ts,
-                           object_id=object_id if isinstance(object_id, str) else None)],
-            "stripe-v1",
-        )
+        return Verified([verified], "stripe-v1")
 
     def refetch(self, endpoint: Endpoint, event_type: str, data: Any,
                 ref: ObjectRef | None) -> tuple[Any, ObjectRef | None]:
@@ -133,9 +156,29 @@ class Stripe(Provider):
         thin = isinstance(ref.state, dict) and ref.state.get("snapshot") is False
         if not (thin or endpoint.options.get("refetch") is True):
             return data, ref
-        from webhooks.jobs import fetch  # the API client is worker-side I/O, loaded only here
+        from webhooks.providers import stripe_api  # the API client is worker-side I/O, loaded only here
 
-        return data, fetch.stripe_object(endpoint, ref, thin)
+        return data, stripe_api.current_object(endpoint, ref, thin)
+
+    def missed(self, endpoint: Endpoint, since: int, *, undelivered: bool = False) -> Iterator[Missed]:
+        from webhooks.providers import stripe_api  # the API client is I/O, loaded only here
+
+        for event in stripe_api.events(endpoint, since, undelivered=undelivered):
+            created = event.get("created") if isinstance(event.get("created"), int) else None
+            found = _event(event, signed_at=created)
+            if found is not None:
+                yield Missed(Verified([found], RECONCILED), encode_item(event), created)
+
+    def describe_version(self, version: int) -> str | None:
+        ms, rank = divmod(version, 10)
+        at = time_text(ms) if version >= 0 else None
+        return f"created {at}, rank {RANKS[rank]}" if at and rank in RANKS else None
+
+    def amount(self, payload: bytes, index: int | None) -> tuple[int, str] | None:
+        data = parse_json(payload)
+        obj = data.get("data") if isinstance(data, dict) else None
+        obj = obj.get("object") if isinstance(obj, dict) else None
+        return minor_amount(obj.get("amount"), obj.get("currency")) if isinstance(obj, dict) else None
 
     def extract(self, event_type: str, data: Any) -> ObjectRef | None:
         version = _created_ms(data.get("created")) * 10 + _rank(event_type)

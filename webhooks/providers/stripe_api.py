@@ -1,6 +1,7 @@
 """Stripe's API through the official ``stripe`` SDK: an object's current state, and the event log.
 
-I/O lives here, not in ``stripe.py`` (which stays sans-I/O). An endpoint's ``api_key`` (write it
+I/O lives here, not in ``stripe.py`` (which stays sans-I/O and loads this module only inside its
+``refetch`` and ``missed`` capabilities). An endpoint's ``api_key`` (write it
 ``"env:STRIPE_API_KEY"``) authenticates; ``api_base`` (default https://api.stripe.com) points the
 SDK at another server (the tests' fake). Each call waits at most the endpoint's
 ``outbound_timeout`` (``WEBHOOKS_OUTBOUND_TIMEOUT_SECONDS``) to connect and for each read, not the
@@ -12,29 +13,21 @@ Docs: https://docs.stripe.com/api/events/list, https://docs.stripe.com/rate-limi
 
 from __future__ import annotations
 
-import importlib
+import dataclasses
 import json
-import threading
-import time
 from collections.abc import Iterator
 from typing import Any
 from urllib.parse import quote
 
 import stripe
-from stripe._object_classes import OBJECT_CLASSES
 
-from webhooks.providers.base import Endpoint
-from webhooks.ratelimit import TokenBucket
+from webhooks.providers import api
+from webhooks.providers.api import ApiError, FetchError
+from webhooks.providers.base import Endpoint, ObjectRef
 
 STRIPE_API = "https://api.stripe.com"
 API_RATE = 20.0  # requests a second per endpoint and process
 PAGE = 100  # Stripe's largest page
-_buckets: dict[str, TokenBucket] = {}
-_lock = threading.Lock()
-
-
-class ApiError(Exception):
-    """The API gave no usable answer (network, 5xx, 429, auth): the caller retries later."""
 
 
 def client(endpoint: Endpoint) -> stripe.StripeClient:
@@ -49,13 +42,8 @@ def client(endpoint: Endpoint) -> stripe.StripeClient:
 
 
 def throttle(endpoint: Endpoint) -> None:
-    """Wait for this endpoint's next API call slot."""
-    with _lock:
-        bucket = _buckets.get(endpoint.name)
-        if bucket is None or bucket.rate != API_RATE:
-            bucket = _buckets[endpoint.name] = TokenBucket(API_RATE)
-    while wait := bucket.take():
-        time.sleep(wait)
+    """Wait for this endpoint's next API call slot (``API_RATE`` a second)."""
+    api.throttle(endpoint, API_RATE)
 
 
 def _get(endpoint: Endpoint, path: str, **params: Any) -> Any:
@@ -73,12 +61,11 @@ def _get(endpoint: Endpoint, path: str, **params: Any) -> Any:
 
 def resource_path(object_type: str, object_id: str) -> str | None:
     """``/v1/payment_intents/pi_…`` for a ``payment_intent``; None for a type the SDK does not know."""
-    found = OBJECT_CLASSES.get(object_type)
-    if found is None:
-        return None
-    cls = getattr(importlib.import_module(found[0]), found[1])
+    # The SDK's public constructor types a nested value by its ``object`` field (its own table of
+    # resource classes); an unknown type stays a plain ``StripeObject``, which has no class URL.
+    holder = stripe.StripeObject.construct_from({"found": {"object": object_type, "id": object_id}}, "")
     try:
-        url: str = cls.class_url()
+        url: str = type(holder["found"]).class_url()
     except (AttributeError, NotImplementedError):  # nested resources have no class URL of their own
         return None
     return f"{url}/{quote(object_id, safe='')}"
@@ -93,6 +80,22 @@ def retrieve(endpoint: Endpoint, object_type: str, object_id: str, path: str | N
         return _get(endpoint, path)
     except stripe.StripeError:  # 404 only: _get turned every other error into ApiError
         return {"id": object_id, "object": object_type, "deleted": True}
+
+
+def current_object(endpoint: Endpoint, ref: ObjectRef, thin: bool) -> ObjectRef:
+    """``ref`` with Stripe's current state of its object (a thin event's ``related_object.url``,
+    else the type's resource path), versioned by the fetch time so that a state fetched later
+    always wins and an older snapshot never overwrites it. ``FetchError`` when there is none."""
+    path = None
+    if thin:
+        path = ref.state["related_object"].get("url")
+        if not isinstance(path, str) or not path.startswith("/"):
+            raise FetchError("thin event without a related_object.url")
+    try:
+        state = retrieve(endpoint, ref.type, ref.id, path)
+    except ApiError as exc:
+        raise FetchError(str(exc)) from None
+    return dataclasses.replace(ref, state=state, version=max(ref.version, api.fresh_version()))
 
 
 def events(endpoint: Endpoint, since: int, *, undelivered: bool = False) -> Iterator[dict[str, Any]]:
@@ -115,3 +118,6 @@ def events(endpoint: Endpoint, since: int, *, undelivered: bool = False) -> Iter
         if not page.get("has_more") or not data:
             return
         params["starting_after"] = data[-1]["id"]
+
+
+__all__ = ["API_RATE", "ApiError", "client", "current_object", "events", "resource_path", "retrieve", "throttle"]
