@@ -24,6 +24,7 @@ from webhooks.errors import NoRuntimeError
 from webhooks.metrics import RECOVERIES
 from webhooks.models import Event
 from webhooks.queue import JobQueue
+from webhooks.store import open_store
 from webhooks.words import Status
 
 log = logging.getLogger(__name__)
@@ -43,6 +44,7 @@ class Runtime:
         self.deferred_sessions: sessionmaker[Session] = make_sessionmaker(deferred(self.engine))
         self._processing_lock = sqlite_lock(self.engine, "-processing.lock")
         self.queue = JobQueue(settings)
+        self.store = open_store(self.engine, sessions=self.sessions, deferred_sessions=self.deferred_sessions)
 
     @contextlib.contextmanager
     def processing(self, timeout: float | None = None) -> Iterator[bool]:
@@ -57,7 +59,7 @@ class Runtime:
 
     def release_processing(self, thread: int) -> bool:
         """Take the processing lock back from ``thread`` (a job stuck past its timeout: see
-        ``jobs.process.abandon``); False if it holds none (or there is no such lock)."""
+        ``webhooks.store.claims.abandon``); False if it holds none (or there is no such lock)."""
         return self._processing_lock is not None and self._processing_lock.abandon(thread)
 
     @contextlib.contextmanager
