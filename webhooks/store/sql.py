@@ -11,6 +11,7 @@ from typing import Any
 from sqlalchemy import Column, Engine, Table, bindparam, update
 from sqlalchemy.orm import Session, sessionmaker
 
+from webhooks.db import deferred, make_sessionmaker
 from webhooks.models import Event
 from webhooks.store import attempts
 from webhooks.store.base import Claimed
@@ -41,9 +42,11 @@ _FAIL = (
 class SqlStore:
     def __init__(self, engine: Engine, **parts: Any) -> None:
         self.engine = engine
-        self.sessions: sessionmaker[Session] = parts["sessions"]
-        # SQLite transactions that wait for no writer until they write (PostgreSQL: ``sessions``).
-        self.deferred_sessions: sessionmaker[Session] = parts.get("deferred_sessions", self.sessions)
+        # The runtime's sessionmakers when given (its handlers' sessions are the same kind).
+        self.sessions: sessionmaker[Session] = parts.get("sessions") or make_sessionmaker(engine)
+        # SQLite transactions that wait for no writer until they write (PostgreSQL: the same).
+        self.deferred_sessions: sessionmaker[Session] = (parts.get("deferred_sessions")
+                                                         or make_sessionmaker(deferred(engine)))
 
     # ===== the worker's shared part (claim / process / fail helpers) ==========================
     def fail(self, endpoint: str, event_id: str, attempt: int, last_try: bool, error: str, trace: str,
