@@ -23,7 +23,7 @@ BIGINT = 2**63 - 1
 
 
 class Row(Protocol):
-    """What is read of a claimed event row (an ``Event`` or ``jobs.postgres.Claimed``)."""
+    """What is read of a claimed event row (``webhooks.store.base.Claimed``)."""
 
     @property
     def endpoint(self) -> str: ...

@@ -22,9 +22,10 @@ from rq.exceptions import StopRequested
 from webhooks import config, reconcile, sweeper
 from webhooks.config import Settings
 from webhooks.embedded import EmbeddedWorker
-from webhooks.jobs import handlers, pgwire, process
+from webhooks.jobs import handlers
 from webhooks.queue import ScopedWorker, Ticker
 from webhooks.runtime import Runtime
+from webhooks.store import claims
 
 log = logging.getLogger(__name__)
 
@@ -64,7 +65,7 @@ def run(settings: Settings, *, burst: bool = False) -> bool:
             thread.start()
         # Jobs run in this process: forking per job costs ~13 ms. A killed worker's job is found by
         # the sweeper (its row is `processing` and no transaction holds it) and run again.
-        with pgwire.keep(rt.engine):  # one connection for this loop's events, not one per event
+        with rt.store.keep():  # one connection for this loop's events, not one per event
             return _work(rt, burst, stop)
     except StopRequested:  # SIGTERM before RQ's handler was installed (or while waiting to restart it)
         return False
@@ -113,10 +114,10 @@ def tick(rt: Runtime) -> Callable[[], None]:
 
 def start_embedded(rt: Runtime) -> None:
     """Work ``rt``'s queue on threads of this process (the embedded queue: no Redis server), unless
-    they run already. A job stuck past its timeout is given up (``process.abandon``)."""
+    they run already. A job stuck past its timeout is given up (``webhooks.store.claims.abandon``)."""
 
     def build() -> EmbeddedWorker:
-        return EmbeddedWorker(rt.queue, rt.scope, tick(rt), functools.partial(process.abandon, rt))
+        return EmbeddedWorker(rt.queue, rt.scope, tick(rt), functools.partial(claims.abandon, rt))
 
     rt.queue.start_embedded(build)
 

@@ -1,4 +1,4 @@
-"""Processing on PostgreSQL (``jobs.postgres``): the steps' round trips, a superseded claim, the
+"""Processing on PostgreSQL (``webhooks.store.postgres_worker``): the steps' round trips, a superseded claim, the
 plan of the row lookups, and the pool's ping of rested connections."""
 
 from __future__ import annotations
@@ -13,7 +13,9 @@ from tests import sample_handlers
 from tests.conftest import base_config, drain, make_app, rows, runtime, stripe_event
 from tests.test_processing import deliver_stripe
 from webhooks import db
-from webhooks.jobs import pgwire, postgres
+from webhooks.jobs.process import work
+from webhooks.store import pgwire
+from webhooks.store import postgres_worker as postgres
 
 
 def count_messages(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, ...]]:
@@ -59,7 +61,7 @@ def test_a_superseded_claim_applies_marks_and_runs_nothing(pg_url: str, redis_ur
         assert claimed is not None and claimed.attempts == 1
         with rt.engine.begin() as conn:  # job B's claim
             conn.execute(sa.text("UPDATE events SET attempts = 2 WHERE event_id = 'evt_sup'"))
-        assert postgres.process(rt, wire, claimed, datetime.now(UTC)) == "skipped"
+        assert postgres.process(rt.sessions, wire, claimed, work(rt, claimed), datetime.now(UTC)) == "skipped"
         assert wire.end()
     assert rows(app, "SELECT status, attempts FROM events") == [("processing", 2)]
     assert rows(app, "SELECT count(*) FROM objects") == [(0,)]

@@ -174,7 +174,7 @@ def test_only_the_claim_commits_without_waiting_for_the_disk(pg_url: str, redis_
     """PostgreSQL: the claim is bookkeeping (its commit skips the WAL flush), the processing
     transaction that marks the event processed waits for the disk as every other commit does."""
     from tests.conftest import base_config, make_app
-    from webhooks.jobs import pgwire
+    from webhooks.store import pgwire
 
     app = make_app(base_config(pg_url, REDIS_URL=redis_url))
     deliver_stripe(app, stripe_event("evt_flush"))

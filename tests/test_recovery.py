@@ -116,7 +116,7 @@ def test_a_superseded_claim_does_not_process(any_app: Flask) -> None:
     rt = runtime(any_app)
     sweep(rt, now=later())
     drain(any_app)
-    from webhooks.jobs import sqlite
+    from webhooks.store import sqlite_worker as sqlite
 
     with rt.sessions() as session, session.begin():  # the claim's check, through the ORM
         assert sqlite.mine(session, "stripe", "evt_stall", 1) is None

@@ -36,7 +36,7 @@ def make_engine(url: str) -> Engine:
         return engine
     # psycopg prepares a statement it ran 5 times, and on every ROLLBACK of such a connection
     # sends DEALLOCATE ALL, which drops the statements processing prepares itself
-    # (``jobs.postgres``): pooled connections leave preparing to those who keep them.
+    # (``webhooks.store.pgwire``): pooled connections leave preparing to those who keep them.
     engine = create_engine(url, pool_size=10, max_overflow=20, pool_timeout=10,
                            connect_args={"prepare_threshold": None})
     _ping_when_idle(engine)

@@ -5,7 +5,7 @@ RQ's timer interrupts a job's thread only while it runs Python code: a handler b
 or a socket read without timeout ignores it, and with one worker thread every other event waits.
 The watchdog looks at the running job every ``WATCH_INTERVAL`` seconds; one past its timeout by
 ``GRACE`` (the timer had its chance) is given up: ``on_stuck(thread, timeout)`` settles its
-database side (``jobs.process.abandon``), RQ fails the job as timed out when that recorded the
+database side (``webhooks.store.claims.abandon``), RQ fails the job as timed out when that recorded the
 attempt (so its retry policy applies), and a fresh worker thread takes the queue. A thread cannot
 be killed: the stuck one ends when its call returns, taking no other job, and leaves alone an RQ
 job the watchdog failed.

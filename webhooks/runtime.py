@@ -39,7 +39,8 @@ class Runtime:
         self.deferred_sessions: sessionmaker[Session] = make_sessionmaker(deferred(self.engine))
         self._processing_lock = sqlite_lock(self.engine, "-processing.lock")
         self.queue = JobQueue(settings)
-        self.store: Store = open_store(self.engine, processing=self.processing)
+        self.store: Store = open_store(self.engine, lock=self.processing, sessions=self.sessions,
+                                       deferred_sessions=self.deferred_sessions)
 
     @contextlib.contextmanager
     def processing(self, timeout: float | None = None) -> Iterator[bool]:
@@ -54,7 +55,7 @@ class Runtime:
 
     def release_processing(self, thread: int) -> bool:
         """Take the processing lock back from ``thread`` (a job stuck past its timeout: see
-        ``jobs.process.abandon``); False if it holds none (or there is no such lock)."""
+        ``webhooks.store.claims.abandon``); False if it holds none (or there is no such lock)."""
         return self._processing_lock is not None and self._processing_lock.abandon(thread)
 
     @contextlib.contextmanager

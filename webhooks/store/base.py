@@ -3,8 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
+
+from sqlalchemy.orm import Session
+
+from webhooks.providers.base import ObjectRef
 
 Key = tuple[str, str]  # (endpoint, event_id): the events table's primary key
 Rows = list[dict[str, Any]]
@@ -24,6 +30,54 @@ class Inserts(Protocol):
     def drop(self) -> None:
         """Discard the kept connection (after a failure): the next batch connects afresh."""
         ...
+
+
+# ===== the worker's values ====================================================================
+class Claimed(NamedTuple):
+    """The claimed event row: what processing reads of it (``attempts`` is the claim's token).
+    The adapters read exactly these columns of ``events`` (``sql.CLAIMED``)."""
+
+    endpoint: str
+    event_id: str
+    kind: str
+    event_type: str
+    attempts: int
+    payload: bytes
+    item_index: int | None
+    body_digest: str | None
+    object_type: str | None
+    object_id: str | None
+    object_version: int | None
+
+
+Prepared = tuple[Any, ObjectRef | None]  # the event's data, and the object it moves (if any)
+Fold = Callable[[Any, ObjectRef], tuple[ObjectRef, str | None]]  # (stored state, offered) → merged, latest id
+
+
+@dataclass(frozen=True)
+class Seen:
+    """What the handlers see, inside the transaction that marks the event (``session``)."""
+
+    data: Any
+    object_type: str | None
+    object_id: str | None
+    version: int | None
+    is_latest: bool
+    state: Any
+    session: Session
+
+
+@dataclass(frozen=True)
+class Work:
+    """What processing one claimed event runs, given by the job; the store orders it with its
+    locks and its mark: ``prepare`` holding no lock (it may call the provider's API), ``fold``
+    (a folding provider's merge, None: none) under the object's lock, ``run`` (the handlers
+    named in ``handlers``; none: nothing runs between the lock and the mark) before the mark."""
+
+    prepare: Callable[[], Prepared]
+    fold: Fold | None
+    handlers: list[str]
+    run: Callable[[Seen], None]
 
 
 class Store(Protocol):
@@ -69,10 +123,28 @@ class Store(Protocol):
         ...
 
     # --- the worker (claim, process under the claim's token, fail) ------------------------------
-    def claim(self, endpoint: str, event_id: str) -> Any:
-        """``CLAIM``: the claimed row (its ``attempts`` is the token), or None: nothing to do."""
+    def claim(self, endpoint: str, event_id: str, now: datetime) -> Claimed | None:
+        """``CLAIM``: the claimed row (its ``attempts`` is the token), committed; None: nothing to do."""
         ...
 
-    def fail(self, endpoint: str, event_id: str, attempt: int, last_try: bool, error: str, trace: str) -> bool:
-        """``FAIL`` under the token ``attempt``, with the error; False when the claim was superseded."""
+    def process(self, claimed: Claimed, work: Work, started_at: datetime) -> str:
+        """Under the claim: lock the row and the object, apply the version when newer, run the
+        handlers, ``MARK`` the row and add its attempt's row, in one transaction; the status, or
+        ``skipped`` (the claim was superseded: nothing changed). Errors propagate, nothing kept."""
+        ...
+
+    def fail(self, endpoint: str, event_id: str, attempt: int, last_try: bool, error: str, trace: str,
+             started_at: datetime) -> bool:
+        """``FAIL`` under the token ``attempt`` with the error, and its attempt's row (best effort);
+        False when the claim was superseded (then nothing changed)."""
+        ...
+
+    def time_out(self, claim: Any, error: str, trace: str) -> bool:
+        """A job stuck past its timeout (``webhooks.store.claims``): record its attempt as failed
+        (its claim marked abandoned first), or nothing when the stuck transaction holds the row
+        (PostgreSQL); whether it was recorded."""
+        ...
+
+    def keep(self) -> AbstractContextManager[None]:
+        """Inside, this thread's events share one connection (a worker's loop); re-entrant."""
         ...

@@ -4,21 +4,23 @@ failed attempt). ``SqliteStore`` and ``PostgresStore`` extend it with their own 
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Iterator, Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import Engine, select, tuple_, update
+from sqlalchemy import Column, Engine, Table, bindparam, select, tuple_, update
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
 from webhooks.db import deferred, make_sessionmaker
 from webhooks.models import Event, Replay, Tombstone
 from webhooks.quarantine import count as count_rejection
-from webhooks.store.base import Inserts, Key
+from webhooks.store import attempts
+from webhooks.store.base import Claimed, Inserts, Key
 from webhooks.store.sql_rows import SqlInserts
-from webhooks.store.transitions import ABANDON, LEAVE, REPLAY, REQUEUE, values
+from webhooks.store.transitions import ABANDON, FAIL, LEAVE, REPLAY, REQUEUE, values
 from webhooks.words import Reason, Status
 
 log = logging.getLogger(__name__)
@@ -39,13 +41,61 @@ class _Refused(Exception):
     """An all-or-nothing replay that could not mark every key: its transaction is rolled back."""
 
 
+# ===== the worker's shared part: the claimed row's columns, a failure under the claim's token ===
+EVENTS: Table = Event.__table__  # type: ignore[assignment]  # a Table (mypy sees a FromClause)
+CLAIMED: tuple[Column[Any], ...] = tuple(EVENTS.c[name] for name in Claimed._fields)  # what a claim returns
+
+
+def bound(moved: dict[str, object]) -> dict[str, object]:
+    """A move's values (``transitions.values``) as the parameters of a statement built once
+    (``status=bindparam("b_status")``, ``status_at=bindparam("b_status_at")``)."""
+    return {f"b_{k}": v for k, v in moved.items()}
+
+
+_FAIL = (
+    update(Event)
+    .where(Event.endpoint == bindparam("b_endpoint"), Event.event_id == bindparam("b_event_id"),
+           Event.status.in_(FAIL.sources), Event.attempts == bindparam("b_attempt"))
+    .values(status=bindparam("b_status"), status_at=bindparam("b_status_at"), last_error=bindparam("b_error"),
+            last_traceback=bindparam("b_trace"))
+    .returning(Event.attempts)
+)
+
+
 class SqlStore:
     def __init__(self, engine: Engine, **parts: Any) -> None:
         self.engine = engine
-        self.sessions: sessionmaker[Session] = make_sessionmaker(engine)
-        self.reads: sessionmaker[Session] = make_sessionmaker(deferred(engine))  # SQLite: wait for no writer
+        # The runtime's sessionmakers when given (its handlers' sessions are the same kind).
+        self.sessions: sessionmaker[Session] = parts.get("sessions") or make_sessionmaker(engine)
+        # SQLite transactions that wait for no writer until they write (PostgreSQL: the same).
+        self.deferred_sessions: sessionmaker[Session] = (parts.get("deferred_sessions")
+                                                         or make_sessionmaker(deferred(engine)))
+        self.reads = self.deferred_sessions  # the sweeper's and the replay check's reads
 
     # ===== the worker's shared part (claim / process / fail helpers) ==========================
+    def fail(self, endpoint: str, event_id: str, attempt: int, last_try: bool, error: str, trace: str,
+             started_at: datetime) -> bool:
+        """``FAIL`` under the token ``attempt`` (``failed`` after the last try), then the attempt's
+        row (best effort, ``attempts.record``); False, and nothing written, when superseded."""
+        moved = values(FAIL, Status.FAILED if last_try else Status.QUEUED, datetime.now(UTC))
+        params = {"b_endpoint": endpoint, "b_event_id": event_id, "b_attempt": attempt, "b_error": error,
+                  "b_trace": trace, **bound(moved)}
+        with self.sessions.begin() as session:
+            marked = session.execute(_FAIL, params).first() is not None
+        if marked:
+            attempts.record(self.sessions, endpoint, event_id, attempt, started_at, "error", error, trace)
+        return marked
+
+    def time_out(self, claim: Any, error: str, trace: str) -> bool:
+        """The attempt of a job stuck past its timeout, failed under its token: the thread's own
+        failure path must then record nothing (``claim.abandoned``, set first)."""
+        claim.abandoned = True
+        return self.fail(claim.endpoint, claim.event_id, claim.attempt, claim.last_try, error, trace,
+                         claim.started_at)
+
+    def keep(self) -> contextlib.AbstractContextManager[None]:
+        """No connection is kept (SQLite's pool is cheap); PostgreSQL overrides it."""
+        return contextlib.nullcontext()
 
     # ===== the receiver, the sweeper, replay =================================================
     def inserts(self) -> Inserts:
@@ -133,7 +183,7 @@ class SqlStore:
                 session.execute(
                     update(Event).where(Event.endpoint == endpoint, Event.event_id == event_id).values(change))
                 log.warning("sweeper: %s/%s abandoned by its worker, %s", endpoint, event_id,
-                            "failed" if exhausted else "requeued")
+                            Status.FAILED if exhausted else "requeued")
         return requeue
 
     def stranded(self, cutoff: datetime, limit: int) -> Iterator[list[tuple[Key, str]]]:

@@ -11,7 +11,8 @@ from typing import Any
 from sqlalchemy import Engine
 
 from webhooks.db import sqlite_lock
-from webhooks.store.base import Key
+from webhooks.store import sqlite_worker
+from webhooks.store.base import Claimed, Key, Work
 from webhooks.store.sql import SqlStore
 
 Hold = Callable[[float | None], AbstractContextManager[bool]]  # ``Runtime.processing``'s shape
@@ -22,9 +23,17 @@ class SqliteStore(SqlStore):
     def __init__(self, engine: Engine, **parts: Any) -> None:
         super().__init__(engine, **parts)
         # The runtime's processing lock (``Runtime.processing``): held by a job from claim to mark.
-        self.processing: Hold = parts.get("processing") or _own_lock(engine)
+        self.processing: Hold = parts.get("lock") or _own_lock(engine)
 
     # ===== the worker: claim, process (handlers outside the write lock), mark ==================
+    def claim(self, endpoint: str, event_id: str, now: datetime) -> Claimed | None:
+        """``CLAIM`` (``sqlite_worker.claim``), committed."""
+        with self.sessions.begin() as session:
+            return sqlite_worker.claim(session, endpoint, event_id, now)
+
+    def process(self, claimed: Claimed, work: Work, started_at: datetime) -> str:
+        """The handlers outside SQLite's write lock, the mark in a short write (``sqlite_worker``)."""
+        return sqlite_worker.process(self.sessions, self.deferred_sessions, claimed, work, started_at)
 
     # ===== the receiver, the sweeper: a processing row is abandoned only under the lock ========
     def abandoned(self, cutoff: datetime, limit: int, max_attempts: int, now: datetime) -> list[Key]:

@@ -14,10 +14,9 @@ from datetime import UTC, datetime
 
 from sqlalchemy import insert
 from sqlalchemy.exc import SQLAlchemyError
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, sessionmaker
 
 from webhooks.models import Attempt
-from webhooks.runtime import Runtime
 
 log = logging.getLogger(__name__)
 _ADD = insert(Attempt.__table__)  # type: ignore[arg-type]  # a Table: a plain Core INSERT
@@ -35,12 +34,12 @@ def add(session: Session, endpoint: str, event_id: str, number: int, started_at:
 
 
 def record(
-    rt: Runtime, endpoint: str, event_id: str, number: int, started_at: datetime, status: str,
+    sessions: sessionmaker[Session], endpoint: str, event_id: str, number: int, started_at: datetime, status: str,
     error: str | None = None, traceback: str | None = None,
 ) -> None:
     """Store attempt ``number`` of the event: ``processed``, ``ignored`` or ``error``."""
     try:
-        with rt.sessions.begin() as session:
+        with sessions.begin() as session:
             session.add(Attempt(
                 endpoint=endpoint, event_id=event_id, number=number, started_at=started_at,
                 finished_at=datetime.now(UTC), status=status, error=error, traceback=traceback,

@@ -1,7 +1,7 @@
 r"""A connection for processing's statements on PostgreSQL: several statements to a message,
 prepared once per connection, and a worker's loop keeping one connection for its events.
 
-A worker is bound by round trips, not by the statements they carry (``jobs.postgres``). Each
+A worker is bound by round trips, not by the statements they carry (``webhooks.store.postgres_worker``). Each
 message is one simple query of plain SQL texts: psycopg's ``ClientCursor`` binds the parameters on
 the client (libpq's quoting), PostgreSQL runs the statements in order, each with a snapshot of its
 own, and stops at the first error. ``Statement``\ s are ``PREPARE``\ d once per connection and run by
@@ -150,7 +150,12 @@ _kept: ContextVar[_Kept | None] = ContextVar("webhooks_kept_connection", default
 @contextmanager
 def keep(engine: Engine) -> Iterator[None]:
     """Inside, this thread's events on ``engine`` share one connection (a worker's loop): no pool
-    check-out, check-in and reset per event. Closed at the end."""
+    check-out, check-in and reset per event. Closed at the end. Inside another ``keep`` of the
+    same engine (one event inside a worker's loop) it keeps that one."""
+    outer = _kept.get()
+    if outer is not None and outer.engine is engine:
+        yield
+        return
     kept = _Kept(engine)
     token = _kept.set(kept)
     try:

@@ -18,29 +18,29 @@ from typing import Any
 
 from sqlalchemy import bindparam, select, update
 from sqlalchemy.exc import OperationalError
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, sessionmaker
 
-from webhooks import providers, runtime
-from webhooks.config import Settings
 from webhooks.db import is_busy, storable_key, upsert
-from webhooks.jobs import attempts, handlers
-from webhooks.jobs.objects import Prepared, merge, prepare
 from webhooks.models import Event, Object
 from webhooks.providers.base import ObjectRef
-from webhooks.words import CLAIMABLE, Status
+from webhooks.store import attempts
+from webhooks.store.base import Claimed, Fold, Prepared, Seen, Work
+from webhooks.store.sql import CLAIMED, bound
+from webhooks.store.transitions import CLAIM, MARK, values
+from webhooks.words import Status
 
 # The statements every event runs, built once (building them cost more than running them).
 _CLAIM = (
     update(Event)
     .where(Event.endpoint == bindparam("b_endpoint"), Event.event_id == bindparam("b_event_id"),
-           Event.status.in_(CLAIMABLE))
-    .values(status=Status.PROCESSING, attempts=Event.attempts + 1, status_at=bindparam("b_now"))
-    .returning(Event)
+           Event.status.in_(CLAIM.sources))
+    .values(status=bindparam("b_status"), attempts=Event.attempts + 1, status_at=bindparam("b_status_at"))
+    .returning(*CLAIMED)
 )
 _MINE = (
     select(Event)
     .where(Event.endpoint == bindparam("b_endpoint"), Event.event_id == bindparam("b_event_id"),
-           Event.status == Status.PROCESSING, Event.attempts == bindparam("b_attempt"))
+           Event.status.in_(MARK.sources), Event.attempts == bindparam("b_attempt"))
     .with_for_update()
 )
 _OBJECT = select(Object).where(
@@ -51,12 +51,12 @@ _UPSERTS: dict[str, Any] = {}  # per dialect: apply_state's conditional upsert
 _FRESH = {"populate_existing": True}
 
 
-def claim(session: Session, endpoint: str, event_id: str) -> Event | None:
+def claim(session: Session, endpoint: str, event_id: str, now: datetime) -> Claimed | None:
     """received/queued/failed (or an abandoned processing) → processing; returns the claimed row
     (its ``attempts`` is the claim's token), or None if there is nothing to do."""
-    params = {"b_endpoint": endpoint, "b_event_id": event_id, "b_now": datetime.now(UTC)}
-    # Nothing is loaded in the session yet: no in-session objects to synchronize.
-    return session.scalars(_CLAIM, params, execution_options={**_FRESH, "synchronize_session": False}).first()
+    params = {"b_endpoint": endpoint, "b_event_id": event_id, **bound(values(CLAIM, Status.PROCESSING, now))}
+    row = session.execute(_CLAIM, params).first()
+    return None if row is None else Claimed(*row)
 
 
 def mine(session: Session, endpoint: str, event_id: str, attempt: int) -> Event | None:
@@ -65,29 +65,26 @@ def mine(session: Session, endpoint: str, event_id: str, attempt: int) -> Event 
     return session.scalars(_MINE, params, execution_options=_FRESH).first()
 
 
-def _folded(session: Session, endpoint: str, kind: str, ref: ObjectRef) -> tuple[ObjectRef, str | None]:
+def _folded(session: Session, endpoint: str, fold: Fold | None, ref: ObjectRef) -> tuple[ObjectRef, str | None]:
     """``ref`` merged into the stored state when the provider folds its events (else unchanged),
     and the id of the event the fold names as its latest."""
-    fold = provider.fold if (provider := providers.get(kind)).folds else None  # the declared capability
     if fold is None:
         return ref, None
     stored = session.get(Object, (endpoint, ref.type, ref.id), populate_existing=True)
-    return merge(fold, None if stored is None else stored.state, ref)
+    return fold(None if stored is None else stored.state, ref)
 
 
 def apply_state(session: Session, endpoint: str, event_id: str, ref: ObjectRef,
-                kind: str | None = None) -> tuple[Object, ObjectRef]:
+                fold: Fold | None = None) -> tuple[Object, ObjectRef]:
     """Conditional upsert: the stored state moves only to a strictly newer version; returns the
-    stored object and the state offered. With ``kind`` a folding provider's state is merged
+    stored object and the state offered. With ``fold`` a folding provider's state is merged
     first (the caller holds the object's lock)."""
-    latest = None
-    if kind is not None:
-        ref, latest = _folded(session, endpoint, kind, ref)
+    ref, latest = _folded(session, endpoint, fold, ref)
     key = {"b_endpoint": endpoint, "b_type": ref.type, "b_id": ref.id}
-    values = {"b_version": ref.version, "b_state": ref.state, "b_now": datetime.now(UTC),
-              "b_last": storable_key(latest or event_id, 255)}
+    state = {"b_version": ref.version, "b_state": ref.state, "b_now": datetime.now(UTC),
+             "b_last": storable_key(latest or event_id, 255)}
     # The row written comes back; nothing comes back when a newer version is stored: read it.
-    current = session.scalars(_upsert(session), key | values, execution_options=_FRESH).first()
+    current = session.scalars(_upsert(session), key | state, execution_options=_FRESH).first()
     if current is None:
         current = session.scalars(_OBJECT, key, execution_options=_FRESH).one()
     return current, ref
@@ -104,60 +101,63 @@ def _upsert(session: Session) -> Any:
             updated_at=bindparam("b_now"),
         )
         stmt = _UPSERTS[name] = insert.on_conflict_do_update(
-            index_elements=["endpoint", "object_type", "object_id"],
+            index_elements=[c.name for c in Object.__table__.primary_key],
             set_={k: insert.excluded[k] for k in ("version", "state", "last_event_id", "updated_at")},
             where=Object.version < insert.excluded.version,
         ).returning(Object)
     return stmt
 
 
-def _run(session: Session, event: Event, settings: Settings, prepared: Prepared) -> tuple[str, list[str]]:
+def _status(work: Work, ref: ObjectRef | None) -> Status:
+    return Status.PROCESSED if ref is not None or work.handlers else Status.IGNORED
+
+
+def _run(session: Session, event: Event, work: Work, prepared: Prepared) -> Status:
     data, ref = prepared
     state: Any = None
     latest = True
+    status = _status(work, ref)
     if ref is not None:
-        current, ref = apply_state(session, event.endpoint, event.event_id, ref, event.kind)
+        current, ref = apply_state(session, event.endpoint, event.event_id, ref, work.fold)
         state, latest = current.state, current.version == ref.version
         event.object_type, event.object_id, event.object_version = ref.type, ref.id, ref.version
-    found = handlers.handlers_for(event.endpoint, event.kind, event.event_type, settings.handler_modules)
-    context = handlers.HandlerEvent(
-        event.endpoint, event.kind, event.event_id, event.event_type, data,
-        event.object_type, event.object_id, event.object_version, latest, event.attempts, session,
-    )
-    for handler in found:
-        handlers.call(handler, context, state)
-    return Status.PROCESSED if ref is not None or found else Status.IGNORED, handlers.names(found)
+    if work.handlers:
+        work.run(Seen(data, event.object_type, event.object_id, event.object_version, latest, state, session))
+    return status
 
 
-def _mark(session: Session, event: Event, status: str, started_at: datetime, ran: list[str]) -> None:
+def _mark(session: Session, event: Event, status: Status, started_at: datetime, ran: list[str]) -> None:
     """Mark the row done and add the attempt's history row, in the caller's transaction."""
-    event.status, event.status_at = status, datetime.now(UTC)
-    event.processed_at, event.last_error, event.last_traceback = datetime.now(UTC), None, None
+    now = datetime.now(UTC)
+    for column, value in values(MARK, status, now).items():
+        setattr(event, column, value)
+    event.processed_at, event.last_error, event.last_traceback = now, None, None
     attempts.add(session, event.endpoint, event.event_id, event.attempts, started_at, status, ran)
 
 
-def _process_locked(rt: runtime.Runtime, claimed: Event, started_at: datetime, prepared: Prepared) -> str:
+def _process_locked(sessions: sessionmaker[Session], claimed: Claimed, work: Work, started_at: datetime,
+                    prepared: Prepared) -> str:
     """SQLite, when the unlocked path met a busy database: one transaction holding the write lock
     throughout (the provider's API, if any, was called before it)."""
-    with rt.sessions.begin() as session:
+    with sessions.begin() as session:
         event = mine(session, claimed.endpoint, claimed.event_id, claimed.attempts)
         if event is None:
             return "skipped"  # a newer claim took over; it decides
-        status, ran = _run(session, event, rt.settings, prepared)
-        _mark(session, event, status, started_at, ran)
+        status = _run(session, event, work, prepared)
+        _mark(session, event, status, started_at, work.handlers)
     return status
 
 
 def _finish(session: Session, endpoint: str, event_id: str, attempt: int, ref: ObjectRef | None,
-            status: str, started_at: datetime, ran: list[str]) -> bool:
+            work: Work, status: Status, started_at: datetime) -> bool:
     """Apply the state and mark the row, if the claim is still ours."""
     event = mine(session, endpoint, event_id, attempt)
     if event is None:
         return False
     if ref is not None:
-        _, ref = apply_state(session, endpoint, event_id, ref, event.kind)
+        _, ref = apply_state(session, endpoint, event_id, ref, work.fold)
         event.object_type, event.object_id, event.object_version = ref.type, ref.id, ref.version
-    _mark(session, event, status, started_at, ran)
+    _mark(session, event, status, started_at, work.handlers)
     return True
 
 
@@ -170,52 +170,48 @@ def _changes(session: Session) -> int:
     return int(dbapi.total_changes)
 
 
-def process(rt: runtime.Runtime, claimed: Event, started_at: datetime) -> str:
+def process(sessions: sessionmaker[Session], deferred_sessions: sessionmaker[Session], claimed: Claimed,
+            work: Work, started_at: datetime) -> str:
     """The handlers run without holding the write lock (see the module's doc)."""
     endpoint, event_id, attempt = claimed.endpoint, claimed.event_id, claimed.attempts
-    with rt.deferred_sessions() as session:
+    with deferred_sessions() as session:
         with session.begin():
             event = mine(session, endpoint, event_id, attempt)
         if event is None:
             return "skipped"
         session.expunge(event)  # read only: nothing of it is flushed with the handlers' writes
-        prepared = data, ref = prepare(event, rt.settings)
+        prepared = data, ref = work.prepare()
         state: Any = None
         latest = True
         if ref is not None:
             with session.begin():
-                view, _ = _folded(session, endpoint, event.kind, ref)  # a fold's preview
+                view, _ = _folded(session, endpoint, work.fold, ref)  # a fold's preview
                 current = session.get(Object, (endpoint, ref.type, ref.id))
             if current is not None and current.version >= view.version:
                 state, latest = current.state, current.version == view.version
             else:
                 state = view.state
-        found = handlers.handlers_for(endpoint, event.kind, event.event_type, rt.settings.handler_modules)
-        status = Status.PROCESSED if ref is not None or found else Status.IGNORED
-        ran = handlers.names(found)
-        context = handlers.HandlerEvent(
-            endpoint, event.kind, event_id, event.event_type, data, ref.type if ref else event.object_type,
-            ref.id if ref else event.object_id, ref.version if ref else event.object_version, latest, attempt,
-            session,
-        )
+        status = _status(work, ref)
+        seen = Seen(data, ref.type if ref else event.object_type, ref.id if ref else event.object_id,
+                    ref.version if ref else event.object_version, latest, state, session)
         try:
             with session.begin():
                 before = _changes(session)  # BEGIN (deferred): no lock, no snapshot yet
-                for handler in found:
-                    handlers.call(handler, context, state)
+                if work.handlers:
+                    work.run(seen)
                 session.flush()
                 wrote = _changes(session) != before
                 # A handler that wrote holds the write lock: the mark joins its writes.
-                if wrote and not _finish(session, endpoint, event_id, attempt, ref, status, started_at, ran):
+                if wrote and not _finish(session, endpoint, event_id, attempt, ref, work, status, started_at):
                     raise _Superseded
         except _Superseded:
             return "skipped"
         except OperationalError as exc:
             if not is_busy(exc):
                 raise
-            return _process_locked(rt, claimed, started_at, prepared)
+            return _process_locked(sessions, claimed, work, started_at, prepared)
     if not wrote:
-        with rt.sessions.begin() as session:
-            if not _finish(session, endpoint, event_id, attempt, ref, status, started_at, ran):
+        with sessions.begin() as session:
+            if not _finish(session, endpoint, event_id, attempt, ref, work, status, started_at):
                 return "skipped"
     return status
