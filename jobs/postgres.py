@@ -24,12 +24,12 @@ from typing import Any, NamedTuple
 
 from psycopg.types.json import Jsonb
 
-from webhooks import providers, runtime
+from webhooks import handlers, providers, runtime
 from webhooks.db import storable_key
-from webhooks.jobs import handlers
-from webhooks.jobs.objects import merge, prepare
-from webhooks.jobs.pgwire import BEGIN, COMMIT, Statement, Step, Wire
 from webhooks.words import CLAIMABLE, Status
+
+from .objects import merge, prepare
+from .pgwire import BEGIN, COMMIT, Statement, Step, Wire
 
 PROCESSING = repr(str(Status.PROCESSING))  # a literal of the statements
 

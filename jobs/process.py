@@ -44,11 +44,12 @@ from datetime import UTC, datetime
 from rq import get_current_job
 from sqlalchemy import update
 
-from webhooks import metrics, runtime
+from webhooks import handlers, metrics, runtime
 from webhooks.db import storable_text
-from webhooks.jobs import attempts, fetch, handlers, pgwire, postgres, sqlite
 from webhooks.models import Event
 from webhooks.words import Status
+
+from . import attempts, fetch, pgwire, postgres, sqlite
 
 log = logging.getLogger(__name__)
 TRACEBACK_LIMIT = 8000

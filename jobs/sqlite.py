@@ -20,14 +20,15 @@ from sqlalchemy import bindparam, select, update
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session
 
-from webhooks import providers, runtime
+from webhooks import handlers, providers, runtime
 from webhooks.config import Settings
 from webhooks.db import is_busy, storable_key, upsert
-from webhooks.jobs import attempts, handlers
-from webhooks.jobs.objects import Prepared, merge, prepare
 from webhooks.models import Event, Object
 from webhooks.providers.base import ObjectRef
 from webhooks.words import CLAIMABLE, Status
+
+from . import attempts
+from .objects import Prepared, merge, prepare
 
 # The statements every event runs, built once (building them cost more than running them).
 _CLAIM = (

@@ -5,7 +5,7 @@ RQ's timer interrupts a job's thread only while it runs Python code: a handler b
 or a socket read without timeout ignores it, and with one worker thread every other event waits.
 The watchdog looks at the running job every ``WATCH_INTERVAL`` seconds; one past its timeout by
 ``GRACE`` (the timer had its chance) is given up: ``on_stuck(thread, timeout)`` settles its
-database side (``jobs.process.abandon``), RQ fails the job as timed out when that recorded the
+database side (``abandon``), RQ fails the job as timed out when that recorded the
 attempt (so its retry policy applies), and a fresh worker thread takes the queue. A thread cannot
 be killed: the stuck one ends when its call returns, taking no other job, and leaves alone an RQ
 job the watchdog failed.
@@ -13,6 +13,7 @@ job the watchdog failed.
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import time
@@ -27,7 +28,9 @@ from rq.timeouts import TimerDeathPenalty
 from rq.utils import now
 from rq.worker import BaseWorker
 
-from webhooks.queue import JobQueue, Scope, ScopedWorker, Ticker
+from webhooks.queue import JobQueue
+from webhooks.runtime import Runtime
+from webhooks.worker import Scope, ScopedWorker, Ticker, tick
 
 log = logging.getLogger(__name__)
 WATCH_INTERVAL = 0.5  # seconds between the watchdog's looks
@@ -99,7 +102,7 @@ class ThreadWorker(ScopedWorker):
         with self._settling:  # this thread's own bookkeeping waits, so ``running`` cannot end here
             if self.running is not running:
                 return None
-            self._stop_requested = True  # its loop ends when the stuck job returns
+            self.ask_to_stop()  # its loop ends when the stuck job returns
             if on_stuck is None:
                 return False
             assert running.timeout is not None  # only a job with a timeout is stuck
@@ -156,3 +159,23 @@ class EmbeddedWorker:
         self.worker = ThreadWorker(self.queue, self.scope)
         self.thread = threading.Thread(target=self.worker.work, name="webhooks-worker", daemon=True)
         self.thread.start()
+
+
+def start_embedded(rt: Runtime) -> None:
+    """Work ``rt``'s queue on threads of this process (the embedded queue: no Redis server), unless
+    they run already. A job stuck past its timeout is given up (``abandon``)."""
+
+    def build() -> EmbeddedWorker:
+        return EmbeddedWorker(rt.queue, rt.scope, tick(rt), functools.partial(abandon, rt))
+
+    rt.queue.start_embedded(build)
+
+
+def abandon(rt: Runtime, thread: int, timeout: float) -> bool:
+    """Settle the database side of the job ``thread`` runs, stuck past ``timeout`` seconds; True
+    when its attempt was recorded as timed out (``jobs.process.abandon``)."""
+    # MERGE(store-worker): the one import of worker-side code left on this side; repoint at the
+    # store's ``abandon`` when it lands (tests/test_import_graph.py reports it as a reverse import).
+    from webhooks.jobs import process
+
+    return bool(process.abandon(rt, thread, timeout))

@@ -9,30 +9,24 @@ from __future__ import annotations
 
 import hashlib
 import json
-import logging
 import random
 import threading
 import zlib
 from collections.abc import Callable
-from contextlib import AbstractContextManager
 from enum import Enum
 from typing import Any, Protocol
 
 import redis
-from rq import Queue, Retry, SimpleWorker
+from rq import Queue, Retry
 from rq.exceptions import NoSuchJobError
 from rq.job import Job, JobStatus
-from rq.scheduler import RQScheduler
 from rq.scripts import _build_hset_args
 from rq.utils import get_call_string, now, utcformat
 
 from webhooks.config import Settings, sentinels
 
-log = logging.getLogger(__name__)
-
 JOB = "webhooks.jobs.process.process_event"  # by dotted path: the web side never imports jobs
 LIVE = (JobStatus.QUEUED, JobStatus.STARTED, JobStatus.SCHEDULED, JobStatus.DEFERRED)
-Scope = Callable[[], AbstractContextManager[object]]  # a worker's: its runtime in scope (``Runtime.scope``)
 
 
 # KEYS: the queue, RQ's set of queues, then one job hash per job. ARGV: the TTL (-1: none); the
@@ -245,57 +239,3 @@ class Embedded(Protocol):
     """What ``start_embedded`` starts (``webhooks.embedded.EmbeddedWorker``)."""
 
     def start(self) -> None: ...
-
-
-class ScopedWorker(SimpleWorker):
-    """RQ's non-forking worker that performs each job inside ``scope()``: jobs take plain ids and
-    find the worker owner's runtime there (``runtime.current``)."""
-
-    scope: Scope
-
-    def perform_job(self, job: Job, queue: Queue) -> bool:
-        with self.scope():
-            return super().perform_job(job, queue)
-
-
-class Ticker:
-    """Moves due retries from the scheduled registry to the queue and runs a periodic task.
-
-    Holds RQ's scheduler lock for the queue, so several tickers never enqueue one job twice.
-    """
-
-    def __init__(self, queue: JobQueue, task: Callable[[], Any] | None, interval: float) -> None:
-        # RQ sets its logger's level to INFO unless told: keep the level the process chose.
-        level = logging.getLogger("rq.scheduler").getEffectiveLevel()
-        self.scheduler = RQScheduler([queue.queue], connection=queue.connection, interval=1, logging_level=level)
-        self.task, self.interval = task, interval
-        self.stopped = threading.Event()
-
-    def run(self) -> None:
-        next_task = 0.0
-        elapsed = 0.0
-        while not self.stopped.is_set():
-            try:
-                if not self.scheduler.acquired_locks:
-                    self.scheduler.acquire_locks()
-                else:
-                    self.scheduler.heartbeat()
-                if self.scheduler.acquired_locks:
-                    self.scheduler.enqueue_scheduled_jobs()
-                if self.task is not None and elapsed >= next_task:
-                    next_task = elapsed + self.interval
-                    self.task()
-            except Exception as exc:  # a tick must never kill the thread; the next one retries
-                log.warning("ticker: tick failed (%s: %s)", exc.__class__.__name__, str(exc)[:200])
-                log.debug("ticker: tick failed", exc_info=True)
-            self.stopped.wait(1)
-            elapsed += 1
-        self.release()
-
-    def release(self) -> None:
-        """Give up RQ's scheduler lock: the next worker moves due retries at once, not when the
-        lock's minute runs out (a retry waited 44 s after a restart)."""
-        try:
-            self.scheduler.release_locks()
-        except Exception as exc:  # Redis gone: the lock expires on its own
-            log.warning("ticker: could not release the scheduler lock (%s)", exc.__class__.__name__)
