@@ -17,7 +17,7 @@ import logging
 import os
 from collections.abc import Iterator
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily
@@ -28,8 +28,10 @@ from webhooks.words import Status
 
 if TYPE_CHECKING:
     from prometheus_client import Metric
+    from sqlalchemy import Engine
 
-    from webhooks.runtime import Runtime
+    from webhooks.config import Settings
+    from webhooks.queue import JobQueue
 
 log = logging.getLogger(__name__)
 UNKNOWN = "unknown/*"  # every endpoint name that is not configured (as in rejection_counts)
@@ -72,14 +74,26 @@ def process_exited(pid: int) -> None:
         multiprocess.mark_process_dead(pid)  # type: ignore[no-untyped-call]
 
 
-def endpoint_label(rt: Runtime, name: str) -> str:
+class Service(Protocol):
+    """What the metrics read of a service (a ``Runtime``; named here, not imported: the runtime
+    imports this module)."""
+
+    @property
+    def settings(self) -> Settings: ...
+    @property
+    def engine(self) -> Engine: ...
+    @property
+    def queue(self) -> JobQueue: ...
+
+
+def endpoint_label(rt: Service, name: str) -> str:
     return name if name in rt.settings.endpoints else UNKNOWN
 
 
 class ServiceCollector(Collector):
     """The service-wide gauges, read from the database and Redis when scraped."""
 
-    def __init__(self, rt: Runtime) -> None:
+    def __init__(self, rt: Service) -> None:
         self.rt = rt
 
     def collect(self) -> Iterator[Metric]:
@@ -118,7 +132,7 @@ class ServiceCollector(Collector):
         yield up
 
 
-def exposition(rt: Runtime) -> tuple[bytes, str]:
+def exposition(rt: Service) -> tuple[bytes, str]:
     """The scrape body and its content type."""
     registry = CollectorRegistry()
     if os.environ.get(MULTIPROC):
