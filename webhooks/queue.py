@@ -20,7 +20,6 @@ import redis
 from rq import Queue, Retry
 from rq.exceptions import NoSuchJobError
 from rq.job import Job, JobStatus
-from rq.scripts import _build_hset_args
 from rq.utils import get_call_string, now, utcformat
 
 from webhooks.config import Settings, sentinels
@@ -140,7 +139,8 @@ class JobQueue:
         Writes what RQ's unique enqueue writes (the job hash, its TTL, the queue's entry in
         ``rq:queues``, the id pushed on the queue), checked and written by one Lua script for the
         whole batch: RQ's per-call enqueue costs two round trips and a script call. The hash is the
-        one RQ's own ``Job`` builds for this queue (``_shape``, built once), with this call's
+        one RQ's own ``Job`` builds for this queue (``_shape``, built once, from public RQ API;
+        tests/test_rq_contract.py pins it to what RQ's ``enqueue(unique=True)`` writes), with this call's
         timestamps and each event's ``data``, ``description`` and jittered ``retry_intervals``
         computed as RQ computes them; the fields all jobs share go as one string (Redis's encoder
         per argument was most of the enqueue's CPU).
@@ -165,10 +165,10 @@ class JobQueue:
         fields: from a job RQ built, once."""
         if self._shaped is None:
             job = self.build("", "")
-            flat = _build_hset_args(job)
             own = OWN if self.settings.max_attempts > 1 else OWN[:2]
             skip = {*OWN, "created_at", "enqueued_at"}
-            shared = [_text(item) for k, v in zip(flat[::2], flat[1::2], strict=True) if k not in skip
+            # The fields RQ's unique enqueue writes: the job's ``to_dict`` without its None values.
+            shared = [_text(item) for k, v in job.to_dict().items() if k not in skip and v is not None
                       for item in (k, v)]
             self._shaped = (-1 if job.ttl is None else job.ttl, json.dumps([shared, own]), own)
         return self._shaped
@@ -181,8 +181,12 @@ class JobQueue:
             JOB, args=(endpoint, event_id), job_id=job_id(endpoint, event_id),
             retry=Retry(max=retries, interval=retry_intervals(self.settings)) if retries else None,
             timeout=self.settings.job_timeout, result_ttl=500, failure_ttl=7 * 24 * 3600,
+            status=JobStatus.QUEUED,
         )
-        self.queue._prepare_for_queue(job)  # what RQ sets before saving: origin, enqueued_at, status
+        # What RQ's enqueue sets before saving (the origin is set by ``create_job``); pinned against
+        # RQ's own ``enqueue(unique=True)`` by tests/test_rq_contract.py.
+        job.redis_server_version = self.queue.get_redis_server_version()
+        job.enqueued_at = now()
         return job
 
     def _job(self, endpoint: str, event_id: str) -> Job | None:
