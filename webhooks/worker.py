@@ -12,8 +12,8 @@ import logging
 import signal
 import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager, contextmanager
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from typing import Any
 
 import redis
@@ -21,6 +21,7 @@ from rq import Queue, SimpleWorker
 from rq.exceptions import StopRequested
 from rq.job import Job
 from rq.scheduler import RQScheduler
+from sqlalchemy import Engine
 
 from webhooks import config, handlers, reconcile
 from webhooks.config import Settings
@@ -73,6 +74,9 @@ def run(settings: Settings, *, burst: bool = False) -> bool:
     """Work the queue until stopped (SIGTERM finishes the current job first) or, with ``burst``,
     until it is empty. Survives Redis outages: RQ's loop gives up on some Redis errors, so it is
     started again until a stop is requested."""
+    # Every import before the stop handler: a SIGTERM raising inside an import can be swallowed
+    # (psycopg tries its implementations under ``except Exception``), and the worker would not stop.
+    keep = _keep()
     rt = Runtime(settings)
     handlers.load(settings.handler_modules)
     handlers.announce(settings.handler_modules)
@@ -89,7 +93,7 @@ def run(settings: Settings, *, burst: bool = False) -> bool:
             thread.start()
         # Jobs run in this process: forking per job costs ~13 ms. A killed worker's job is found by
         # the sweeper (its row is `processing` and no transaction holds it) and run again.
-        with _kept(rt):  # one connection for this loop's events, not one per event
+        with keep(rt.engine):  # one connection for this loop's events, not one per event
             return _work(rt, burst, stop)
     except StopRequested:  # SIGTERM before RQ's handler was installed (or while waiting to restart it)
         return False
@@ -101,15 +105,14 @@ def run(settings: Settings, *, burst: bool = False) -> bool:
             ticker.release()
 
 
-@contextmanager
-def _kept(rt: Runtime) -> Iterator[None]:
-    """This thread's events on PostgreSQL share one connection while inside (``pgwire.keep``)."""
+def _keep() -> Callable[[Engine], AbstractContextManager[None]]:
+    """``keep(engine)``: inside, this thread's events on PostgreSQL share one connection."""
     # MERGE(store-worker): the one import of worker-side code left on this side; repoint at the
     # store's ``keep`` when it lands (tests/test_import_graph.py reports it as a reverse import).
     from webhooks.jobs import pgwire
 
-    with pgwire.keep(rt.engine):
-        yield
+    keep: Callable[[Engine], AbstractContextManager[None]] = pgwire.keep
+    return keep
 
 
 def _work(rt: Runtime, burst: bool, stop: _Stop) -> bool:
