@@ -174,7 +174,7 @@ def start_embedded(rt: Runtime) -> None:
 def abandon(rt: Runtime, thread: int, timeout: float) -> bool:
     """Settle the database side of the job ``thread`` runs, stuck past ``timeout`` seconds; True
     when its attempt was recorded as timed out (``jobs.process.abandon``)."""
-    # MERGE(store-worker): the one import of worker-side code left on this side; repoint at the
+    # MERGE(store-worker): an import of worker-side code left on this side; repoint at the
     # store's ``abandon`` when it lands (tests/test_import_graph.py reports it as a reverse import).
     from webhooks.jobs import process
 

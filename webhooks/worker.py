@@ -107,7 +107,7 @@ def run(settings: Settings, *, burst: bool = False) -> bool:
 
 def _keep() -> Callable[[Engine], AbstractContextManager[None]]:
     """``keep(engine)``: inside, this thread's events on PostgreSQL share one connection."""
-    # MERGE(store-worker): the one import of worker-side code left on this side; repoint at the
+    # MERGE(store-worker): an import of worker-side code left on this side; repoint at the
     # store's ``keep`` when it lands (tests/test_import_graph.py reports it as a reverse import).
     from webhooks.jobs import pgwire
 
