@@ -16,8 +16,9 @@ from typing import Any, Protocol
 from webhooks import providers
 from webhooks.config import Settings
 from webhooks.db import storable_json, storable_key
-from webhooks.jobs import fetch
 from webhooks.providers.base import ObjectRef
+
+from . import fetch
 
 BIGINT = 2**63 - 1
 

@@ -37,13 +37,14 @@ from datetime import UTC, datetime
 
 from rq import get_current_job
 
-from webhooks import metrics, providers, runtime
+from webhooks import handlers, metrics, providers, runtime
 from webhooks.db import storable_text
-from webhooks.jobs import fetch, handlers
-from webhooks.jobs.objects import merge, prepare
 from webhooks.store.base import Claimed, Seen, Work
 from webhooks.store.claims import TRACEBACK_LIMIT, Claim, abandon, measure, running
 from webhooks.words import Status
+
+from . import fetch
+from .objects import merge, prepare
 
 __all__ = ["abandon", "process_event", "work"]
 

@@ -41,8 +41,8 @@ def test_lazy_commands_still_run() -> None:
 
 
 def test_handlers_register_with_from_webhooks_import_on() -> None:
-    import jobs
     import webhooks
+    from webhooks import handlers
 
-    assert webhooks.on is jobs.on
-    assert webhooks.HandlerEvent is jobs.HandlerEvent
+    assert webhooks.on is handlers.on
+    assert webhooks.HandlerEvent is handlers.HandlerEvent

@@ -34,7 +34,7 @@ def test_service_refuses_a_handler_module_it_cannot_import(command: str, pg_url:
 
 
 def test_the_working_directory_is_on_the_import_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from webhooks.jobs import handlers
+    from webhooks import handlers
 
     package = tmp_path / "cwdapp_handlers_probe"
     package.mkdir()

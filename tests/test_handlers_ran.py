@@ -10,7 +10,7 @@ import pytest
 from flask import Flask
 
 from tests.conftest import admin_headers, base_config, drain, make_app, stripe_event, stripe_headers
-from webhooks.jobs import handlers
+from webhooks import handlers
 
 
 def deliver(app: Flask, event_id: str, type_: str) -> None:
@@ -58,7 +58,7 @@ def test_an_event_no_handler_matched_says_so(no_handlers: Flask) -> None:
 
 def test_start_up_logs_the_handlers_per_event_type(caplog: pytest.LogCaptureFixture) -> None:
     handlers.load(["tests.sample_handlers"])
-    with caplog.at_level(logging.INFO, logger="webhooks.jobs.handlers"):
+    with caplog.at_level(logging.INFO, logger="webhooks.handlers"):
         handlers.announce(["tests.sample_handlers"])
         handlers.announce([])
     assert [r.getMessage() for r in caplog.records] == [

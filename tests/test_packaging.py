@@ -1,9 +1,11 @@
-"""The wheel installs one top-level package, ``webhooks``: an application with its own ``jobs``
-and ``migrations`` packages keeps them, and registers handlers with ``from webhooks import on``;
-in a source checkout the old ``from jobs import on`` is the same registry."""
+"""The wheel installs one top-level package, ``webhooks``: the checkout's top-level ``jobs/`` and
+``migrations/`` become ``webhooks.jobs`` and ``webhooks.migrations`` (pyproject's package-dir, no
+links), an application with its own ``jobs`` and ``migrations`` packages keeps them, and registers
+handlers with ``from webhooks import on``. An editable install maps the same names."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import textwrap
@@ -19,8 +21,10 @@ APP = textwrap.dedent('''
     import json, sys, time
     import jobs, migrations
     assert jobs.APP_JOBS and migrations.APP_MIGRATIONS, "the application's own packages"
-    import webhooks
-    assert webhooks.__file__.startswith(sys.argv[1]), webhooks.__file__
+    import webhooks, webhooks.jobs.worker, webhooks.jobs.process, webhooks.migrations
+    for module in (webhooks, webhooks.jobs.worker, webhooks.jobs.process, webhooks.migrations):
+        assert module.__file__.startswith(sys.argv[1]), module.__file__
+    assert webhooks.jobs.worker.Worker.__module__ == "webhooks.worker"
     from rq import SimpleWorker
     from webhooks import create_app, providers
     from webhooks.cli import upgrade
@@ -50,6 +54,11 @@ def test_the_wheel_leaves_jobs_and_migrations_to_the_application(tmp_path: Path)
     names = zipfile.ZipFile(wheel).namelist()
     assert {n.split("/")[0] for n in names} == {"webhooks", wheel.name.split("-py3")[0] + ".dist-info"}
     assert "webhooks/jobs/process.py" in names and "webhooks/migrations/versions/0001_initial_schema.py" in names
+    assert "webhooks/migrations/script.py.mako" in names
+    # Every module of the checkout is in the wheel (a subpackage missing from pyproject's list is not).
+    checkout = {f"webhooks/{p.relative_to(ROOT / 'webhooks')}" for p in (ROOT / "webhooks").rglob("*.py")}
+    checkout |= {f"webhooks/{p.relative_to(ROOT)}" for top in ("jobs", "migrations") for p in (ROOT / top).rglob("*.py")}
+    assert checkout - set(names) == set()
     site = tmp_path / "site"
     subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(site), str(wheel)],
                    check=True, capture_output=True, timeout=300)
@@ -66,11 +75,19 @@ def test_the_wheel_leaves_jobs_and_migrations_to_the_application(tmp_path: Path)
                             text=True, timeout=300, env={"PYTHONPATH": str(site), "PATH": "/usr/bin:/bin"})
     assert result.returncode == 0, result.stdout + result.stderr
     assert result.stdout.strip().endswith("ok")
+    cli = subprocess.run([sys.executable, "-m", "webhooks", "db", "upgrade"], cwd=app, capture_output=True, text=True,
+                         timeout=300, env={"PYTHONPATH": str(site), "PATH": "/usr/bin:/bin",
+                                           "DATABASE_URL": f"sqlite:///{data}/cli.db"})
+    assert cli.returncode == 0, cli.stdout + cli.stderr
+    assert (data / "cli.db").exists()
 
 
-def test_the_old_import_is_the_same_registry_in_a_source_checkout() -> None:
-    probe = ("import jobs, jobs.handlers, webhooks, webhooks.jobs.handlers as real\n"
-             "assert jobs.on is webhooks.on is real.on and jobs.handlers is real\n"
-             "assert jobs.HandlerEvent is real.HandlerEvent\nprint('same')")
-    result = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, timeout=60)
-    assert result.stdout.strip() == "same", result.stderr
+def test_the_editable_install_maps_the_checkouts_jobs_and_migrations(tmp_path: Path) -> None:
+    probe = ("import json, webhooks.jobs.worker, webhooks.jobs.process, webhooks.migrations, webhooks.worker\n"
+             "from webhooks.schema import migrations_dir\n"
+             "assert webhooks.jobs.worker.Worker is webhooks.worker.Worker\n"
+             "print(json.dumps([webhooks.jobs.process.__file__, webhooks.migrations.__file__, str(migrations_dir())]))")
+    result = subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout) == [str(ROOT / "jobs" / "process.py"), str(ROOT / "migrations" / "__init__.py"),
+                                         str(ROOT / "migrations")]

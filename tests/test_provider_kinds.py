@@ -230,7 +230,7 @@ ROOT = Path(__file__).resolve().parent.parent
 # Modules outside webhooks/providers/ that may name a kind, each with its reason. Anything else
 # that does is provider knowledge outside its module: declare it as a capability on ``Provider``.
 KIND_NAMES_ALLOWED = {
-    "jobs/handlers.py": "its docstring's example of registering a handler for (kind, event type)",
+    "webhooks/handlers.py": "its docstring's example of registering a handler for (kind, event type)",
     "migrations/versions/0005_adyen_fold_versions.py": "a data migration of Adyen's rows: history, never edited",
 }
 

@@ -14,7 +14,7 @@ if TYPE_CHECKING:
     from flask import Flask
 
     from webhooks.config import Settings
-    from webhooks.jobs.handlers import HandlerEvent, on
+    from webhooks.handlers import HandlerEvent, on
     from webhooks.runtime import Runtime
 
 __all__ = ["HandlerEvent", "create_app", "on"]
@@ -59,16 +59,17 @@ class _StartingWorker:
 
     def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
         if self.rt.queue.embedded is None:
-            from webhooks.jobs import worker  # worker code: loaded by the app that runs it, when it runs
+            from webhooks import embedded  # worker code: loaded by the app that runs it, when it runs
 
-            worker.start_embedded(self.rt)
+            embedded.start_embedded(self.rt)
         return self.wsgi(environ, start_response)
 
 
 def __getattr__(name: str) -> Any:
-    # The handler API lives with the jobs (they run it); re-exported here, loaded on first use.
+    # The handler API (``webhooks.handlers``), loaded on first use: importing a provider module
+    # or running ``webhooks --help`` does not import SQLAlchemy's ORM.
     if name in ("on", "HandlerEvent"):
-        from webhooks.jobs import handlers
+        from webhooks import handlers
 
         return getattr(handlers, name)
     raise AttributeError(f"module 'webhooks' has no attribute {name!r}")

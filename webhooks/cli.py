@@ -155,8 +155,7 @@ def serve(host: str, port: int) -> None:
     """Run everything in one process: SQLite, an in-process queue and worker, the admin console."""
     from gunicorn.app.base import BaseApplication  # type: ignore[import-untyped]
 
-    from webhooks import create_app, gunicorn_conf, sweeper
-    from webhooks.jobs import handlers, worker
+    from webhooks import create_app, embedded, gunicorn_conf, handlers, sweeper
     from webhooks.service import admin_password_file, kept_password, quiet
 
     settings = load_settings()
@@ -181,7 +180,7 @@ def serve(host: str, port: int) -> None:
         rt = app.extensions["webhooks"]
         # The in-process queue starts empty: whatever the last run left unfinished is stranded now.
         sweeper.sweep(rt, age=0)
-        worker.start_embedded(rt)  # the worker thread, and the ticker: due reconciliations, the sweep
+        embedded.start_embedded(rt)  # the worker thread, and the ticker: due reconciliations, the sweep
         return app
 
     def ready(process: Any) -> None:
@@ -231,7 +230,7 @@ def worker(burst: bool) -> None:
     prepare_metrics_dir()  # before the jobs import prometheus_client: the web's /metrics adds these up
 
     from webhooks import schema
-    from webhooks.jobs.worker import run
+    from webhooks.worker import run
 
     settings = load_settings()
     if not settings.redis_url:

@@ -13,6 +13,7 @@ job the watchdog failed.
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import time
@@ -27,7 +28,10 @@ from rq.timeouts import TimerDeathPenalty
 from rq.utils import now
 from rq.worker import BaseWorker
 
-from webhooks.queue import JobQueue, Scope, ScopedWorker, Ticker
+from webhooks.queue import JobQueue
+from webhooks.runtime import Runtime
+from webhooks.store import claims
+from webhooks.worker import Scope, ScopedWorker, Ticker, tick
 
 log = logging.getLogger(__name__)
 WATCH_INTERVAL = 0.5  # seconds between the watchdog's looks
@@ -99,7 +103,7 @@ class ThreadWorker(ScopedWorker):
         with self._settling:  # this thread's own bookkeeping waits, so ``running`` cannot end here
             if self.running is not running:
                 return None
-            self._stop_requested = True  # its loop ends when the stuck job returns
+            self.ask_to_stop()  # its loop ends when the stuck job returns
             if on_stuck is None:
                 return False
             assert running.timeout is not None  # only a job with a timeout is stuck
@@ -156,3 +160,19 @@ class EmbeddedWorker:
         self.worker = ThreadWorker(self.queue, self.scope)
         self.thread = threading.Thread(target=self.worker.work, name="webhooks-worker", daemon=True)
         self.thread.start()
+
+
+def start_embedded(rt: Runtime) -> None:
+    """Work ``rt``'s queue on threads of this process (the embedded queue: no Redis server), unless
+    they run already. A job stuck past its timeout is given up (``abandon``)."""
+
+    def build() -> EmbeddedWorker:
+        return EmbeddedWorker(rt.queue, rt.scope, tick(rt), functools.partial(abandon, rt))
+
+    rt.queue.start_embedded(build)
+
+
+def abandon(rt: Runtime, thread: int, timeout: float) -> bool:
+    """Settle the database side of the job ``thread`` runs, stuck past ``timeout`` seconds; True
+    when its attempt was recorded as timed out (``webhooks.store.claims.abandon``)."""
+    return claims.abandon(rt, thread, timeout)

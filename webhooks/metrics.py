@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily
@@ -28,8 +28,7 @@ from webhooks.words import Status
 
 if TYPE_CHECKING:
     from prometheus_client import Metric
-
-    from webhooks.runtime import Runtime
+    from sqlalchemy import Engine
 
 log = logging.getLogger(__name__)
 UNKNOWN = "unknown/*"  # every endpoint name that is not configured (as in rejection_counts)
@@ -72,14 +71,41 @@ def process_exited(pid: int) -> None:
         multiprocess.mark_process_dead(pid)  # type: ignore[no-untyped-call]
 
 
-def endpoint_label(rt: Runtime, name: str) -> str:
+class _Endpoints(Protocol):
+    @property
+    def endpoints(self) -> Mapping[str, object]: ...
+
+
+class _Counted(Protocol):
+    @property
+    def count(self) -> int: ...
+
+
+class _Queue(Protocol):
+    @property
+    def queue(self) -> _Counted: ...
+
+
+class Service(Protocol):
+    """What the metrics read of a runtime (``webhooks.runtime.Runtime``): its endpoints' names,
+    its database and the depth of its queue (typed here: no import of the runtime or the queue)."""
+
+    @property
+    def settings(self) -> _Endpoints: ...
+    @property
+    def engine(self) -> Engine: ...
+    @property
+    def queue(self) -> _Queue: ...
+
+
+def endpoint_label(rt: Service, name: str) -> str:
     return name if name in rt.settings.endpoints else UNKNOWN
 
 
 class ServiceCollector(Collector):
     """The service-wide gauges, read from the database and Redis when scraped."""
 
-    def __init__(self, rt: Runtime) -> None:
+    def __init__(self, rt: Service) -> None:
         self.rt = rt
 
     def collect(self) -> Iterator[Metric]:
@@ -118,7 +144,7 @@ class ServiceCollector(Collector):
         yield up
 
 
-def exposition(rt: Runtime) -> tuple[bytes, str]:
+def exposition(rt: Service) -> tuple[bytes, str]:
     """The scrape body and its content type."""
     registry = CollectorRegistry()
     if os.environ.get(MULTIPROC):

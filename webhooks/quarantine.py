@@ -8,11 +8,11 @@ import json
 import logging
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from sqlalchemy import Text, cast, delete, func, insert, or_, select
 from sqlalchemy.exc import DBAPIError
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, sessionmaker
 from werkzeug.datastructures import Authorization
 
 from webhooks import providers
@@ -24,8 +24,15 @@ from webhooks.providers.base import Endpoint, Verified
 from webhooks.timestamps import aware
 from webhooks.words import Reason
 
-if TYPE_CHECKING:
-    from webhooks.runtime import Runtime
+
+class Runtime(Protocol):
+    """What the quarantine uses of a runtime (``webhooks.runtime.Runtime``, which the store it
+    builds imports this module through: named here, not imported)."""
+
+    @property
+    def settings(self) -> Settings: ...
+    @property
+    def sessions(self) -> sessionmaker[Session]: ...
 
 log = logging.getLogger(__name__)
 # A header name that older versions wrote to mark good basic auth: now only ever client-sent, so it
@@ -211,16 +218,20 @@ def record(
         log.warning("could not quarantine a rejected request: %s", exc.__class__.__name__)
 
 
-class Accept(Protocol):
+R = TypeVar("R", bound=Runtime, contravariant=True)
+S = TypeVar("S", bound=Runtime)
+
+
+class Accept(Protocol[R]):
     """The receiver's verify-store-enqueue path (``receive.accept``), passed in: the receiver
     imports this module, so this one must not import it back."""
 
-    def __call__(self, rt: Runtime, name: str, headers: dict[str, str], body: bytes, url: str, *,
+    def __call__(self, rt: R, name: str, headers: dict[str, str], body: bytes, url: str, *,
                  now: float) -> Verified: ...
 
 
 def reverify(
-    rt: Runtime, rejection_id: int, accept: Accept
+    rt: S, rejection_id: int, accept: Accept[S]
 ) -> tuple[Rejection | None, Verified | VerificationError]:
     """Verify a kept rejection again under today's configuration, judging its timestamp against
     its arrival time; when it passes it goes through ``accept`` (the receiver's own path, not a

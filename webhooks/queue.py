@@ -9,30 +9,23 @@ from __future__ import annotations
 
 import hashlib
 import json
-import logging
 import random
 import threading
 import zlib
 from collections.abc import Callable
-from contextlib import AbstractContextManager
 from enum import Enum
 from typing import Any, Protocol
 
 import redis
-from rq import Queue, Retry, SimpleWorker
+from rq import Queue, Retry
 from rq.exceptions import NoSuchJobError
 from rq.job import Job, JobStatus
-from rq.scheduler import RQScheduler
-from rq.scripts import _build_hset_args
 from rq.utils import get_call_string, now, utcformat
 
 from webhooks.config import Settings, sentinels
 
-log = logging.getLogger(__name__)
-
 JOB = "webhooks.jobs.process.process_event"  # by dotted path: the web side never imports jobs
 LIVE = (JobStatus.QUEUED, JobStatus.STARTED, JobStatus.SCHEDULED, JobStatus.DEFERRED)
-Scope = Callable[[], AbstractContextManager[object]]  # a worker's: its runtime in scope (``Runtime.scope``)
 
 
 # KEYS: the queue, RQ's set of queues, then one job hash per job. ARGV: the TTL (-1: none); the
@@ -146,7 +139,8 @@ class JobQueue:
         Writes what RQ's unique enqueue writes (the job hash, its TTL, the queue's entry in
         ``rq:queues``, the id pushed on the queue), checked and written by one Lua script for the
         whole batch: RQ's per-call enqueue costs two round trips and a script call. The hash is the
-        one RQ's own ``Job`` builds for this queue (``_shape``, built once), with this call's
+        one RQ's own ``Job`` builds for this queue (``_shape``, built once, from public RQ API;
+        tests/test_rq_contract.py pins it to what RQ's ``enqueue(unique=True)`` writes), with this call's
         timestamps and each event's ``data``, ``description`` and jittered ``retry_intervals``
         computed as RQ computes them; the fields all jobs share go as one string (Redis's encoder
         per argument was most of the enqueue's CPU).
@@ -171,10 +165,10 @@ class JobQueue:
         fields: from a job RQ built, once."""
         if self._shaped is None:
             job = self.build("", "")
-            flat = _build_hset_args(job)
             own = OWN if self.settings.max_attempts > 1 else OWN[:2]
             skip = {*OWN, "created_at", "enqueued_at"}
-            shared = [_text(item) for k, v in zip(flat[::2], flat[1::2], strict=True) if k not in skip
+            # The fields RQ's unique enqueue writes: the job's ``to_dict`` without its None values.
+            shared = [_text(item) for k, v in job.to_dict().items() if k not in skip and v is not None
                       for item in (k, v)]
             self._shaped = (-1 if job.ttl is None else job.ttl, json.dumps([shared, own]), own)
         return self._shaped
@@ -187,8 +181,12 @@ class JobQueue:
             JOB, args=(endpoint, event_id), job_id=job_id(endpoint, event_id),
             retry=Retry(max=retries, interval=retry_intervals(self.settings)) if retries else None,
             timeout=self.settings.job_timeout, result_ttl=500, failure_ttl=7 * 24 * 3600,
+            status=JobStatus.QUEUED,
         )
-        self.queue._prepare_for_queue(job)  # what RQ sets before saving: origin, enqueued_at, status
+        # What RQ's enqueue sets before saving (the origin is set by ``create_job``); pinned against
+        # RQ's own ``enqueue(unique=True)`` by tests/test_rq_contract.py.
+        job.redis_server_version = self.queue.get_redis_server_version()
+        job.enqueued_at = now()
         return job
 
     def _job(self, endpoint: str, event_id: str) -> Job | None:
@@ -245,57 +243,3 @@ class Embedded(Protocol):
     """What ``start_embedded`` starts (``webhooks.embedded.EmbeddedWorker``)."""
 
     def start(self) -> None: ...
-
-
-class ScopedWorker(SimpleWorker):
-    """RQ's non-forking worker that performs each job inside ``scope()``: jobs take plain ids and
-    find the worker owner's runtime there (``runtime.current``)."""
-
-    scope: Scope
-
-    def perform_job(self, job: Job, queue: Queue) -> bool:
-        with self.scope():
-            return super().perform_job(job, queue)
-
-
-class Ticker:
-    """Moves due retries from the scheduled registry to the queue and runs a periodic task.
-
-    Holds RQ's scheduler lock for the queue, so several tickers never enqueue one job twice.
-    """
-
-    def __init__(self, queue: JobQueue, task: Callable[[], Any] | None, interval: float) -> None:
-        # RQ sets its logger's level to INFO unless told: keep the level the process chose.
-        level = logging.getLogger("rq.scheduler").getEffectiveLevel()
-        self.scheduler = RQScheduler([queue.queue], connection=queue.connection, interval=1, logging_level=level)
-        self.task, self.interval = task, interval
-        self.stopped = threading.Event()
-
-    def run(self) -> None:
-        next_task = 0.0
-        elapsed = 0.0
-        while not self.stopped.is_set():
-            try:
-                if not self.scheduler.acquired_locks:
-                    self.scheduler.acquire_locks()
-                else:
-                    self.scheduler.heartbeat()
-                if self.scheduler.acquired_locks:
-                    self.scheduler.enqueue_scheduled_jobs()
-                if self.task is not None and elapsed >= next_task:
-                    next_task = elapsed + self.interval
-                    self.task()
-            except Exception as exc:  # a tick must never kill the thread; the next one retries
-                log.warning("ticker: tick failed (%s: %s)", exc.__class__.__name__, str(exc)[:200])
-                log.debug("ticker: tick failed", exc_info=True)
-            self.stopped.wait(1)
-            elapsed += 1
-        self.release()
-
-    def release(self) -> None:
-        """Give up RQ's scheduler lock: the next worker moves due retries at once, not when the
-        lock's minute runs out (a retry waited 44 s after a restart)."""
-        try:
-            self.scheduler.release_locks()
-        except Exception as exc:  # Redis gone: the lock expires on its own
-            log.warning("ticker: could not release the scheduler lock (%s)", exc.__class__.__name__)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 import time
 from functools import cache
@@ -12,13 +13,20 @@ from sqlalchemy import Engine, text
 from sqlalchemy.exc import SQLAlchemyError
 
 
+def migrations_dir() -> Path:
+    """Where the Alembic scripts are: the package ``webhooks.migrations`` (the repository's
+    top-level ``migrations/``, mapped there by pyproject.toml), found without importing it."""
+    spec = importlib.util.find_spec("webhooks.migrations")
+    if spec is None or not spec.submodule_search_locations:
+        raise RuntimeError("webhooks.migrations is not installed (pip install -e . or the wheel)")
+    return Path(next(iter(spec.submodule_search_locations)))
+
+
 def alembic_config(url: str) -> Any:  # alembic.config.Config, imported lazily (alembic is slow to import)
     from alembic.config import Config
 
-    from webhooks import migrations
-
     cfg = Config()
-    cfg.set_main_option("script_location", str(Path(migrations.__file__).parent))
+    cfg.set_main_option("script_location", str(migrations_dir()))
     cfg.attributes["url"] = url
     return cfg
 

@@ -1,0 +1,134 @@
+"""What webhooks relies on in RQ beyond its documented API, pinned for the supported range
+(pyproject.toml's ``rq`` pin): a version of RQ that changes any of it fails here.
+
+- The batch enqueue (``JobQueue.enqueue_many``, one Lua script per batch) writes the job hash
+  RQ's own ``Queue.enqueue(..., unique=True)`` writes, byte for byte but the timestamps, with the
+  same TTL, queue entry and ``rq:queues`` member, and leaves an existing job alone as RQ's unique
+  enqueue does; an RQ worker runs what it queued.
+- The work loop's stop flags: ``request_stop`` (RQ's SIGTERM handler) leaves
+  ``_shutdown_requested_date`` (idle) or ``_stop_requested`` (busy), which ``ScopedWorker.stopping``
+  reads; setting ``_stop_requested`` (``ScopedWorker.ask_to_stop``, the embedded watchdog) ends the
+  loop before the next job.
+"""
+
+from __future__ import annotations
+
+import random
+import signal
+from collections.abc import Iterator
+
+import fakeredis
+import pytest
+from rq import Queue, Retry, SimpleWorker
+from rq.exceptions import DuplicateJobError, StopRequested
+from rq.job import Job
+from rq.worker import WorkerStatus
+
+import webhooks.queue as queue_module
+from webhooks import config
+from webhooks.queue import JobQueue, job_id, retry_intervals
+from webhooks.worker import ScopedWorker
+
+EVENTS = [("stripe", "evt_1"), ("stripe", "evt_" + "x" * 200), ("github", "dlv\u00e9'\"\\"), ("stripe", "evt_2")]
+RAN: list[tuple[str, str]] = []
+
+
+def record(endpoint: str, event_id: str) -> None:
+    """A stand-in for the processing job (same arguments)."""
+    RAN.append((endpoint, event_id))
+
+
+@pytest.fixture()
+def signals() -> Iterator[None]:
+    """``request_stop`` installs RQ's force-stop handlers: put the test runner's back."""
+    saved = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
+    yield
+    for sig, handler in saved.items():
+        signal.signal(sig, handler)
+
+
+def _rqs_own(settings: config.Settings, seed: int) -> fakeredis.FakeRedis:
+    """A Redis where RQ's public unique enqueue queued ``EVENTS`` as webhooks describes its jobs."""
+    connection = fakeredis.FakeRedis(server=fakeredis.FakeServer())
+    queue, rng = Queue(settings.queue_name, connection=connection), random.Random(seed)
+    retries = settings.max_attempts - 1
+    for endpoint, event_id in EVENTS:
+        intervals = retry_intervals(settings, rng)
+        queue.enqueue(queue_module.JOB, args=(endpoint, event_id), job_id=job_id(endpoint, event_id),
+                      retry=Retry(max=retries, interval=intervals) if retries else None,
+                      job_timeout=settings.job_timeout, result_ttl=500, failure_ttl=7 * 24 * 3600, unique=True)
+    with pytest.raises(DuplicateJobError):  # RQ's unique enqueue leaves an existing job alone
+        queue.enqueue(queue_module.JOB, args=EVENTS[0], job_id=job_id(*EVENTS[0]), unique=True)
+    return connection
+
+
+@pytest.mark.parametrize("attempts", ["5", "1"])  # with and without RQ's retry fields
+def test_a_batch_writes_the_hash_rqs_unique_enqueue_writes(attempts: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    settings = config.load({"WEBHOOKS_MAX_ATTEMPTS": attempts, "WEBHOOKS_JOB_TIMEOUT": "45"})  # embedded: fakeredis
+    ours = JobQueue(settings)
+    ours._shape()  # built once per queue (it draws intervals of its own)
+    monkeypatch.setattr(queue_module, "_JITTER", random.Random(7))
+    assert ours.enqueue_many(EVENTS) == len(EVENTS)
+    assert ours.enqueue_many(EVENTS[:1]) == 0  # an existing job is left alone
+    theirs = _rqs_own(settings, 7)
+    mine = ours.connection
+    for endpoint, event_id in EVENTS:
+        key = Job.key_for(job_id(endpoint, event_id))
+        got, expected = mine.hgetall(key), theirs.hgetall(key)
+        assert set(got) == set(expected)
+        for stamp in (b"created_at", b"enqueued_at"):  # when, not what: both RQ's format
+            assert len(got.pop(stamp)) == len(expected.pop(stamp))
+        assert got == expected, (endpoint, event_id)
+        assert mine.ttl(key) == theirs.ttl(key)
+    queue_key = ours.queue.key
+    assert mine.lrange(queue_key, 0, -1) == theirs.lrange(queue_key, 0, -1)
+    assert mine.smembers(ours.queue.redis_queues_keys) == theirs.smembers(ours.queue.redis_queues_keys)
+
+
+def test_an_rq_worker_runs_what_the_batch_queued(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(queue_module, "JOB", f"{__name__}.record")
+    RAN.clear()
+    ours = JobQueue(config.load({}))
+    assert ours.enqueue_many(EVENTS) == len(EVENTS)
+    SimpleWorker([ours.queue], connection=ours.connection).work(burst=True)
+    assert RAN == EVENTS
+    assert all(Job.fetch(job_id(*e), connection=ours.connection).get_status() == "finished" for e in EVENTS)
+
+
+def _worker() -> ScopedWorker:
+    connection = fakeredis.FakeRedis(server=fakeredis.FakeServer())
+    return ScopedWorker([Queue("default", connection=connection)], connection=connection)
+
+
+def test_rqs_stop_request_leaves_what_stopping_reads(signals: None) -> None:
+    idle, busy = _worker(), _worker()
+    assert not idle.stopping() and not busy.stopping()
+    with pytest.raises(StopRequested):  # idle: RQ stops at once, leaving the request's date
+        idle.request_stop(signal.SIGTERM, None)
+    assert idle._shutdown_requested_date is not None and idle.stopping()
+    busy.set_state(WorkerStatus.BUSY)
+    busy.request_stop(signal.SIGTERM, None)  # busy: after the current job
+    assert busy._stop_requested is True and busy.stopping()
+
+
+def test_ask_to_stop_ends_the_loop_before_the_next_job() -> None:
+    RAN.clear()
+    worker = _worker()
+    queue = worker.queues[0]
+    queue.enqueue(record, "stripe", "evt_left")
+    worker.scope = lambda: _Nothing()
+    worker.ask_to_stop()
+    worker.work(burst=True)
+    assert RAN == [] and queue.count == 1
+    worker = ScopedWorker([queue], connection=queue.connection)
+    worker.scope = lambda: _Nothing()
+    worker.work(burst=True)
+    assert RAN == [("stripe", "evt_left")]
+
+
+class _Nothing:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: object) -> None:
+        return None
