@@ -140,7 +140,7 @@ class JobQueue:
         ``rq:queues``, the id pushed on the queue), checked and written by one Lua script for the
         whole batch: RQ's per-call enqueue costs two round trips and a script call. The hash is the
         one RQ's own ``Job`` builds for this queue (``_shape``, built once, from public RQ API;
-        tests/test_rq_contract.py pins it to what RQ's ``enqueue(unique=True)`` writes), with this call's
+        tests/worker/test_rq_contract.py pins it to what RQ's ``enqueue(unique=True)`` writes), with this call's
         timestamps and each event's ``data``, ``description`` and jittered ``retry_intervals``
         computed as RQ computes them; the fields all jobs share go as one string (Redis's encoder
         per argument was most of the enqueue's CPU).
@@ -184,7 +184,7 @@ class JobQueue:
             status=JobStatus.QUEUED,
         )
         # What RQ's enqueue sets before saving (the origin is set by ``create_job``); pinned against
-        # RQ's own ``enqueue(unique=True)`` by tests/test_rq_contract.py.
+        # RQ's own ``enqueue(unique=True)`` by tests/worker/test_rq_contract.py.
         job.redis_server_version = self.queue.get_redis_server_version()
         job.enqueued_at = now()
         return job

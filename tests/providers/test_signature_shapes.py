@@ -1,7 +1,7 @@
 """Every kind: empty, truncated and wrong-length signatures never verify — alone, next to a valid
 signature made with a secret that is not configured, or with mixed secret types; empty keys are
 refused at start-up; one signature never yields two events (replay keys). Every request here
-derives from the kind's one correct signer (``tests.test_fuzz.signed``)."""
+derives from the kind's one correct signer (``tests.providers.test_fuzz.signed``)."""
 
 from __future__ import annotations
 

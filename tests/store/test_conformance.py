@@ -18,8 +18,8 @@ from flask import Flask
 from rq.job import Job
 
 from tests.conftest import admin_headers, rows, runtime, stripe_event, stripe_headers
-from tests.test_group_commit import pending, queued_jobs, store_as_one_batch
-from tests.test_processing import deliver_stripe
+from tests.receiver.test_group_commit import pending, queued_jobs, store_as_one_batch
+from tests.worker.test_processing import deliver_stripe
 from webhooks.admin.replay import ReplayError, replay_one
 from webhooks.jobs.process import process_event, work
 from webhooks.queue import job_id

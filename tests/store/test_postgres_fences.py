@@ -12,7 +12,7 @@ from flask import Flask
 
 from tests import sample_handlers
 from tests.conftest import base_config, make_app, rows, runtime, stripe_event
-from tests.test_processing import deliver_stripe
+from tests.worker.test_processing import deliver_stripe
 from webhooks.jobs.process import process_event
 from webhooks.store import pgwire
 

@@ -1,5 +1,8 @@
-"""Recovery and serialization in the worker: abandoned ``processing`` rows, claim tokens, and
-per-object serialization (two events of one object never run at the same time)."""
+"""The sweeper, in one home: ``processing`` rows abandoned by a killed worker (requeued, or failed
+once their attempts are spent; a live one left alone), jobs taken or started by a worker killed
+before its claim, ``received`` rows that never reached Redis and ``queued`` rows whose job Redis
+lost. Also the claim token and per-object serialization that make recovering a row harmless (two
+events of one object never run at the same time)."""
 
 from __future__ import annotations
 
@@ -13,7 +16,7 @@ import sqlalchemy as sa
 from flask import Flask
 from rq.job import JobStatus
 
-from tests.conftest import base_config, drain, make_app, rows, runtime, stripe_event, stripe_headers
+from tests.conftest import base_config, drain, free_port, make_app, rows, runtime, stripe_event, stripe_headers
 from webhooks import HandlerEvent, on
 from webhooks.jobs.process import process_event
 from webhooks.queue import job_id
@@ -52,7 +55,7 @@ def slow(event: HandlerEvent, state: Any) -> None:
 @pytest.fixture
 def pg_app(pg_url: str, redis_url: str) -> Flask:
     # Only handlers of the configured modules run: this module's `slow` too.
-    return make_app(base_config(pg_url, REDIS_URL=redis_url, WEBHOOKS_HANDLERS="tests.sample_handlers,tests.test_recovery"))
+    return make_app(base_config(pg_url, REDIS_URL=redis_url, WEBHOOKS_HANDLERS="tests.sample_handlers,tests.store.test_sweeper"))
 
 
 def post(app: Flask, event_id: str, type_: str = "payment_intent.succeeded", obj_id: str = "pi_1",
@@ -203,3 +206,57 @@ def test_a_job_started_by_a_worker_killed_before_its_claim_is_requeued(any_app: 
     assert sweep(rt, now=later()) == 1
     drain(any_app)
     assert rows(any_app, "SELECT status, attempts FROM events") == [("processed", 1)]
+
+
+# ===== rows that never reached Redis, or whose job Redis lost =====
+
+
+@pytest.fixture
+def redis_down_app(sqlite_url: str) -> Flask:
+    return make_app(base_config(sqlite_url, REDIS_URL=f"redis://127.0.0.1:{free_port()}/0"))
+
+
+def test_redis_down_still_acknowledges_and_the_sweeper_recovers(redis_down_app: Flask, sqlite_url: str) -> None:
+    body = stripe_event("evt_noredis")
+    response = redis_down_app.test_client().post("/webhooks/stripe", data=body, headers=stripe_headers(body))
+    assert response.status_code == 200
+    assert rows(redis_down_app, "SELECT status FROM events") == [("received",)]
+    # Redis is back (here: the embedded queue on the same database); the sweeper re-enqueues.
+    healed = make_app(base_config(sqlite_url))
+    rt = runtime(healed)
+    assert sweep(rt) == 0  # younger than the threshold: maybe still on its way
+    assert sweep(rt, now=datetime.now(UTC) + timedelta(minutes=5)) == 1
+    drain(healed)
+    assert rows(healed, "SELECT status FROM events") == [("processed",)]
+
+
+def test_sweeper_requeues_queued_rows_whose_job_vanished(app: Flask) -> None:
+    body = stripe_event("evt_flushed")
+    app.test_client().post("/webhooks/stripe", data=body, headers=stripe_headers(body))
+    rt = runtime(app)
+    rt.queue.connection.flushall()  # Redis lost everything
+    later = datetime.now(UTC) + timedelta(minutes=5)
+    assert sweep(rt, now=later) == 1
+    assert sweep(rt, now=later) == 0  # its job is live again: nothing to do
+    drain(app)
+    assert rows(app, "SELECT status FROM events") == [("processed",)]
+
+
+def test_a_stranded_row_behind_a_backlog_of_live_jobs_is_found(app: Flask, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Under a backlog most stale `queued` rows have live jobs; the sweeper walks past them all
+    (a page per Redis round trip) to the one whose job is gone."""
+    from webhooks.store import sql
+
+    monkeypatch.setattr(sql, "SWEEP_PAGE", 4)  # several pages with a few rows
+    client = app.test_client()
+    for i in range(10):
+        body = stripe_event(f"evt_backlog_{i}", created=1700000000 + i)
+        client.post("/webhooks/stripe", data=body, headers=stripe_headers(body))
+    rt = runtime(app)
+    from rq.job import Job
+
+    from webhooks.queue import job_id
+
+    Job.fetch(job_id("stripe", "evt_backlog_9"), connection=rt.queue.connection).delete()  # the newest: last page
+    assert sweep(rt, now=datetime.now(UTC) + timedelta(minutes=5)) == 1
+    assert rt.queue.live([("stripe", f"evt_backlog_{i}") for i in range(10)]) == [True] * 10

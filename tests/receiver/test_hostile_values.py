@@ -42,7 +42,7 @@ def any_app(request: pytest.FixtureRequest) -> Flask:
     """The conftest's ``any_app`` (SQLite + embedded queue, PostgreSQL + Redis), with the handlers
     of this module enabled too, and one attempt per event (a failure is final at once)."""
     SEEN.clear()
-    extra = {"WEBHOOKS_HANDLERS": "tests.sample_handlers,tests.test_hostile_values", "WEBHOOKS_MAX_ATTEMPTS": "1"}
+    extra = {"WEBHOOKS_HANDLERS": "tests.sample_handlers,tests.receiver.test_hostile_values", "WEBHOOKS_MAX_ATTEMPTS": "1"}
     if request.param == "sqlite":
         return make_app(base_config(request.getfixturevalue("sqlite_url"), **extra))
     pg, rurl = request.getfixturevalue("pg_url"), request.getfixturevalue("redis_url")

@@ -16,6 +16,7 @@ import requests
 from flask import Flask
 
 from tests import sample_handlers
+from tests.admin.test_console_browser import browser, server, status_of  # noqa: F401  (fixtures)
 from tests.conftest import (
     ADMIN_PASSWORD,
     ROOT,
@@ -25,7 +26,6 @@ from tests.conftest import (
     stripe_headers,
     wait_until,
 )
-from tests.test_console_browser import browser, server, status_of  # noqa: F401  (fixtures)
 
 pytestmark = pytest.mark.slow
 SCREENSHOTS = ROOT / "docs" / "screenshots"

@@ -18,7 +18,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 
 from webhooks import config
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"
 TESTS = ROOT / "tests"
 README_MAX_LINES = 150
@@ -86,11 +86,11 @@ def test_every_test_the_guarantees_page_names_exists() -> None:
 @pytest.mark.parametrize(
     ("cell", "missing"),
     [
-        ("`test_receive.py::test_no_such_test`", ["tests/test_receive.py::test_no_such_test"]),
+        ("`test_receive.py::test_no_such_test`", ["tests/receiver/test_receive.py::test_no_such_test"]),
         ("`tests/faults/test_storm.py` (ok), `::test_gone`", ["tests/faults/test_storm.py::test_gone"]),
         ("`tests/test_renamed_away.py`", ["tests/test_renamed_away.py"]),
         ("`test_adyen.py::test_a_resplit_signed_string_never_yields_another_event`", []),
-        ("`test_purge.py`, `test_never_written`", ["tests/test_purge.py::test_never_written"]),
+        ("`test_purge.py`, `test_never_written`", ["tests/store/test_purge.py::test_never_written"]),
         ("`benchmarks/hostile.py`; `WEBHOOKS_MAX_ATTEMPTS`, `n = 1`", []),
     ],
 )

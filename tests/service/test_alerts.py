@@ -14,7 +14,7 @@ from flask import Flask
 
 from tests.conftest import admin_headers
 
-DOCS = Path(__file__).resolve().parent.parent / "docs"
+DOCS = Path(__file__).resolve().parents[2] / "docs"
 
 
 def promtool() -> str:

@@ -21,7 +21,7 @@ def fields(queue: JobQueue, jid: str) -> dict[bytes, bytes]:
 
 def rqs_own(job: Job) -> dict[bytes, bytes]:
     """The hash RQ's own enqueue writes for ``job``, as Redis stores it (its ``to_dict`` without the
-    None values; that this is what RQ writes is pinned by tests/test_rq_contract.py)."""
+    None values; that this is what RQ writes is pinned by tests/worker/test_rq_contract.py)."""
     return {k.encode(): v if isinstance(v, bytes) else (v if isinstance(v, str) else str(v)).encode()
             for k, v in job.to_dict().items() if v is not None}
 

@@ -57,7 +57,7 @@ def embedded(sqlite_url: str, request: pytest.FixtureRequest) -> Iterator[Flask]
             WEBHOOKS_EMBEDDED_WORKER="true",
             WEBHOOKS_JOB_TIMEOUT=str(TIMEOUT),
             WEBHOOKS_MAX_ATTEMPTS=str(attempts),
-            WEBHOOKS_HANDLERS="tests.test_embedded_timeouts",
+            WEBHOOKS_HANDLERS="tests.worker.test_embedded_timeouts",
         )
     )
     yield app

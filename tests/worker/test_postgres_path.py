@@ -11,7 +11,7 @@ import sqlalchemy as sa
 
 from tests import sample_handlers
 from tests.conftest import base_config, drain, make_app, rows, runtime, stripe_event
-from tests.test_processing import deliver_stripe
+from tests.worker.test_processing import deliver_stripe
 from webhooks import db
 from webhooks.jobs.process import work
 from webhooks.store import pgwire

@@ -24,10 +24,10 @@ from tests.support import servers
 MACHINE_REDIS = "redis://127.0.0.1:6379/15"  # the old default: the suite emptied it
 MACHINE_PG = "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"  # the old default: databases made as superuser
 SUBSET = [
-    "tests/test_safe_servers.py::test_with_no_test_variables_the_servers_are_throwaway_ones",
-    "tests/test_hostile_values.py::test_ids_and_types_of_exactly_255_characters_are_stored_and_processed",  # any_app: 2
-    "tests/test_ratelimit.py::test_two_app_instances_on_one_redis_share_one_budget",  # redis_url
-    "tests/test_handler_modules.py::test_service_refuses_a_handler_module_it_cannot_import",  # serve, worker: 2
+    "tests/service/test_safe_servers.py::test_with_no_test_variables_the_servers_are_throwaway_ones",
+    "tests/receiver/test_hostile_values.py::test_ids_and_types_of_exactly_255_characters_are_stored_and_processed",  # any_app: 2
+    "tests/receiver/test_ratelimit.py::test_two_app_instances_on_one_redis_share_one_budget",  # redis_url
+    "tests/worker/test_handler_modules.py::test_service_refuses_a_handler_module_it_cannot_import",  # serve, worker: 2
 ]
 
 

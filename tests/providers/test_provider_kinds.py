@@ -226,7 +226,7 @@ def test_every_registered_kind_states_its_retry_horizon_and_shorthands() -> None
     assert config.shorthands()["ADYEN_BASIC_AUTH"] == ("adyen", "adyen", "basic_auth")
 
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 # Modules outside webhooks/providers/ that may name a kind, each with its reason. Anything else
 # that does is provider knowledge outside its module: declare it as a capability on ``Provider``.
 KIND_NAMES_ALLOWED = {

@@ -1,18 +1,17 @@
-"""The receiver's HTTP contract beyond signatures: 404, 413, 503, Redis down, the sweeper."""
+"""The receiver's HTTP contract beyond signatures: 404, 413, 503, rate limits, short reads (Redis down and the
+sweeper: ``tests/store/test_sweeper.py``)."""
 
 from __future__ import annotations
 
 import io
-from datetime import UTC, datetime, timedelta
 
 import pytest
 from flask import Flask
 from flask.testing import FlaskClient
 
-from tests.conftest import base_config, drain, free_port, make_app, rows, runtime, stripe_event, stripe_headers
+from tests.conftest import base_config, free_port, make_app, rows, stripe_event, stripe_headers
 from webhooks import create_app
 from webhooks.errors import ConfigError
-from webhooks.sweeper import sweep
 
 
 def test_unknown_endpoint_is_404(client: FlaskClient) -> None:
@@ -47,37 +46,6 @@ def test_database_down_is_503_with_retry_after() -> None:
     response = app.test_client().post("/webhooks/stripe", data=body, headers=stripe_headers(body))
     assert (response.status_code, response.get_json()) == (503, {"error": "unavailable"})
     assert response.headers["Retry-After"].isdigit()
-
-
-@pytest.fixture
-def redis_down_app(sqlite_url: str) -> Flask:
-    return make_app(base_config(sqlite_url, REDIS_URL=f"redis://127.0.0.1:{free_port()}/0"))
-
-
-def test_redis_down_still_acknowledges_and_the_sweeper_recovers(redis_down_app: Flask, sqlite_url: str) -> None:
-    body = stripe_event("evt_noredis")
-    response = redis_down_app.test_client().post("/webhooks/stripe", data=body, headers=stripe_headers(body))
-    assert response.status_code == 200
-    assert rows(redis_down_app, "SELECT status FROM events") == [("received",)]
-    # Redis is back (here: the embedded queue on the same database); the sweeper re-enqueues.
-    healed = make_app(base_config(sqlite_url))
-    rt = runtime(healed)
-    assert sweep(rt) == 0  # younger than the threshold: maybe still on its way
-    assert sweep(rt, now=datetime.now(UTC) + timedelta(minutes=5)) == 1
-    drain(healed)
-    assert rows(healed, "SELECT status FROM events") == [("processed",)]
-
-
-def test_sweeper_requeues_queued_rows_whose_job_vanished(app: Flask) -> None:
-    body = stripe_event("evt_flushed")
-    app.test_client().post("/webhooks/stripe", data=body, headers=stripe_headers(body))
-    rt = runtime(app)
-    rt.queue.connection.flushall()  # Redis lost everything
-    later = datetime.now(UTC) + timedelta(minutes=5)
-    assert sweep(rt, now=later) == 1
-    assert sweep(rt, now=later) == 0  # its job is live again: nothing to do
-    drain(app)
-    assert rows(app, "SELECT status FROM events") == [("processed",)]
 
 
 def test_rate_limited_endpoint_answers_429_with_retry_after(sqlite_url: str) -> None:
@@ -128,26 +96,6 @@ def test_body_read_in_short_chunks_is_whole(app: Flask) -> None:
     )
     assert response.status_code == 200
     assert rows(app, "SELECT event_id FROM events") == [("evt_trickle",)]
-
-
-def test_a_stranded_row_behind_a_backlog_of_live_jobs_is_found(app: Flask, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Under a backlog most stale `queued` rows have live jobs; the sweeper walks past them all
-    (a page per Redis round trip) to the one whose job is gone."""
-    from webhooks.store import sql
-
-    monkeypatch.setattr(sql, "SWEEP_PAGE", 4)  # several pages with a few rows
-    client = app.test_client()
-    for i in range(10):
-        body = stripe_event(f"evt_backlog_{i}", created=1700000000 + i)
-        client.post("/webhooks/stripe", data=body, headers=stripe_headers(body))
-    rt = runtime(app)
-    from rq.job import Job
-
-    from webhooks.queue import job_id
-
-    Job.fetch(job_id("stripe", "evt_backlog_9"), connection=rt.queue.connection).delete()  # the newest: last page
-    assert sweep(rt, now=datetime.now(UTC) + timedelta(minutes=5)) == 1
-    assert rt.queue.live([("stripe", f"evt_backlog_{i}") for i in range(10)]) == [True] * 10
 
 
 def test_the_wsgi_front_answers_as_flask_did(app: Flask) -> None:

@@ -38,7 +38,7 @@ NAMES = [
     "hmac",
     "hmac_by_header",
 ]
-# Headers the verifiers read beyond those a genuine delivery carries (tests/test_fuzz.py has the list per kind).
+# Headers the verifiers read beyond those a genuine delivery carries (tests/providers/test_fuzz.py has the list per kind).
 READ = {
     "standard": ["svix-id", "svix-timestamp", "svix-signature"],
     "github": ["X-GitHub-Delivery", "X-GitHub-Event"],

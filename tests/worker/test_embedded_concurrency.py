@@ -54,7 +54,7 @@ def embedded(sqlite_url: str) -> Iterator[Flask]:
     RELEASE.clear()
     RUNS.clear()
     app = make_app(base_config(sqlite_url, WEBHOOKS_EMBEDDED_WORKER="true",
-                               WEBHOOKS_HANDLERS="tests.test_embedded_concurrency"))
+                               WEBHOOKS_HANDLERS="tests.worker.test_embedded_concurrency"))
     yield app
     RELEASE.set()  # never leave the worker thread waiting
 
