@@ -52,7 +52,7 @@ def child(database_url: str, tiny: bool) -> dict[str, Any]:
     from cryptography.hazmat.primitives.asymmetric import ec
 
     from webhooks import create_app, providers
-    from webhooks.schema import upgrade
+    from webhooks.revisions import upgrade
 
     key = ec.generate_private_key(ec.SECP256R1())
     public = base64.b64encode(key.public_key().public_bytes(

@@ -29,7 +29,7 @@ from common import REDIS, SECRET, scratch_database, signed_events, workdir  # th
 from flask import Flask
 
 from webhooks import create_app
-from webhooks.schema import upgrade
+from webhooks.revisions import upgrade
 
 BASELINE = Flask("baseline")
 

@@ -15,8 +15,8 @@ from typing import Any, Protocol
 
 from webhooks import providers
 from webhooks.config import Settings
-from webhooks.db import storable_json, storable_key
 from webhooks.providers.base import ObjectRef
+from webhooks.storable import storable_json, storable_key
 
 from . import fetch
 

@@ -38,10 +38,10 @@ from datetime import UTC, datetime
 from rq import get_current_job
 
 from webhooks import handlers, metrics, providers, runtime
-from webhooks.db import storable_text
+from webhooks.storable import storable_text
 from webhooks.store.base import Claimed, Seen, Work
 from webhooks.store.claims import TRACEBACK_LIMIT, Claim, abandon, measure, running
-from webhooks.words import Status
+from webhooks.vocabulary import Status
 
 from . import fetch
 from .objects import merge, prepare

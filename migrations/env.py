@@ -5,7 +5,7 @@ from __future__ import annotations
 from alembic import context
 
 from webhooks import config
-from webhooks.db import make_engine
+from webhooks.engines import make_engine
 from webhooks.models import Base
 
 url = context.config.attributes.get("url") or config.load().database_url

@@ -99,24 +99,24 @@ def explain(exc: Exception) -> str | None:
 
 
 def _schema_problem(url: str) -> str | None:
-    from webhooks import schema
-    from webhooks.db import make_engine
+    from webhooks import revisions
+    from webhooks.engines import make_engine
 
     engine = make_engine(url)
     try:
-        return schema.problem(engine)
+        return revisions.problem(engine)
     finally:
         engine.dispose()
 
 
 def alembic_config(url: str) -> Any:
-    from webhooks.schema import alembic_config
+    from webhooks.revisions import alembic_config
 
     return alembic_config(url)
 
 
 def upgrade(url: str, revision: str = "head") -> None:
-    from webhooks.schema import upgrade
+    from webhooks.revisions import upgrade
 
     upgrade(url, revision)
 
@@ -141,7 +141,7 @@ def main() -> None:
     traceback.
     """
     from webhooks.config import log_options
-    from webhooks.service import configure_logging, warn_unknown_variables
+    from webhooks.process_setup import configure_logging, warn_unknown_variables
 
     level, fmt = log_options()
     configure_logging(level, fmt)
@@ -156,13 +156,13 @@ def serve(host: str, port: int) -> None:
     from gunicorn.app.base import BaseApplication  # type: ignore[import-untyped]
 
     from webhooks import create_app, embedded, gunicorn_conf, handlers, sweeper
-    from webhooks.service import admin_password_file, kept_password, quiet
+    from webhooks.process_setup import admin_password_file, kept_password, quiet
 
     settings = load_settings()
     handlers.load(settings.handler_modules)  # refuse to start on a module it cannot import
     handlers.announce(settings.handler_modules)
     if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):  # one process needs none, but a named one must exist
-        from webhooks.service import prepare_metrics_dir
+        from webhooks.process_setup import prepare_metrics_dir
 
         prepare_metrics_dir()
     kept = None
@@ -225,17 +225,17 @@ def banner(settings: Settings, listeners: list[str], kept: Any) -> str:
 @click.option("--burst", is_flag=True, help="Drain the queue, then exit.")
 def worker(burst: bool) -> None:
     """Run an RQ worker on REDIS_URL (with the retry scheduler and the sweeper)."""
-    from webhooks.service import prepare_metrics_dir
+    from webhooks.process_setup import prepare_metrics_dir
 
     prepare_metrics_dir()  # before the jobs import prometheus_client: the web's /metrics adds these up
 
-    from webhooks import schema
+    from webhooks import revisions
     from webhooks.worker import run
 
     settings = load_settings()
     if not settings.redis_url:
         raise click.ClickException("REDIS_URL is not set (`webhooks serve` runs its own worker)")
-    schema.wait_for_head(settings.database_url, logging.getLogger("webhooks.worker"))
+    revisions.wait_for_head(settings.database_url, logging.getLogger("webhooks.worker"))
     run(settings, burst=burst)
 
 

@@ -19,7 +19,7 @@ this tree, on purpose: the providers' API clients (``providers.api.ApiError``,
 
 from __future__ import annotations
 
-from webhooks.words import Reason
+from webhooks.vocabulary import Reason
 
 
 class WebhooksError(Exception):
@@ -31,7 +31,7 @@ class ConfigError(WebhooksError):
 
 
 class VerificationError(WebhooksError):
-    """A delivery failed verification; ``reason`` (``words.Reason``) is the machine-readable code sent back."""
+    """A delivery failed verification; ``reason`` (``vocabulary.Reason``) is the machine-readable code sent back."""
 
     status = 400
 

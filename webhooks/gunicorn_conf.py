@@ -35,14 +35,14 @@ control_socket_disable = True
 # No access log: formatting it was ~7 % of a web process's CPU under load, and the receiver's own
 # one-line delivery log (webhooks.receive) already records every delivery and its answer.
 accesslog = None
-# gunicorn's own lines in the service's log format (webhooks.service), not a second format.
+# gunicorn's own lines in the service's log format (webhooks.process_setup), not a second format.
 logger_class = "webhooks.gunicorn_worker.RootLogger"
 
 
 def on_starting(server: Any) -> None:
-    from webhooks import config, schema
+    from webhooks import config, revisions
     from webhooks.errors import ConfigError
-    from webhooks.service import configure_logging, prepare_metrics_dir, warn_unknown_variables
+    from webhooks.process_setup import configure_logging, prepare_metrics_dir, warn_unknown_variables
 
     prepare_metrics_dir()  # before any worker imports prometheus_client
     try:
@@ -51,7 +51,7 @@ def on_starting(server: Any) -> None:
         settings = config.load()
     except ConfigError as exc:  # one line, not a traceback from inside gunicorn
         raise SystemExit(f"Error: configuration: {exc}") from None
-    schema.wait_for_head(settings.database_url, logging.getLogger("webhooks.web"))
+    revisions.wait_for_head(settings.database_url, logging.getLogger("webhooks.web"))
 
 
 def child_exit(server: Any, worker: Any) -> None:

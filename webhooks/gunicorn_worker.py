@@ -24,7 +24,7 @@ from gunicorn.http.unreader import SocketUnreader  # type: ignore[import-untyped
 from gunicorn.workers import gthread  # type: ignore[import-untyped]
 
 from webhooks import gunicorn_conf
-from webhooks.words import Reason
+from webhooks.vocabulary import Reason
 
 log = logging.getLogger("webhooks.web")
 LINGER = 1.0  # seconds a closing connection may still drain the peer's bytes (gunicorn's own: 2)
@@ -159,7 +159,7 @@ class DeadlineWorker(gthread.ThreadWorker):  # type: ignore[misc]
 
 class RootLogger(glogging.Logger):  # type: ignore[misc]  # gunicorn ships no type hints
     """gunicorn's logger with its error log (start, stop, worker boots) written by the root
-    logger's handler (``webhooks.service.configure_logging``): one format for every line a
+    logger's handler (``webhooks.process_setup.configure_logging``): one format for every line a
     process prints, not gunicorn's own beside it. The access log stays gunicorn's (off by default)."""
 
     def setup(self, cfg: Any) -> None:
@@ -167,7 +167,7 @@ class RootLogger(glogging.Logger):  # type: ignore[misc]  # gunicorn ships no ty
         if not logging.getLogger().handlers:  # before on_starting: gunicorn's first lines are ours too
             from webhooks import config
             from webhooks.errors import ConfigError
-            from webhooks.service import configure_logging
+            from webhooks.process_setup import configure_logging
 
             try:
                 configure_logging(*config.log_options())

@@ -8,7 +8,7 @@ from __future__ import annotations
 from flask import Blueprint, Flask, Response, current_app, jsonify
 from werkzeug.wrappers import Response as BaseResponse
 
-from webhooks import metrics, schema
+from webhooks import metrics, revisions
 from webhooks.admin.auth import check_auth
 from webhooks.runtime import Runtime
 
@@ -22,7 +22,7 @@ def healthz() -> Response:
 
 def checks(rt: Runtime) -> dict[str, str]:
     """Check name → ``"ok"`` or the one-line reason it failed."""
-    result = {"database": schema.problem(rt.engine) or "ok"}
+    result = {"database": revisions.problem(rt.engine) or "ok"}
     if not rt.settings.embedded_queue:
         try:
             rt.queue.connection.ping()

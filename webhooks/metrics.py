@@ -1,7 +1,7 @@
 """Prometheus metrics, right under several gunicorn processes and workers.
 
 Counters and the histogram live in each process; with ``PROMETHEUS_MULTIPROC_DIR`` set (the
-service's entry points set it before anything imports ``prometheus_client``: ``webhooks.service``)
+service's entry points set it before anything imports ``prometheus_client``: ``webhooks.process_setup``)
 each process writes its samples to files there and ``/metrics`` adds them up, so processes on one
 host (gunicorn's, the workers') are scraped as one. The gauges that describe the whole service —
 events ``failed``, the oldest event still pending, queue depth — are read from the database and
@@ -24,7 +24,7 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from webhooks.timestamps import aware
-from webhooks.words import Status
+from webhooks.vocabulary import Status
 
 if TYPE_CHECKING:
     from prometheus_client import Metric

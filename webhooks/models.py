@@ -27,7 +27,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import DeclarativeBase, Mapped, column_property, mapped_column
 
-from webhooks.words import Status
+from webhooks.vocabulary import Status
 
 NAMING = {
     "ix": "ix_%(column_0_label)s",

@@ -21,12 +21,12 @@ import click
 from sqlalchemy import delete, func, select, tuple_
 from sqlalchemy.orm import Session, sessionmaker
 
-from webhooks.db import upsert
+from webhooks.engines import upsert
 from webhooks.errors import ConfigError, WebhooksError
 from webhooks.models import Body, Duplicate, Event, Tombstone
 from webhooks.providers import PROVIDERS
 from webhooks.providers.base import Provider, duration_seconds
-from webhooks.words import Status
+from webhooks.vocabulary import Status
 
 # Each kind's retry horizon is its provider class's ``retry_horizon``; a kind no longer
 # registered (still present in ``events``) gets the base class's: the longest, 30 days.
@@ -149,7 +149,7 @@ def purge_command(older_than: str, failed_older_than: str | None, batch_size: in
                   force: bool) -> None:
     """Delete old finished events, in batches (never unfinished ones), leaving tombstones."""
     from webhooks import config
-    from webhooks.db import make_engine, make_sessionmaker
+    from webhooks.engines import make_engine, make_sessionmaker
 
     try:
         settings = config.load()

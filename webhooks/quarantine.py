@@ -17,12 +17,13 @@ from werkzeug.datastructures import Authorization
 
 from webhooks import providers
 from webhooks.config import Settings
-from webhooks.db import redact, storable_text, upsert
+from webhooks.engines import upsert
 from webhooks.errors import ConfigError, VerificationError
 from webhooks.models import Rejection, RejectionCount
 from webhooks.providers.base import Endpoint, Verified
+from webhooks.storable import redact, storable_text
 from webhooks.timestamps import aware
-from webhooks.words import Reason
+from webhooks.vocabulary import Reason
 
 
 class Runtime(Protocol):

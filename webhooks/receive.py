@@ -22,7 +22,7 @@ from webhooks.errors import PayloadError, UnavailableError, VerificationError
 from webhooks.providers.base import Endpoint, Request, Verified
 from webhooks.ratelimit import RateLimits
 from webhooks.runtime import Runtime
-from webhooks.words import Reason
+from webhooks.vocabulary import Reason
 
 log = logging.getLogger(__name__)
 bp = Blueprint("receive", __name__)

@@ -9,9 +9,9 @@ from collections.abc import Callable
 from datetime import datetime
 
 from webhooks import batch, providers
-from webhooks.db import is_storable, redact, storable_text
 from webhooks.errors import PayloadError
 from webhooks.providers.base import Endpoint, Verified, VerifiedEvent, encode_item
+from webhooks.storable import is_storable, redact, storable_text
 
 KEY_WIDTH = 255  # events.event_id and event_type
 

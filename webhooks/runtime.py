@@ -18,7 +18,7 @@ from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
 from webhooks.config import Settings
-from webhooks.db import deferred, make_engine, make_sessionmaker, sqlite_lock
+from webhooks.engines import deferred, make_engine, make_sessionmaker, sqlite_lock
 from webhooks.errors import NoRuntimeError
 from webhooks.queue import JobQueue
 from webhooks.store import Store, open_store

@@ -4,7 +4,7 @@ Revision ID: 0006
 Revises: 0005
 Create Date: 2026-12-01 04:40:00
 
-The words are written out here, not imported from ``webhooks.words``: a revision records the
+The words are written out here, not imported from ``webhooks.vocabulary``: a revision records the
 schema as it was at that step. Rows with any other status would make the upgrade fail; the
 service never wrote one.
 """

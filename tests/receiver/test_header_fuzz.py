@@ -21,7 +21,7 @@ from werkzeug.test import EnvironBuilder
 from tests.conftest import ADYEN_KEY, base_config, make_app, rows
 from tests.support.catalogue import HOST, all_endpoints, genuine
 from webhooks.providers.base import hmac_digest
-from webhooks.words import Reason
+from webhooks.vocabulary import Reason
 
 BASIC = "adyen-user:s3cret"
 NAMES = [

@@ -16,9 +16,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.conftest import adyen_body, adyen_item, base_config, make_app, rows, stripe_event, stripe_headers
-from webhooks.db import is_storable
 from webhooks.errors import PayloadError
 from webhooks.providers.adyen import check_shape
+from webhooks.storable import is_storable
 
 PROPERTY = settings(
     max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture]

@@ -9,7 +9,7 @@ import pytest
 from click.testing import CliRunner
 
 from tests.conftest import free_port
-from webhooks import schema
+from webhooks import revisions
 from webhooks.cli import explain, main
 
 
@@ -43,7 +43,7 @@ def test_unreachable_database_is_one_line_without_the_password() -> None:
 def test_unmigrated_database_says_to_upgrade(tmp_path: Path) -> None:
     code, lines = run("events", "list", DATABASE_URL=f"sqlite:///{tmp_path}/fresh.db")
     assert code == 1
-    assert lines == [f"Error: database schema never migrated, head is {schema.head()}: run `webhooks db upgrade`"]
+    assert lines == [f"Error: database schema never migrated, head is {revisions.head()}: run `webhooks db upgrade`"]
 
 
 def test_unreachable_redis_is_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -113,7 +113,7 @@ def test_metrics_need_the_admin_password_and_count_503(sqlite_url: str) -> None:
     before = metrics.DELIVERIES.labels("stripe", "unavailable")._value.get()
     down.extensions["webhooks"].engine.url = down.extensions["webhooks"].engine.url.set(database="/nonexistent/dir/x.db")
     body = stripe_event("evt_down")
-    down_engine = __import__("webhooks.db", fromlist=["make_engine"]).make_engine("sqlite:////nonexistent/dir/x.db")
+    down_engine = __import__("webhooks.engines", fromlist=["make_engine"]).make_engine("sqlite:////nonexistent/dir/x.db")
     down.extensions["webhooks"].engine = down_engine
     down.extensions["webhooks"].store = __import__("webhooks.store", fromlist=["open_store"]).open_store(down_engine)
     assert down.test_client().post("/webhooks/stripe", data=body, headers=stripe_headers(body)).status_code == 503

@@ -28,7 +28,7 @@ from tests.conftest import STRIPE_SECRET, free_port, wait_until
 from tests.support.processes import BIN, clean_env, running, wait_http
 from webhooks import config
 from webhooks.cli import main, upgrade
-from webhooks.service import MULTIPROC, prepare_metrics_dir
+from webhooks.process_setup import MULTIPROC, prepare_metrics_dir
 
 
 def test_a_misspelt_variable_is_named_with_the_closest_known_one(tmp_path: Path) -> None:

@@ -12,7 +12,7 @@ import sqlalchemy as sa
 from tests import sample_handlers
 from tests.conftest import base_config, drain, make_app, rows, runtime, stripe_event
 from tests.worker.test_processing import deliver_stripe
-from webhooks import db
+from webhooks import engines as db
 from webhooks.jobs.process import work
 from webhooks.store import pgwire
 from webhooks.store import postgres_worker as postgres

@@ -17,7 +17,7 @@ from webhooks.admin.auth import WHO, check_auth, runtime
 from webhooks.admin.queries import FilterError, iso
 from webhooks.admin.replay import PENDING, ReplayError, replay_matching, replay_one
 from webhooks.models import Attempt, Event, Object, Replay
-from webhooks.words import Status
+from webhooks.vocabulary import Status
 
 bp = Blueprint("admin_api", __name__, url_prefix="/admin/api")
 bp.before_request(check_auth)

@@ -20,7 +20,7 @@ from webhooks.clients import sender
 from webhooks.metrics import ADMIN_AUTH_FAILURES
 from webhooks.quarantine import basic_credentials
 from webhooks.runtime import Runtime
-from webhooks.words import Reason
+from webhooks.vocabulary import Reason
 
 log = logging.getLogger(__name__)
 WHO = "admin"  # the only HTTP user, named in the audit trail

@@ -19,7 +19,7 @@ from sqlalchemy import exc as sa_exc
 from werkzeug.exceptions import HTTPException
 from werkzeug.wrappers import Response
 
-from webhooks.words import Reason
+from webhooks.vocabulary import Reason
 
 log = logging.getLogger(__name__)
 RETRY_AFTER = "30"

@@ -19,7 +19,7 @@ from sqlalchemy.sql.elements import ColumnElement
 
 from webhooks.models import Attempt, Event, Rejection
 from webhooks.timestamps import aware
-from webhooks.words import Status
+from webhooks.vocabulary import Status
 
 # (name, bucket width, buckets): the two windows an operator compares.
 WINDOWS = (("hour", timedelta(minutes=5), 12), ("day", timedelta(hours=1), 24))

@@ -24,7 +24,7 @@ from webhooks.admin.queries import FilterError, Filters
 from webhooks.admin.replay import BULK_LIMIT, ReplayError, matching_count, replay_matching, replay_one
 from webhooks.models import STATUSES, Attempt, Event, Object, Replay
 from webhooks.timestamps import aware
-from webhooks.words import Status
+from webhooks.vocabulary import Status
 
 bp = Blueprint("admin_pages", __name__, url_prefix="/admin", template_folder="templates",
                static_folder="static", static_url_path="/static")

@@ -21,9 +21,9 @@ from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import Session, undefer
 from sqlalchemy.sql.elements import ColumnElement
 
-from webhooks.db import is_storable
 from webhooks.errors import WebhooksError
 from webhooks.models import STATUSES, Attempt, Body, Event, Object, Rejection, Replay
+from webhooks.storable import is_storable
 from webhooks.timestamps import aware
 
 COUNT_CAP = 10_000

@@ -50,7 +50,7 @@ from webhooks.providers.base import (
     parse_json,
     time_text,
 )
-from webhooks.words import Reason
+from webhooks.vocabulary import Reason
 
 SIGNED_FIELDS = ("pspReference", "originalReference", "merchantAccountCode", "merchantReference")
 STAGES = {

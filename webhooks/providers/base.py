@@ -23,7 +23,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, ClassVar
 
 from webhooks.errors import ConfigError, PayloadError, VerificationError
-from webhooks.words import Reason
+from webhooks.vocabulary import Reason
 
 HOUR = timedelta(hours=1)
 DAY = timedelta(days=1)

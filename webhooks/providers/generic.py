@@ -34,7 +34,7 @@ from webhooks.providers.base import (
     replay_key,
     require,
 )
-from webhooks.words import Reason
+from webhooks.vocabulary import Reason
 
 ALGORITHMS = ("sha1", "sha256", "sha512")
 ENCODINGS = ("hex", "base64")

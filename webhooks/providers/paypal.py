@@ -49,7 +49,7 @@ from webhooks.providers.base import (
     updated_text,
 )
 from webhooks.providers.paypal_hosts import is_paypal_cert_url
-from webhooks.words import Reason
+from webhooks.vocabulary import Reason
 
 Loader = Callable[[str], bytes]  # a URL (or a pinned file's path) -> PEM
 DEFAULT_CERT_URL = "https://api.sandbox.paypal.com/v1/notifications/certs/CERT-test"

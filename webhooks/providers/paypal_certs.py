@@ -38,7 +38,7 @@ from cryptography.x509.verification import VerificationError as ChainError
 from webhooks import outbound
 from webhooks.errors import UnavailableError, VerificationError
 from webhooks.providers.paypal_hosts import is_paypal_cert_url
-from webhooks.words import Reason
+from webhooks.vocabulary import Reason
 
 SUBJECTS = ("messageverificationcerts.paypal.com", "messageverificationcerts.sandbox.paypal.com")
 MAX_BYTES = 64 * 1024

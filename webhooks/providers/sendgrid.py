@@ -40,7 +40,7 @@ from webhooks.providers.base import (
     parse_json,
     require,
 )
-from webhooks.words import Reason
+from webhooks.vocabulary import Reason
 
 SIGNATURE = "X-Twilio-Email-Event-Webhook-Signature"
 TIMESTAMP = "X-Twilio-Email-Event-Webhook-Timestamp"

@@ -40,7 +40,7 @@ from webhooks.providers.base import (
     parse_json,
     require,
 )
-from webhooks.words import Reason
+from webhooks.vocabulary import Reason
 
 PUBLIC_PREFIX = "whpk_"
 SECRET_PREFIX = "whsec_"

@@ -44,7 +44,7 @@ from webhooks.providers.base import (
     require,
     time_text,
 )
-from webhooks.words import Reason
+from webhooks.vocabulary import Reason
 
 RECONCILED = "stripe-reconcile"  # the scheme of events listed by the API: our key authenticated them
 RANKS = {0: "created", 1: "update", 2: "terminal"}

@@ -47,7 +47,7 @@ from webhooks.providers.base import (
     replay_key,
     require,
 )
-from webhooks.words import Reason
+from webhooks.vocabulary import Reason
 
 SETTINGS = "X-Twilio-Webhooks-Signature-Settings"
 ALGORITHMS = {"HMAC_SHA1": "sha1", "HMAC_SHA256": "sha256"}

@@ -21,9 +21,9 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from webhooks import metrics
-from webhooks.db import storable_text
 from webhooks.runtime import Runtime
-from webhooks.words import Status
+from webhooks.storable import storable_text
+from webhooks.vocabulary import Status
 
 log = logging.getLogger("webhooks.jobs.process")  # the attempt lines' logger, as before the store
 TRACEBACK_LIMIT = 8000

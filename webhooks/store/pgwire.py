@@ -9,7 +9,7 @@ own, and stops at the first error. ``Statement``\ s are ``PREPARE``\ d once per 
 transactions themselves and psycopg adds no ``BEGIN`` round trip; a Session on the same connection
 (the handlers') works inside the transaction a message left open.
 
-Pooled connections have psycopg's own auto-prepare off (``webhooks.db``): on a ROLLBACK it sends
+Pooled connections have psycopg's own auto-prepare off (``webhooks.engines``): on a ROLLBACK it sends
 ``DEALLOCATE ALL``, which would drop these statements; a statement dropped anyway is prepared again.
 """
 
@@ -29,7 +29,7 @@ from psycopg.pq import ExecStatus, TransactionStatus
 from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import DBAPIError, ProgrammingError
 
-from webhooks import db
+from webhooks import engines as db
 
 TUPLES_OK = ExecStatus.TUPLES_OK
 IDLE = TransactionStatus.IDLE

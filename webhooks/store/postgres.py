@@ -8,7 +8,7 @@ buys). It rests on two behaviours outside any public contract, each pinned by a 
 
 - psycopg sends ``DEALLOCATE ALL`` on a ROLLBACK once it has prepared statements of its own, and
   a pool reset or ``DISCARD ALL`` drops the statements prepared here: pooled connections have
-  psycopg's auto-prepare off (``webhooks.db``), and a statement found missing is prepared again
+  psycopg's auto-prepare off (``webhooks.engines``), and a statement found missing is prepared again
   and its message re-sent (``pgwire.Wire.send``) — pinned: a ROLLBACK, ``DEALLOCATE ALL`` and
   ``DISCARD ALL`` on the kept connection, then an event still processes.
 - the handlers' ORM Session is bound to the connection inside the transaction that a raw

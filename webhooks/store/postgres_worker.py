@@ -32,13 +32,13 @@ from sqlalchemy import Column, String, Table
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.orm import Session, sessionmaker
 
-from webhooks.db import storable_key
 from webhooks.models import Attempt, Object
+from webhooks.storable import storable_key
 from webhooks.store.base import Claimed, Seen, Work
 from webhooks.store.pgwire import BEGIN, COMMIT, Statement, Step, Wire
 from webhooks.store.sql import CLAIMED, EVENTS
 from webhooks.store.transitions import CLAIM, MARK, Move, values
-from webhooks.words import Status
+from webhooks.vocabulary import Status
 
 OBJECTS: Table = Object.__table__  # type: ignore[assignment]  # a Table (mypy sees a FromClause)
 ATTEMPTS: Table = Attempt.__table__  # type: ignore[assignment]
@@ -55,7 +55,7 @@ def _key(table: Table) -> str:
 
 
 def _sources(move: Move) -> str:
-    """The statuses ``move`` applies from, as SQL literals (the words of ``webhooks.words``)."""
+    """The statuses ``move`` applies from, as SQL literals (the words of ``webhooks.vocabulary``)."""
     return ", ".join("'" + str(s).replace("'", "''") + "'" for s in move.sources)
 
 

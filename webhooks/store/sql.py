@@ -14,14 +14,14 @@ from sqlalchemy import Column, Engine, Table, bindparam, select, tuple_, update
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
-from webhooks.db import deferred, make_sessionmaker
+from webhooks.engines import deferred, make_sessionmaker
 from webhooks.models import Event, Replay, Tombstone
 from webhooks.quarantine import count as count_rejection
 from webhooks.store import attempts
 from webhooks.store.base import Claimed, Inserts, Key
 from webhooks.store.sql_rows import SqlInserts
 from webhooks.store.transitions import ABANDON, FAIL, LEAVE, REPLAY, REQUEUE, values
-from webhooks.words import Reason, Status
+from webhooks.vocabulary import Reason, Status
 
 log = logging.getLogger(__name__)
 CHUNK = 500  # keys per UPDATE … IN (…)

@@ -10,11 +10,11 @@ from sqlalchemy import Engine
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import SQLAlchemyError
 
-from webhooks.db import upsert
+from webhooks.engines import upsert
 from webhooks.models import Body, Event
 from webhooks.store.base import CHUNK_ROWS, Bodies, Key, Rows
 from webhooks.store.transitions import STORE, values
-from webhooks.words import Status
+from webhooks.vocabulary import Status
 
 log = logging.getLogger(__name__)
 

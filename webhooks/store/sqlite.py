@@ -10,7 +10,7 @@ from typing import Any
 
 from sqlalchemy import Engine
 
-from webhooks.db import sqlite_lock
+from webhooks.engines import sqlite_lock
 from webhooks.store import sqlite_worker
 from webhooks.store.base import Claimed, Key, Work
 from webhooks.store.sql import SqlStore

@@ -20,14 +20,15 @@ from sqlalchemy import bindparam, select, update
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 
-from webhooks.db import is_busy, storable_key, upsert
+from webhooks.engines import is_busy, upsert
 from webhooks.models import Event, Object
 from webhooks.providers.base import ObjectRef
+from webhooks.storable import storable_key
 from webhooks.store import attempts
 from webhooks.store.base import Claimed, Fold, Prepared, Seen, Work
 from webhooks.store.sql import CLAIMED, bound
 from webhooks.store.transitions import CLAIM, MARK, values
-from webhooks.words import Status
+from webhooks.vocabulary import Status
 
 # The statements every event runs, built once (building them cost more than running them).
 _CLAIM = (

@@ -19,7 +19,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import NamedTuple
 
-from webhooks.words import CLAIMABLE, Status
+from webhooks.vocabulary import CLAIMABLE, Status
 
 
 class Move(NamedTuple):

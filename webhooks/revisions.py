@@ -70,7 +70,7 @@ def wait_for_head(url: str, log: logging.Logger, *, interval: float = 2.0, every
     """Block until the database answers at the head revision, saying why it waits (when it starts
     waiting, then every ``every`` seconds): web and worker started beside the release step (or
     before the database) wait for it instead of crashing on missing tables."""
-    from webhooks.db import make_engine
+    from webhooks.engines import make_engine
 
     engine = make_engine(url)
     told, last = 0.0, None

@@ -1,20 +1,13 @@
 """Engines and sessions. SQLite gets WAL, a busy timeout and ``BEGIN IMMEDIATE`` transactions
-(``deferred(engine)``: plain ``BEGIN``, for transactions that must not wait for a writer).
-
-Also what makes a value storable on both databases: PostgreSQL refuses NUL (text and JSONB), lone
-surrogates anywhere, non-finite numbers in JSONB and values over a column's width, all of which
-SQLite takes. ``storable_text`` / ``storable_json`` replace such characters with U+FFFD (and
-NaN/Infinity with null, as ``JSON.stringify`` does); ``storable_key`` maps a key that does not fit
-to a stable ``sha256:<hex>``.
+(``deferred(engine)``: plain ``BEGIN``, for transactions that must not wait for a writer), and a
+file lock beside its database (``sqlite_lock``); ``upsert`` is the dialect's insert-or-update.
+What makes a value storable on both databases is ``webhooks.storable``.
 """
 
 from __future__ import annotations
 
 import fcntl
-import hashlib
-import math
 import os
-import re
 import threading
 import time
 from collections.abc import Iterator
@@ -114,42 +107,6 @@ def is_busy(exc: BaseException) -> bool:
     return code is not None and code & 0xFF == 5  # SQLITE_BUSY and its extended codes (BUSY_SNAPSHOT)
 
 
-_UNSTORABLE = re.compile(r"[\x00\ud800-\udfff]")
-SHA_PREFIX = "sha256:"
-
-
-def is_storable(value: str) -> bool:
-    """Whether both databases store ``value`` as it is (PostgreSQL refuses NUL and lone surrogates)."""
-    return _UNSTORABLE.search(value) is None
-
-
-def storable_text(value: str) -> str:
-    """``value`` with NUL and lone surrogates (PostgreSQL refuses both) replaced by U+FFFD."""
-    return _UNSTORABLE.sub("\ufffd", value)
-
-
-def storable_json(value: Any) -> Any:
-    """A copy of a parsed JSON value that both databases store: strings and keys through
-    ``storable_text``, NaN and ±Infinity as null. Unchanged values are returned as they are."""
-    if isinstance(value, str):
-        return storable_text(value)
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {storable_text(str(k)): storable_json(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [storable_json(v) for v in value]
-    return value
-
-
-def storable_key(value: str, width: int) -> str:
-    """``value`` if a ``String(width)`` key column stores it as is on both databases, else a stable
-    ``sha256:<hex>`` of it (the same value always maps to the same key)."""
-    if len(value) <= width and not _UNSTORABLE.search(value) and not value.startswith(SHA_PREFIX):
-        return value
-    return SHA_PREFIX + hashlib.sha256(value.encode("utf-8", "surrogatepass")).hexdigest()
-
-
 class FileLock:
     """One exclusive lock for every thread and process using a SQLite file: ``flock`` on a file
     beside it (the OS drops it when its holder dies). Polled, so a job timeout can interrupt a wait.
@@ -220,14 +177,6 @@ def sqlite_lock(engine: Engine, suffix: str) -> FileLock | None:
         return None
     database = engine.url.database
     return FileLock(None if not database or database == ":memory:" else os.path.abspath(database) + suffix)
-
-
-REDACTED = frozenset({"authorization", "cookie", "proxy-authorization", "x-api-key"})
-
-
-def redact(headers: dict[str, str]) -> dict[str, str]:
-    """Request headers fit to store: credentials replaced, signatures kept (they prove nothing later)."""
-    return {k: ("[redacted]" if k.lower() in REDACTED else v) for k, v in headers.items()}
 
 
 def upsert(bind: Session | Connection, table: Any) -> Any:

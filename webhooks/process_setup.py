@@ -121,7 +121,7 @@ def warn_unknown_variables() -> None:
 
 def admin_password_file(database_url: str) -> Path:
     """Where ``webhooks serve`` keeps the admin password it generated: beside the SQLite database
-    (``webhooks.db`` → ``webhooks.db.admin-password``), else in the working directory."""
+    (``webhooks.engines`` → ``webhooks.db.admin-password``), else in the working directory."""
     from sqlalchemy.engine import make_url
 
     url = make_url(database_url)

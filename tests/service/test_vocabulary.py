@@ -1,4 +1,4 @@
-"""The status words and reason codes are one vocabulary each (``webhooks.words``), unchanged as strings."""
+"""The status words and reason codes are one vocabulary each (``webhooks.vocabulary``), unchanged as strings."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 import webhooks
 from webhooks.errors import PayloadError, VerificationError
 from webhooks.models import STATUSES
-from webhooks.words import Reason, Status
+from webhooks.vocabulary import Reason, Status
 
 ROOT = Path(webhooks.__file__).parent
 CHECKOUT = ROOT.parent  # ``jobs/`` (installed as ``webhooks.jobs``) is beside ``webhooks/``
