@@ -35,9 +35,17 @@ def batch(tiny: bool) -> bytes:
     size = 2
     while True:
         i = len(events)
-        event = ({"sg_event_id": f"{i:x}", "event": "open"} if tiny else
-                 {"email": f"user{i}@example.com", "timestamp": 1700000000 + i, "event": "delivered",
-                  "sg_event_id": f"sg_{i:06d}", "sg_message_id": f"msg{i // 10}.filter0001"})
+        event = (
+            {"sg_event_id": f"{i:x}", "event": "open"}
+            if tiny
+            else {
+                "email": f"user{i}@example.com",
+                "timestamp": 1700000000 + i,
+                "event": "delivered",
+                "sg_event_id": f"sg_{i:06d}",
+                "sg_message_id": f"msg{i // 10}.filter0001",
+            }
+        )
         grown = size + len(json.dumps(event)) + 2
         if grown > LIMIT - 2:
             return json.dumps(events).encode() + b"\r\n"
@@ -55,13 +63,17 @@ def child(database_url: str, tiny: bool) -> dict[str, Any]:
     from webhooks.revisions import upgrade
 
     key = ec.generate_private_key(ec.SECP256R1())
-    public = base64.b64encode(key.public_key().public_bytes(
-        serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)).decode()
-    private = base64.b64encode(key.private_bytes(
-        serialization.Encoding.DER, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())).decode()
-    config: dict[str, Any] = {"DATABASE_URL": database_url, "WEBHOOKS_EMBEDDED_WORKER": "false",
-                              "ENDPOINTS": {"sendgrid": {"provider": "sendgrid", "secrets": [public],
-                                                         "signing_key": private}}}
+    public = base64.b64encode(
+        key.public_key().public_bytes(serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
+    ).decode()
+    private = base64.b64encode(
+        key.private_bytes(serialization.Encoding.DER, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    ).decode()
+    config: dict[str, Any] = {
+        "DATABASE_URL": database_url,
+        "WEBHOOKS_EMBEDDED_WORKER": "false",
+        "ENDPOINTS": {"sendgrid": {"provider": "sendgrid", "secrets": [public], "signing_key": private}},
+    }
     if not database_url.startswith("sqlite"):
         config["REDIS_URL"] = REDIS
     upgrade(database_url)
@@ -87,15 +99,26 @@ def child(database_url: str, tiny: bool) -> dict[str, Any]:
         stored = conn.execute(sa.text("SELECT COUNT(*), COALESCE(SUM(LENGTH(payload)), 0) FROM events")).one()
         kept = conn.execute(sa.text("SELECT COALESCE(SUM(LENGTH(body)), 0) FROM bodies")).scalar_one()
     engine.dispose()
-    return {"events": events, "body_kb": round(len(body) / 1024), "status": [first, again],
-            "rows": stored[0] - 1, "rss_growth_x_body": round((rss_after - rss_before) / len(body), 1),
-            "stored_x_body": round((int(stored[1]) + int(kept)) / len(body), 2),
-            "cpu_first_ms": round(first_cpu * 1000), "cpu_replayed_ms": round(again_cpu * 1000)}
+    return {
+        "events": events,
+        "body_kb": round(len(body) / 1024),
+        "status": [first, again],
+        "rows": stored[0] - 1,
+        "rss_growth_x_body": round((rss_after - rss_before) / len(body), 1),
+        "stored_x_body": round((int(stored[1]) + int(kept)) / len(body), 2),
+        "cpu_first_ms": round(first_cpu * 1000),
+        "cpu_replayed_ms": round(again_cpu * 1000),
+    }
 
 
 def run_case(database_url: str, tiny: bool) -> dict[str, Any]:
-    out = subprocess.run([sys.executable, __file__, "--child", database_url, "--tiny" if tiny else "--real"],
-                         check=True, capture_output=True, text=True, env=os.environ)
+    out = subprocess.run(
+        [sys.executable, __file__, "--child", database_url, "--tiny" if tiny else "--real"],
+        check=True,
+        capture_output=True,
+        text=True,
+        env=os.environ,
+    )
     return dict(json.loads(out.stdout.strip().splitlines()[-1]))
 
 
@@ -112,12 +135,18 @@ def main() -> None:
     results = []
     for tiny in (False, True):
         with tempfile.TemporaryDirectory(prefix="wh-bench-") as tmp:
-            results.append({"database": "sqlite", "shape": "tiny" if tiny else "realistic",
-                            **run_case(f"sqlite:///{tmp}/webhooks.db", tiny)})
+            results.append(
+                {
+                    "database": "sqlite",
+                    "shape": "tiny" if tiny else "realistic",
+                    **run_case(f"sqlite:///{tmp}/webhooks.db", tiny),
+                }
+            )
         if not args.sqlite_only:
             with scratch_database() as url:
-                results.append({"database": "postgresql", "shape": "tiny" if tiny else "realistic",
-                                **run_case(url, tiny)})
+                results.append(
+                    {"database": "postgresql", "shape": "tiny" if tiny else "realistic", **run_case(url, tiny)}
+                )
     for row in results:
         print(json.dumps(row))
 

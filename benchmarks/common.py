@@ -35,14 +35,14 @@ BIN = Path(sys.executable).parent
 PG = os.environ.get("TEST_DATABASE_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres")
 REDIS = os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/14")  # flushed: never the tests' database
 SECRET = "whsec_bench"
-BASELINE_APP = '''
+BASELINE_APP = """
 from flask import Flask
 app = Flask(__name__)
 @app.post("/webhooks/<name>")
 def ok(name):
     return {"received": True}
-'''
-NOOP_HANDLERS = '''
+"""
+NOOP_HANDLERS = """
 from webhooks import on
 
 @on("stripe", "payment_intent.succeeded")
@@ -52,7 +52,7 @@ def noop(event, state=None):
 
 def noop_job(*args):
     return None
-'''
+"""
 # wrk's Lua: every thread (its own Lua state) takes every `threads`-th entry, so within a cycle no
 # delivery repeats; `done` writes the counts and latency percentiles as JSON to stderr.
 LUA_TAIL = """
@@ -110,8 +110,15 @@ def free_port() -> int:
 
 
 def signed(event_id: str, t: int, n: int) -> tuple[str, str]:
-    body = json.dumps({"id": event_id, "object": "event", "created": t + n, "type": "payment_intent.succeeded",
-                       "data": {"object": {"id": f"pi_bench_{n % 500}", "object": "payment_intent"}}})
+    body = json.dumps(
+        {
+            "id": event_id,
+            "object": "event",
+            "created": t + n,
+            "type": "payment_intent.succeeded",
+            "data": {"object": {"id": f"pi_bench_{n % 500}", "object": "payment_intent"}},
+        }
+    )
     return stripe.WebhookSignature.generate_signature_header(body, SECRET, timestamp=t), body
 
 
@@ -127,13 +134,15 @@ def _lua_list(name: str, entries: list[tuple[str, str]]) -> str:
     return f"local {name} = {{\n{rows}\n}}\n"
 
 
-def lua_script(path: Path, new: list[tuple[str, str]], duplicates: list[tuple[str, str]] | None = None,
-               new_every: int = 1) -> Path:
+def lua_script(
+    path: Path, new: list[tuple[str, str]], duplicates: list[tuple[str, str]] | None = None, new_every: int = 1
+) -> Path:
     """A wrk script: ``new`` entries in turn; with ``duplicates``, one new in every ``new_every``
     requests and stored ones in between (the mixed storm: new_every=3 → 1 new : 2 duplicates)."""
     dup = duplicates or []
     path.write_text(
-        _lua_list("new", new) + _lua_list("dup", dup)
+        _lua_list("new", new)
+        + _lua_list("dup", dup)
         + "local n = 0\n"
         + "function pick()\n  n = n + 1\n"
         + (f"  if #dup > 0 and n % {new_every} ~= 0 then return dup[((n + tid) % #dup) + 1] end\n" if dup else "")
@@ -145,12 +154,35 @@ def lua_script(path: Path, new: list[tuple[str, str]], duplicates: list[tuple[st
 
 def wrk(url: str, script: Path, seconds: int, connections: int, threads: int = 2) -> dict[str, Any]:
     """One wrk run; requests/s, p50/p99 in ms, and how many answers were not 2xx."""
-    done = subprocess.run(["wrk", f"-t{threads}", f"-c{connections}", f"-d{seconds}s", "--timeout", "10s",
-                           "-s", str(script), url, "--", str(threads)], capture_output=True, text=True, check=True)
+    done = subprocess.run(
+        [
+            "wrk",
+            f"-t{threads}",
+            f"-c{connections}",
+            f"-d{seconds}s",
+            "--timeout",
+            "10s",
+            "-s",
+            str(script),
+            url,
+            "--",
+            str(threads),
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     raw = json.loads(done.stderr.strip().splitlines()[-1])
-    return {"connections": connections, "rps": raw["requests"] / (raw["duration_us"] / 1e6),
-            "p50_ms": raw["p50_us"] / 1000, "p99_ms": raw["p99_us"] / 1000, "max_ms": raw["max_us"] / 1000,
-            "requests": raw["requests"], "non2xx": raw["non2xx"], "socket_errors": raw["errors"]}
+    return {
+        "connections": connections,
+        "rps": raw["requests"] / (raw["duration_us"] / 1e6),
+        "p50_ms": raw["p50_us"] / 1000,
+        "p99_ms": raw["p99_us"] / 1000,
+        "max_ms": raw["max_us"] / 1000,
+        "requests": raw["requests"],
+        "non2xx": raw["non2xx"],
+        "socket_errors": raw["errors"],
+    }
 
 
 def wait_http(url: str, timeout: float = 60) -> None:
@@ -167,13 +199,21 @@ def wait_http(url: str, timeout: float = 60) -> None:
 
 
 @contextlib.contextmanager
-def process(cmd: list[str], env: dict[str, str], cwd: Path = ROOT, up: str | None = None,
-            log: Path | None = None) -> Iterator[subprocess.Popen[bytes]]:
+def process(
+    cmd: list[str], env: dict[str, str], cwd: Path = ROOT, up: str | None = None, log: Path | None = None
+) -> Iterator[subprocess.Popen[bytes]]:
     """A child process in its own session, stopped (SIGTERM, then SIGKILL) by its id on exit, and by
     the kernel if the benchmark dies first."""
     out = open(log, "wb") if log else subprocess.DEVNULL  # noqa: SIM115 - closed below
-    proc = subprocess.Popen(cmd, env=env, cwd=cwd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
-                            preexec_fn=_dies_with_parent)
+    proc = subprocess.Popen(
+        cmd,
+        env=env,
+        cwd=cwd,
+        stdout=out,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+        preexec_fn=_dies_with_parent,
+    )
     try:
         if up:
             wait_http(up)
@@ -190,11 +230,19 @@ def process(cmd: list[str], env: dict[str, str], cwd: Path = ROOT, up: str | Non
             out.close()  # type: ignore[union-attr]
 
 
-def gunicorn(app: str, env: dict[str, str], port: int, cwd: Path = ROOT,
-             log: Path | None = None) -> contextlib.AbstractContextManager[subprocess.Popen[bytes]]:
+def gunicorn(
+    app: str, env: dict[str, str], port: int, cwd: Path = ROOT, log: Path | None = None
+) -> contextlib.AbstractContextManager[subprocess.Popen[bytes]]:
     """gunicorn with the Procfile's config (``webhooks.gunicorn_conf``, no access log) on 127.0.0.1:port."""
-    cmd = [str(BIN / "gunicorn"), app, "-c", "python:webhooks.gunicorn_conf", "--bind", f"127.0.0.1:{port}",
-           "--no-control-socket"]
+    cmd = [
+        str(BIN / "gunicorn"),
+        app,
+        "-c",
+        "python:webhooks.gunicorn_conf",
+        "--bind",
+        f"127.0.0.1:{port}",
+        "--no-control-socket",
+    ]
     return process(cmd, env, cwd, up=f"http://127.0.0.1:{port}/", log=log)
 
 
@@ -208,8 +256,12 @@ def scratch_database() -> Iterator[str]:
             conn.execute(sa.text(f'CREATE DATABASE "{name}"'))
         url = admin.url.set(database=name).render_as_string(hide_password=False)
         redis.Redis.from_url(REDIS).flushdb()
-        subprocess.run([str(BIN / "webhooks"), "db", "upgrade"], env={**os.environ, "DATABASE_URL": url},
-                       check=True, capture_output=True)
+        subprocess.run(
+            [str(BIN / "webhooks"), "db", "upgrade"],
+            env={**os.environ, "DATABASE_URL": url},
+            check=True,
+            capture_output=True,
+        )
         yield url
     finally:
         with admin.connect() as conn:
@@ -235,8 +287,14 @@ def workdir() -> Path:
 
 
 def base_env(work: Path, **extra: str) -> dict[str, str]:
-    env = {"WEB_CONCURRENCY": "2", "WEB_THREADS": "4", **os.environ, "PYTHONPATH": f"{ROOT}:{work}",
-           "WEBHOOKS_LOG_LEVEL": "WARNING", "STRIPE_WEBHOOK_SECRET": SECRET}
+    env = {
+        "WEB_CONCURRENCY": "2",
+        "WEB_THREADS": "4",
+        **os.environ,
+        "PYTHONPATH": f"{ROOT}:{work}",
+        "WEBHOOKS_LOG_LEVEL": "WARNING",
+        "STRIPE_WEBHOOK_SECRET": SECRET,
+    }
     env.update(extra)
     return env
 
@@ -246,8 +304,12 @@ def prime(url: str, entries: list[tuple[str, str]], connections: int = 16) -> No
     from concurrent.futures import ThreadPoolExecutor
 
     def post(entry: tuple[str, str]) -> int:
-        req = urllib.request.Request(url, data=entry[1].encode(), method="POST",
-                                     headers={"Stripe-Signature": entry[0], "Content-Type": "application/json"})
+        req = urllib.request.Request(
+            url,
+            data=entry[1].encode(),
+            method="POST",
+            headers={"Stripe-Signature": entry[0], "Content-Type": "application/json"},
+        )
         with urllib.request.urlopen(req, timeout=30) as resp:
             return int(resp.status)
 
@@ -264,9 +326,14 @@ def table(rows: list[dict[str, Any]]) -> str:
     for r in rows:
         if r["case"].startswith("baseline"):
             base = r
-        answers = "all 2xx" if not r["non2xx"] and not r["socket_errors"] else \
-            f"{r['non2xx']} non-2xx, {r['socket_errors']} socket errors"
+        answers = (
+            "all 2xx"
+            if not r["non2xx"] and not r["socket_errors"]
+            else f"{r['non2xx']} non-2xx, {r['socket_errors']} socket errors"
+        )
         spread = f"  {r['ratios']}" if "ratios" in r else ""
-        lines.append(f"{r['case']:<38}{r['connections']:>6}{r['rps']:>9.0f}{r['rps'] / base['rps']:>8.2f}"
-                     f"{r['p50_ms']:>8.1f}{r['p99_ms']:>8.1f}{r['p99_ms'] / base['p99_ms']:>11.2f}  {answers}{spread}")
+        lines.append(
+            f"{r['case']:<38}{r['connections']:>6}{r['rps']:>9.0f}{r['rps'] / base['rps']:>8.2f}"
+            f"{r['p50_ms']:>8.1f}{r['p99_ms']:>8.1f}{r['p99_ms'] / base['p99_ms']:>11.2f}  {answers}{spread}"
+        )
     return "\n".join(lines)

@@ -42,12 +42,25 @@ def ok(name: str) -> dict[str, bool]:
 def environ(header: str, body: bytes) -> dict[str, Any]:
     """What gunicorn hands the app for a Stripe delivery."""
     return {
-        "REQUEST_METHOD": "POST", "PATH_INFO": "/webhooks/stripe", "SCRIPT_NAME": "", "QUERY_STRING": "",
-        "RAW_URI": "/webhooks/stripe", "SERVER_NAME": "127.0.0.1", "SERVER_PORT": "8000",
-        "SERVER_PROTOCOL": "HTTP/1.1", "wsgi.url_scheme": "http", "wsgi.input": io.BytesIO(body),
-        "wsgi.errors": sys.stderr, "wsgi.multithread": True, "wsgi.multiprocess": True, "wsgi.run_once": False,
-        "CONTENT_LENGTH": str(len(body)), "CONTENT_TYPE": "application/json", "HTTP_HOST": "127.0.0.1:8000",
-        "HTTP_STRIPE_SIGNATURE": header, "HTTP_USER_AGENT": "Stripe/1.0",
+        "REQUEST_METHOD": "POST",
+        "PATH_INFO": "/webhooks/stripe",
+        "SCRIPT_NAME": "",
+        "QUERY_STRING": "",
+        "RAW_URI": "/webhooks/stripe",
+        "SERVER_NAME": "127.0.0.1",
+        "SERVER_PORT": "8000",
+        "SERVER_PROTOCOL": "HTTP/1.1",
+        "wsgi.url_scheme": "http",
+        "wsgi.input": io.BytesIO(body),
+        "wsgi.errors": sys.stderr,
+        "wsgi.multithread": True,
+        "wsgi.multiprocess": True,
+        "wsgi.run_once": False,
+        "CONTENT_LENGTH": str(len(body)),
+        "CONTENT_TYPE": "application/json",
+        "HTTP_HOST": "127.0.0.1:8000",
+        "HTTP_STRIPE_SIGNATURE": header,
+        "HTTP_USER_AGENT": "Stripe/1.0",
     }
 
 
@@ -91,12 +104,24 @@ def receiver(sqlite: bool) -> Iterator[Flask]:
         with tempfile.TemporaryDirectory() as folder:
             url = f"sqlite:///{folder}/webhooks.db"
             upgrade(url)
-            yield create_app({"DATABASE_URL": url, "STRIPE_WEBHOOK_SECRET": SECRET,
-                              "WEBHOOKS_EMBEDDED_WORKER": "false", "WEBHOOKS_HANDLERS": "bench_handlers"})
+            yield create_app(
+                {
+                    "DATABASE_URL": url,
+                    "STRIPE_WEBHOOK_SECRET": SECRET,
+                    "WEBHOOKS_EMBEDDED_WORKER": "false",
+                    "WEBHOOKS_HANDLERS": "bench_handlers",
+                }
+            )
         return
     with scratch_database() as db:
-        yield create_app({"DATABASE_URL": db, "REDIS_URL": REDIS, "STRIPE_WEBHOOK_SECRET": SECRET,
-                          "WEBHOOKS_HANDLERS": "bench_handlers"})
+        yield create_app(
+            {
+                "DATABASE_URL": db,
+                "REDIS_URL": REDIS,
+                "STRIPE_WEBHOOK_SECRET": SECRET,
+                "WEBHOOKS_HANDLERS": "bench_handlers",
+            }
+        )
 
 
 def main() -> None:
@@ -115,12 +140,17 @@ def main() -> None:
         dup = per_request(app, deliveries, profile if args.profile == "dup" else None)
         processing = per_event(app, deliveries, profile if args.profile == "process" else None)
     print(f"{'case':<34}{'CPU µs/request':>15}{'rate × base':>12}")
-    for case, value in (("baseline: bare Flask view", base), ("receiver: first deliveries", new),
-                        ("receiver: duplicates", dup)):
+    for case, value in (
+        ("baseline: bare Flask view", base),
+        ("receiver: first deliveries", new),
+        ("receiver: duplicates", dup),
+    ):
         print(f"{case:<34}{value:>15.0f}{base / value:>12.2f}")
     print(f"{'processing: process_event':<34}{processing:>15.0f}  (CPU µs per event, RQ's own work not included)")
-    print(f"{'PostgreSQL + Redis' if not args.sqlite else 'SQLite + embedded queue'}, "
-          f"{args.requests} requests each, one at a time (the profiler, when on, inflates its case)")
+    print(
+        f"{'PostgreSQL + Redis' if not args.sqlite else 'SQLite + embedded queue'}, "
+        f"{args.requests} requests each, one at a time (the profiler, when on, inflates its case)"
+    )
     if profile:
         pstats.Stats(profile).sort_stats("cumulative").print_stats(30)
 

@@ -41,8 +41,9 @@ from common import (  # the script's folder is on sys.path
 NEW_PER_SECOND = 6000  # more than the receiver takes: a run never wraps round to a stored event
 
 
-def interleaved(base_url: str, base_script: Path, url: str, scripts: list[Path], case: str, seconds: int,
-                connections: int) -> tuple[dict[str, Any], dict[str, Any]]:
+def interleaved(
+    base_url: str, base_script: Path, url: str, scripts: list[Path], case: str, seconds: int, connections: int
+) -> tuple[dict[str, Any], dict[str, Any]]:
     """One round per script (a baseline run, then a run of the case with that script): each ratio is taken against the
     baseline measured just before it, and the median round is reported, so load that comes and
     goes on a shared machine moves both sides of a ratio alike."""
@@ -79,8 +80,14 @@ def main() -> None:
             serve_env = base_env(work, WEBHOOKS_HANDLERS="bench_handlers")
             for name in ("DATABASE_URL", "REDIS_URL"):
                 serve_env.pop(name, None)
-            servers.enter_context(process([str(BIN / "webhooks"), "serve", "--port", str(port)], serve_env,
-                                          cwd=work, up=f"http://127.0.0.1:{port}/"))
+            servers.enter_context(
+                process(
+                    [str(BIN / "webhooks"), "serve", "--port", str(port)],
+                    serve_env,
+                    cwd=work,
+                    up=f"http://127.0.0.1:{port}/",
+                )
+            )
         else:
             label = "receiver"
             servers.enter_context(gunicorn("webhooks:create_app()", env, port))
@@ -92,11 +99,14 @@ def main() -> None:
         for c in args.connections:
             rounds = range(args.rounds)  # new events for every run: none wraps round to a stored one
             scripts = {
-                "first deliveries": [lua_script(work / f"new{c}_{r}.lua", signed_events(per_round, f"n{c}"))
-                                     for r in rounds],
+                "first deliveries": [
+                    lua_script(work / f"new{c}_{r}.lua", signed_events(per_round, f"n{c}")) for r in rounds
+                ],
                 "duplicates": [lua_script(work / f"dup{c}.lua", stored_events)] * args.rounds,
-                "mixed 1 new : 2 dup": [lua_script(work / f"mixed{c}_{r}.lua", signed_events(per_round // 3, f"m{c}"),
-                                                   stored_events, 3) for r in rounds],
+                "mixed 1 new : 2 dup": [
+                    lua_script(work / f"mixed{c}_{r}.lua", signed_events(per_round // 3, f"m{c}"), stored_events, 3)
+                    for r in rounds
+                ],
             }
             for case, case_scripts in scripts.items():
                 base, run = interleaved(base_url, base_script, url, case_scripts, f"{label}: {case}", args.seconds, c)
@@ -104,9 +114,11 @@ def main() -> None:
         if not args.serve:
             stored = scalar(db, "SELECT count(*) FROM events")
     print(table(rows))
-    print(f"gunicorn {env['WEB_CONCURRENCY']} processes × {env['WEB_THREADS']} threads (WEB_CONCURRENCY, "
-          f"WEB_THREADS) for baseline and receiver; {os.cpu_count()} cores shared by everything; "
-          f"each ratio is the median of {args.rounds} rounds (baseline run, then the case's), spread in brackets")
+    print(
+        f"gunicorn {env['WEB_CONCURRENCY']} processes × {env['WEB_THREADS']} threads (WEB_CONCURRENCY, "
+        f"WEB_THREADS) for baseline and receiver; {os.cpu_count()} cores shared by everything; "
+        f"each ratio is the median of {args.rounds} rounds (baseline run, then the case's), spread in brackets"
+    )
     if stored is not None:
         print(f"rows stored: {stored}")
     if args.json:

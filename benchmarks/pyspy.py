@@ -32,13 +32,26 @@ from common import (  # the script's folder is on sys.path
 
 # Frames (function name, file suffix) whose inclusive share is reported, in request order.
 STEPS = [
-    ("read_body", "webhooks/receive.py"), ("verify", "webhooks/receive.py"), ("store", "webhooks/receive.py"),
-    ("enqueue", "webhooks/receive.py"), ("_account", "webhooks/receive.py"), ("_commit", "webhooks/batch.py"),
-    ("_enqueue", "webhooks/batch.py"), ("wait", "threading.py"), ("full_dispatch_request", "flask/app.py"),
+    ("read_body", "webhooks/receive.py"),
+    ("verify", "webhooks/receive.py"),
+    ("store", "webhooks/receive.py"),
+    ("enqueue", "webhooks/receive.py"),
+    ("_account", "webhooks/receive.py"),
+    ("_commit", "webhooks/batch.py"),
+    ("_enqueue", "webhooks/batch.py"),
+    ("wait", "threading.py"),
+    ("full_dispatch_request", "flask/app.py"),
     ("handle_request", "gunicorn/workers/gthread.py"),
 ]
-IDLE = ("wait (threading.py", "select (selectors.py", "poll (selectors.py", "accept (", "_wait_for_tstate_lock",
-        "sleep (", "get (queue.py")
+IDLE = (
+    "wait (threading.py",
+    "select (selectors.py",
+    "poll (selectors.py",
+    "accept (",
+    "_wait_for_tstate_lock",
+    "sleep (",
+    "get (queue.py",
+)
 
 
 def _name(frame: str) -> str:
@@ -79,7 +92,7 @@ def cpu_by_command() -> collections.Counter[str]:
             stat = Path(f"/proc/{pid}/stat").read_text()
         except OSError:
             continue
-        name, fields = stat[stat.index("(") + 1: stat.rindex(")")], stat[stat.rindex(")") + 2:].split()
+        name, fields = stat[stat.index("(") + 1 : stat.rindex(")")], stat[stat.rindex(")") + 2 :].split()
         used[name] += (int(fields[11]) + int(fields[12])) / ticks
     return used
 
@@ -105,16 +118,36 @@ def main() -> None:
                 entries = entries[:2000]
             script = lua_script(work / "profile.lua", entries)
             child = subprocess.run(["pgrep", "-P", str(master.pid)], capture_output=True, text=True).stdout.split()
-            spy = subprocess.Popen([str(BIN / "py-spy"), "record", "--pid", child[0], "--format", "raw",
-                                    "--threads", "--duration", str(args.seconds), "--rate", "200", "--output", str(raw),
-                                    "--nonblocking", "--gil"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            spy = subprocess.Popen(
+                [
+                    str(BIN / "py-spy"),
+                    "record",
+                    "--pid",
+                    child[0],
+                    "--format",
+                    "raw",
+                    "--threads",
+                    "--duration",
+                    str(args.seconds),
+                    "--rate",
+                    "200",
+                    "--output",
+                    str(raw),
+                    "--nonblocking",
+                    "--gil",
+                ],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
             before = cpu_by_command()
             result = wrk(url, script, args.seconds + 1, args.connections)
             spent = cpu_by_command()
             spent.subtract(before)
             spy.wait()
-    print(f"{args.case} deliveries, {args.connections} connections, 1 gunicorn process: "
-          f"{result['rps']:.0f} req/s, p50 {result['p50_ms']:.1f} ms, p99 {result['p99_ms']:.1f} ms")
+    print(
+        f"{args.case} deliveries, {args.connections} connections, 1 gunicorn process: "
+        f"{result['rps']:.0f} req/s, p50 {result['p50_ms']:.1f} ms, p99 {result['p99_ms']:.1f} ms"
+    )
     print(summarize(raw))
     print("CPU seconds per 1000 requests, by process (the whole machine, other work included):")
     for name, seconds in spent.most_common(8):

@@ -1,6 +1,6 @@
 """Superseded by ``benchmarks/ingest.py`` (same cases and more; see ``benchmarks/README.md``).
 
-    .venv/bin/python benchmarks/receive.py [ingest.py's options]
+.venv/bin/python benchmarks/receive.py [ingest.py's options]
 """
 
 from __future__ import annotations

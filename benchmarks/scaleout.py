@@ -43,8 +43,7 @@ def main() -> None:
     ensure_tools()
     work = workdir()
     with scratch_database() as db:
-        env = base_env(work, DATABASE_URL=db, REDIS_URL=REDIS, WEBHOOKS_HANDLERS="bench_handlers",
-                       WEB_CONCURRENCY="1")
+        env = base_env(work, DATABASE_URL=db, REDIS_URL=REDIS, WEBHOOKS_HANDLERS="bench_handlers", WEB_CONCURRENCY="1")
         ports = [free_port(), free_port()]
         with contextlib.ExitStack() as stack:
             for port in ports:
@@ -58,8 +57,9 @@ def main() -> None:
             def load(k: int) -> None:
                 new = signed_events(args.seconds * 2000, f"s{k}")
                 script = lua_script(work / f"storm{k}.lua", new, stored, 3)
-                results[k] = wrk(f"http://127.0.0.1:{ports[k]}/webhooks/stripe", script, args.seconds,
-                                 args.connections // 2)
+                results[k] = wrk(
+                    f"http://127.0.0.1:{ports[k]}/webhooks/stripe", script, args.seconds, args.connections // 2
+                )
 
             threads = [threading.Thread(target=load, args=(k,)) for k in range(2)]
             started = time.monotonic()
@@ -77,12 +77,16 @@ def main() -> None:
             drained = time.monotonic() - started
         check = scalar(db, "SELECT count(*) = count(DISTINCT (endpoint, event_id)) AND max(attempts) = 1 FROM events")
     for k, r in enumerate(results):
-        print(f"instance {k + 1}: {r['rps']:.0f} req/s, p50 {r['p50_ms']:.1f} ms, p99 {r['p99_ms']:.1f} ms, "
-              f"{r['non2xx']} non-2xx, {r['socket_errors']} socket errors")
+        print(
+            f"instance {k + 1}: {r['rps']:.0f} req/s, p50 {r['p50_ms']:.1f} ms, p99 {r['p99_ms']:.1f} ms, "
+            f"{r['non2xx']} non-2xx, {r['socket_errors']} socket errors"
+        )
     new = total - len(stored)
-    print(f"both: {sum(r['rps'] for r in results):.0f} req/s; {new} new events stored ({new / ingest_done:.0f}/s "
-          f"over the {ingest_done:.1f} s storm) besides {len(stored)} primed; all {total} processed "
-          f"{drained:.1f} s after the storm began ({total / drained:.0f} events/s by 2 workers)")
+    print(
+        f"both: {sum(r['rps'] for r in results):.0f} req/s; {new} new events stored ({new / ingest_done:.0f}/s "
+        f"over the {ingest_done:.1f} s storm) besides {len(stored)} primed; all {total} processed "
+        f"{drained:.1f} s after the storm began ({total / drained:.0f} events/s by 2 workers)"
+    )
     print(f"each event stored once and processed in one attempt: {check}")
 
 

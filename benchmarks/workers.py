@@ -31,14 +31,14 @@ from common import BIN, REDIS, base_env, process, scalar, scratch_database, sign
 from rq import Queue, Worker
 from rq.job import Job
 
-NOOP_WORKER = '''
+NOOP_WORKER = """
 import sys
 from redis import Redis
 from rq import Queue
 from webhooks.jobs.worker import Worker
 connection = Redis.from_url(sys.argv[1])
 Worker([Queue("default", connection=connection)], connection=connection).work()
-'''
+"""
 
 
 @contextlib.contextmanager
@@ -81,8 +81,9 @@ def rq_noop(count: int, n: int, env: dict[str, str], work: Path) -> float:
         queue = Queue("default", connection=connection)
         queued_at = datetime.now(UTC)
         with connection.pipeline() as pipe:
-            jobs = queue.enqueue_many([Queue.prepare_data("bench_handlers.noop_job", (i,)) for i in range(n)],
-                                      pipeline=pipe)
+            jobs = queue.enqueue_many(
+                [Queue.prepare_data("bench_handlers.noop_job", (i,)) for i in range(n)], pipeline=pipe
+            )
             pipe.execute()
         return drained(connection, [j.id for j in jobs], queued_at)
 
@@ -114,9 +115,22 @@ def events(count: int, n: int, env: dict[str, str], work: Path, profile: Path | 
             spy = None
             if profile:  # the first worker process, while it drains
                 pid = next(w.pid for w in Worker.all(connection=connection))
-                spy = subprocess.Popen([str(BIN / "py-spy"), "record", "--pid", str(pid), "--format", "raw",
-                                        "--output", str(profile), "--nonblocking", "--gil"],
-                                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                spy = subprocess.Popen(
+                    [
+                        str(BIN / "py-spy"),
+                        "record",
+                        "--pid",
+                        str(pid),
+                        "--format",
+                        "raw",
+                        "--output",
+                        str(profile),
+                        "--nonblocking",
+                        "--gil",
+                    ],
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL,
+                )
                 time.sleep(1)
             queued_at = datetime.now(UTC)
             rt.queue.enqueue_many([("stripe", i) for i in ids])
@@ -149,14 +163,17 @@ def main() -> None:
             profile = args.profile if count == args.workers[0] and r == 0 else None
             ours = events(count, args.events, env, work, profile)
             rounds.append({"rq_noop_per_s": base, "events_per_s": ours, "ratio": ours / base})
-        results.append({"workers": count, "rounds": rounds,
-                        "ratio": statistics.median(r["ratio"] for r in rounds)})
+        results.append({"workers": count, "rounds": rounds, "ratio": statistics.median(r["ratio"] for r in rounds)})
     print(f"{'worker processes':<18}{'no-op RQ jobs/s':>18}{'events/s':>16}{'× no-op (rounds)':>26}{'median':>8}")
     for res in results:
-        columns = {key: " ".join(f"{r[key]:{spec}}" for r in res["rounds"])
-                   for key, spec in (("rq_noop_per_s", ".0f"), ("events_per_s", ".0f"), ("ratio", ".2f"))}
-        print(f"{res['workers']:<18}{columns['rq_noop_per_s']:>18}{columns['events_per_s']:>16}"
-              f"{columns['ratio']:>26}{res['ratio']:>8.2f}")
+        columns = {
+            key: " ".join(f"{r[key]:{spec}}" for r in res["rounds"])
+            for key, spec in (("rq_noop_per_s", ".0f"), ("events_per_s", ".0f"), ("ratio", ".2f"))
+        }
+        print(
+            f"{res['workers']:<18}{columns['rq_noop_per_s']:>18}{columns['events_per_s']:>16}"
+            f"{columns['ratio']:>26}{res['ratio']:>8.2f}"
+        )
     print(f"{args.events} jobs per case and round; worker class webhooks.jobs.worker.Worker (RQ SimpleWorker)")
     if args.json:
         args.json.write_text(json.dumps(results, indent=1))

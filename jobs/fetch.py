@@ -18,8 +18,9 @@ from webhooks.providers.base import Endpoint, ObjectRef, Provider
 __all__ = ["FetchError", "MismatchError", "current"]
 
 
-def current(provider: Provider, endpoint: Endpoint | None, event_type: str, data: Any,
-            ref: ObjectRef | None) -> tuple[Any, ObjectRef | None]:
+def current(
+    provider: Provider, endpoint: Endpoint | None, event_type: str, data: Any, ref: ObjectRef | None
+) -> tuple[Any, ObjectRef | None]:
     """The event's data and object as the handlers must see them: the provider's ``refetch`` for
     a configured endpoint, else as delivered (an endpoint since removed from the configuration)."""
     if endpoint is None:

@@ -43,8 +43,10 @@ class Row(Protocol):
 def storable(ref: ObjectRef) -> ObjectRef:
     """The object key, version and state as both databases store them (see the module's doc)."""
     return ObjectRef(
-        storable_key(ref.type, 100), storable_key(ref.id, 255),
-        max(-BIGINT, min(BIGINT, ref.version)), storable_json(ref.state),
+        storable_key(ref.type, 100),
+        storable_key(ref.id, 255),
+        max(-BIGINT, min(BIGINT, ref.version)),
+        storable_json(ref.state),
     )
 
 

@@ -65,14 +65,27 @@ def work(rt: runtime.Runtime, claimed: Claimed) -> Work:
 
     def run(seen: Seen) -> None:
         context = handlers.HandlerEvent(
-            claimed.endpoint, claimed.kind, claimed.event_id, claimed.event_type, seen.data, seen.object_type,
-            seen.object_id, seen.version, seen.is_latest, claimed.attempts, seen.session,
+            claimed.endpoint,
+            claimed.kind,
+            claimed.event_id,
+            claimed.event_type,
+            seen.data,
+            seen.object_type,
+            seen.object_id,
+            seen.version,
+            seen.is_latest,
+            claimed.attempts,
+            seen.session,
         )
         for handler in found:
             handlers.call(handler, context, seen.state)
 
-    return Work(functools.partial(prepare, claimed, rt.settings),
-                None if fold is None else functools.partial(merge, fold), handlers.names(found), run)
+    return Work(
+        functools.partial(prepare, claimed, rt.settings),
+        None if fold is None else functools.partial(merge, fold),
+        handlers.names(found),
+        run,
+    )
 
 
 def process_event(endpoint: str, event_id: str) -> str:

@@ -211,8 +211,12 @@ def admin_headers() -> dict[str, str]:
 # -- signing: the one correct signer per provider, from the official SDKs -----------------------
 
 
-def stripe_event(event_id: str = "evt_1", type_: str = "payment_intent.succeeded", created: int = 1700000000,
-                 obj: dict[str, Any] | None = None) -> bytes:
+def stripe_event(
+    event_id: str = "evt_1",
+    type_: str = "payment_intent.succeeded",
+    created: int = 1700000000,
+    obj: dict[str, Any] | None = None,
+) -> bytes:
     obj = obj or {"id": "pi_1", "object": "payment_intent", "status": "succeeded"}
     body = {"id": event_id, "object": "event", "created": created, "type": type_, "data": {"object": obj}}
     return json.dumps(body).encode()
@@ -227,9 +231,16 @@ def stripe_headers(body: bytes, secret: str = STRIPE_SECRET, timestamp: int | No
     return {"Stripe-Signature": header, "Content-Type": "application/json"}
 
 
-def adyen_item(psp: str = "7914073381342284", code: str = "AUTHORISATION", success: str = "true",
-               original: str = "", event_date: str = "2024-01-01T10:00:00+01:00", value: int = 1130,
-               key: str = ADYEN_KEY, reference: str = "TestPayment-1407325143704") -> dict[str, Any]:
+def adyen_item(
+    psp: str = "7914073381342284",
+    code: str = "AUTHORISATION",
+    success: str = "true",
+    original: str = "",
+    event_date: str = "2024-01-01T10:00:00+01:00",
+    value: int = 1130,
+    key: str = ADYEN_KEY,
+    reference: str = "TestPayment-1407325143704",
+) -> dict[str, Any]:
     import Adyen.util
 
     item: dict[str, Any] = {
@@ -250,6 +261,4 @@ def adyen_item(psp: str = "7914073381342284", code: str = "AUTHORISATION", succe
 
 
 def adyen_body(*items: dict[str, Any]) -> bytes:
-    return json.dumps(
-        {"live": "false", "notificationItems": [{"NotificationRequestItem": i} for i in items]}
-    ).encode()
+    return json.dumps({"live": "false", "notificationItems": [{"NotificationRequestItem": i} for i in items]}).encode()

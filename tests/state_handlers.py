@@ -24,10 +24,19 @@ def reset() -> None:
 @on("paypal", "*")
 def record(event: HandlerEvent, state: Any, idempotency_key: str) -> None:
     with _lock:
-        CALLS.append({"endpoint": event.endpoint, "provider": event.provider, "kind": event.kind,
-                      "event_id": event.event_id, "type": event.type,
-                      "data": copy.deepcopy(event.data), "state": copy.deepcopy(state), "key": idempotency_key,
-                      "attempt": event.attempt})
+        CALLS.append(
+            {
+                "endpoint": event.endpoint,
+                "provider": event.provider,
+                "kind": event.kind,
+                "event_id": event.event_id,
+                "type": event.type,
+                "data": copy.deepcopy(event.data),
+                "state": copy.deepcopy(state),
+                "key": idempotency_key,
+                "attempt": event.attempt,
+            }
+        )
         if event.event_id in FAIL_ONCE:
             FAIL_ONCE.discard(event.event_id)
             raise RuntimeError("downstream timeout")

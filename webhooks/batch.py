@@ -143,8 +143,11 @@ def known_body(rt: Runtime, endpoint: str, digest: str) -> bool:
 
 def _bodies(batch: list[Pending], created: set[tuple[str, str]]) -> list[dict[str, object]]:
     """The ``bodies`` rows of the deliveries that stored an event (a replayed batch stores none)."""
-    return [item.body for item in batch if item.body is not None
-            and any((item.endpoint.name, e.event_id) in created for e in item.verified.events)]
+    return [
+        item.body
+        for item in batch
+        if item.body is not None and any((item.endpoint.name, e.event_id) in created for e in item.verified.events)
+    ]
 
 
 def _sort(batch: list[Pending], created: set[tuple[str, str]]) -> None:

@@ -86,8 +86,10 @@ def explain(exc: Exception) -> str | None:
         pass
     if isinstance(exc, redis.RedisError):
         where = settings.redis_url if settings else None
-        return (f"cannot reach Redis at {_where(where)} ({exc.__class__.__name__}: {str(exc).splitlines()[0][:200]}); "
-                "check that it runs and that REDIS_URL is right")
+        return (
+            f"cannot reach Redis at {_where(where)} ({exc.__class__.__name__}: {str(exc).splitlines()[0][:200]}); "
+            "check that it runs and that REDIS_URL is right"
+        )
     if isinstance(exc, DBAPIError | NoSuchTableError):
         url = settings.database_url if settings else None
         problem = _schema_problem(url) if url else None
@@ -192,8 +194,15 @@ def serve(host: str, port: int) -> None:
         """gunicorn, one worker process with threads: the Procfile's web settings otherwise."""
 
         def load_config(self) -> None:
-            names = ("timeout", "graceful_timeout", "keepalive", "limit_request_line", "limit_request_fields",
-                     "limit_request_field_size", "control_socket_disable")
+            names = (
+                "timeout",
+                "graceful_timeout",
+                "keepalive",
+                "limit_request_line",
+                "limit_request_fields",
+                "limit_request_field_size",
+                "control_socket_disable",
+            )
             for name in names:
                 self.cfg.set(name, getattr(gunicorn_conf, name))
             self.cfg.set("bind", [f"{host}:{port}"])
@@ -212,10 +221,14 @@ def serve(host: str, port: int) -> None:
 def banner(settings: Settings, listeners: list[str], kept: Any) -> str:
     """What ``serve`` prints last: where it listens, the console and its password, the endpoints."""
     base = listeners[0] if listeners else "http://127.0.0.1"
-    login = (f"user admin, password {settings.admin_password} (kept in {kept})" if kept
-             else "user admin, password from WEBHOOKS_ADMIN_PASSWORD")
+    login = (
+        f"user admin, password {settings.admin_password} (kept in {kept})"
+        if kept
+        else "user admin, password from WEBHOOKS_ADMIN_PASSWORD"
+    )
     endpoints = [f"POST {base}/webhooks/{name}" for name in settings.endpoints] or [
-        "none configured: set STRIPE_WEBHOOK_SECRET=… (or another provider's) or write webhooks.toml"]
+        "none configured: set STRIPE_WEBHOOK_SECRET=… (or another provider's) or write webhooks.toml"
+    ]
     lines = [f"webhooks serving on {', '.join(listeners)}", f"  console    {base}/admin/  {login}"]
     lines += [f"  {'endpoints' if i == 0 else '':9}  {line}" for i, line in enumerate(endpoints)]
     return "\n".join(lines)

@@ -24,8 +24,11 @@ from webhooks.providers.base import Endpoint
 
 def shorthands() -> dict[str, tuple[str, str, str]]:
     """Environment shorthand → (endpoint name, kind, field), from each kind's ``Provider.shorthands``."""
-    return {variable: (p.kind, p.kind, name)
-            for p in providers.PROVIDERS.values() for variable, name in p.shorthands.items()}
+    return {
+        variable: (p.kind, p.kind, name)
+        for p in providers.PROVIDERS.values()
+        for variable, name in p.shorthands.items()
+    }
 
 
 ENDPOINT_FIELDS = ("provider", "secrets", "tolerance_seconds", "basic_auth", "rate_limit")
@@ -63,7 +66,7 @@ def database_url(url: str) -> str:
     """Accept Heroku-style ``postgres://`` and plain ``postgresql://``; use psycopg 3."""
     for prefix in ("postgres://", "postgresql://"):
         if url.startswith(prefix):
-            return "postgresql+psycopg://" + url[len(prefix):]
+            return "postgresql+psycopg://" + url[len(prefix) :]
     return url
 
 
@@ -140,9 +143,7 @@ def _endpoint(name: str, raw: Mapping[str, Any], environ: Mapping[str, str]) -> 
         isinstance(rate_limit, bool) or not isinstance(rate_limit, int | float) or rate_limit <= 0
     ):
         raise ConfigError(f"{where}: rate_limit must be a positive number of requests a second")
-    options = {
-        k: _resolve(v, where, environ) for k, v in raw.items() if k not in (*ENDPOINT_FIELDS, "secret")
-    }
+    options = {k: _resolve(v, where, environ) for k, v in raw.items() if k not in (*ENDPOINT_FIELDS, "secret")}
     endpoint = Endpoint(name, str(kind), resolved, tolerance, basic_auth or None, options, rate_limit)
     provider.validate(endpoint)  # its messages name the endpoint
     return endpoint
@@ -249,12 +250,27 @@ def load(environ: Mapping[str, Any] | None = None) -> Settings:
 
 # Every ``WEBHOOKS_*`` variable something reads (the test suite's too): any other is a typo.
 VARIABLES = (
-    "WEBHOOKS_ADMIN_PASSWORD", "WEBHOOKS_CONFIG", "WEBHOOKS_EMBEDDED_WORKER", "WEBHOOKS_HANDLERS",
-    "WEBHOOKS_JOB_TIMEOUT", "WEBHOOKS_LOG_FORMAT", "WEBHOOKS_LOG_LEVEL", "WEBHOOKS_MAX_ATTEMPTS",
-    "WEBHOOKS_MAX_BODY_BYTES", "WEBHOOKS_OUTBOUND_TIMEOUT_SECONDS", "WEBHOOKS_QUARANTINE_BYTES",
-    "WEBHOOKS_QUARANTINE_DAYS", "WEBHOOKS_QUARANTINE_ROWS", "WEBHOOKS_QUEUE", "WEBHOOKS_READ_TIMEOUT_SECONDS",
-    "WEBHOOKS_RETRY_BASE_SECONDS", "WEBHOOKS_RETRY_MAX_SECONDS", "WEBHOOKS_SWEEP_AGE", "WEBHOOKS_SWEEP_INTERVAL",
-    "WEBHOOKS_TRUSTED_PROXIES", "WEBHOOKS_TEST_CHROMIUM",
+    "WEBHOOKS_ADMIN_PASSWORD",
+    "WEBHOOKS_CONFIG",
+    "WEBHOOKS_EMBEDDED_WORKER",
+    "WEBHOOKS_HANDLERS",
+    "WEBHOOKS_JOB_TIMEOUT",
+    "WEBHOOKS_LOG_FORMAT",
+    "WEBHOOKS_LOG_LEVEL",
+    "WEBHOOKS_MAX_ATTEMPTS",
+    "WEBHOOKS_MAX_BODY_BYTES",
+    "WEBHOOKS_OUTBOUND_TIMEOUT_SECONDS",
+    "WEBHOOKS_QUARANTINE_BYTES",
+    "WEBHOOKS_QUARANTINE_DAYS",
+    "WEBHOOKS_QUARANTINE_ROWS",
+    "WEBHOOKS_QUEUE",
+    "WEBHOOKS_READ_TIMEOUT_SECONDS",
+    "WEBHOOKS_RETRY_BASE_SECONDS",
+    "WEBHOOKS_RETRY_MAX_SECONDS",
+    "WEBHOOKS_SWEEP_AGE",
+    "WEBHOOKS_SWEEP_INTERVAL",
+    "WEBHOOKS_TRUSTED_PROXIES",
+    "WEBHOOKS_TEST_CHROMIUM",
 )
 
 

@@ -74,8 +74,9 @@ class Duplicates:
         now = datetime.now(UTC)
         try:
             with self.rt.engine.begin() as conn:
-                conn.execute(COUNT_DUPLICATES, [{"endpoint": p, "event_id": e, "n": n, "now": now}
-                                                for (p, e), n in sorted(waiting.items())])
+                conn.execute(
+                    COUNT_DUPLICATES,
+                    [{"endpoint": p, "event_id": e, "n": n, "now": now} for (p, e), n in sorted(waiting.items())],
+                )
         except SQLAlchemyError as exc:
-            log.warning("could not count %d duplicate deliveries (%s)", sum(waiting.values()),
-                        exc.__class__.__name__)
+            log.warning("could not count %d duplicate deliveries (%s)", sum(waiting.values()), exc.__class__.__name__)

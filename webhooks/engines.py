@@ -30,8 +30,9 @@ def make_engine(url: str) -> Engine:
     # psycopg prepares a statement it ran 5 times, and on every ROLLBACK of such a connection
     # sends DEALLOCATE ALL, which drops the statements processing prepares itself
     # (``webhooks.store.pgwire``): pooled connections leave preparing to those who keep them.
-    engine = create_engine(url, pool_size=10, max_overflow=20, pool_timeout=10,
-                           connect_args={"prepare_threshold": None})
+    engine = create_engine(
+        url, pool_size=10, max_overflow=20, pool_timeout=10, connect_args={"prepare_threshold": None}
+    )
     _ping_when_idle(engine)
     return engine
 

@@ -90,9 +90,7 @@ def load(modules: Iterable[str]) -> None:
         try:
             importlib.import_module(module)
         except Exception as exc:  # any error while importing: the module is unusable as configured
-            raise ConfigError(
-                f"WEBHOOKS_HANDLERS: cannot import {module!r} ({exc.__class__.__name__}: {exc})"
-            ) from exc
+            raise ConfigError(f"WEBHOOKS_HANDLERS: cannot import {module!r} ({exc.__class__.__name__}: {exc})") from exc
 
 
 def _enabled(handler: Handler, modules: Iterable[str]) -> bool:
@@ -122,9 +120,11 @@ def loaded(modules: Iterable[str]) -> dict[str, list[str]]:
     """``provider event-type`` → the handlers that run for it, from the configured modules: what
     ``serve`` and ``worker`` log at start-up."""
     modules = tuple(modules)
-    return {f"{provider} {event_type}": names(h for h in found if _enabled(h, modules))
-            for (provider, event_type), found in sorted(REGISTRY.items())
-            if any(_enabled(h, modules) for h in found)}
+    return {
+        f"{provider} {event_type}": names(h for h in found if _enabled(h, modules))
+        for (provider, event_type), found in sorted(REGISTRY.items())
+        if any(_enabled(h, modules) for h in found)
+    }
 
 
 def announce(modules: Iterable[str]) -> None:

@@ -28,8 +28,10 @@ def checks(rt: Runtime) -> dict[str, str]:
             rt.queue.connection.ping()
             result["redis"] = "ok"
         except Exception as exc:  # any failure of the probe is a "not ready", never a 500
-            result["redis"] = (f"Redis unreachable ({exc.__class__.__name__}): deliveries are stored "
-                               "`received` and queued once it is back")
+            result["redis"] = (
+                f"Redis unreachable ({exc.__class__.__name__}): deliveries are stored "
+                "`received` and queued once it is back"
+            )
     return result
 
 

@@ -36,7 +36,8 @@ MULTIPROC = "PROMETHEUS_MULTIPROC_DIR"
 PENDING = (Status.RECEIVED, Status.QUEUED, Status.PROCESSING)
 
 DELIVERIES = Counter(
-    "webhooks_deliveries", "Deliveries by endpoint and outcome (stored, duplicate, rejected, unavailable)",
+    "webhooks_deliveries",
+    "Deliveries by endpoint and outcome (stored, duplicate, rejected, unavailable)",
     ["endpoint", "outcome"],
 )
 REJECTIONS = Counter(
@@ -44,11 +45,14 @@ REJECTIONS = Counter(
 )
 ENQUEUE_FAILURES = Counter("webhooks_enqueue_failures", "Jobs Redis refused (left for the sweeper)", ["endpoint"])
 ATTEMPTS = Counter(
-    "webhooks_processing_attempts", "Processing attempts by endpoint and outcome (processed, ignored, error, failed)",
+    "webhooks_processing_attempts",
+    "Processing attempts by endpoint and outcome (processed, ignored, error, failed)",
     ["endpoint", "outcome"],
 )
 DURATION = Histogram(
-    "webhooks_processing_seconds", "Time one processing attempt took", ["endpoint"],
+    "webhooks_processing_seconds",
+    "Time one processing attempt took",
+    ["endpoint"],
     buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300),
 )
 RECOVERIES = Counter("webhooks_sweeper_recoveries", "Stranded events the sweeper queued again")
@@ -131,7 +135,8 @@ class ServiceCollector(Collector):
                 age = max(0.0, (datetime.now(UTC) - oldest).total_seconds())
             yield GaugeMetricFamily(
                 "webhooks_oldest_pending_age_seconds",
-                "Age of the oldest event not yet processed, ignored or failed (0 when none)", value=age,
+                "Age of the oldest event not yet processed, ignored or failed (0 when none)",
+                value=age,
             )
         try:
             depth = self.rt.queue.queue.count
@@ -152,8 +157,16 @@ def exposition(rt: Service) -> tuple[bytes, str]:
 
         multiprocess.MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
     else:  # one process (tests, a bare `flask run`): its own metrics
-        for collector in (DELIVERIES, REJECTIONS, ENQUEUE_FAILURES, ATTEMPTS, DURATION, RECOVERIES,
-                          RATE_LIMIT_FAILURES, ADMIN_AUTH_FAILURES):
+        for collector in (
+            DELIVERIES,
+            REJECTIONS,
+            ENQUEUE_FAILURES,
+            ATTEMPTS,
+            DURATION,
+            RECOVERIES,
+            RATE_LIMIT_FAILURES,
+            ADMIN_AUTH_FAILURES,
+        ):
             registry.register(collector)
     registry.register(ServiceCollector(rt))
     return generate_latest(registry), CONTENT_TYPE_LATEST

@@ -114,12 +114,27 @@ class Event(Base):
         Index("ix_events_object_id", "object_id"),  # console search, and "events that moved it"
         # Partial: most events have neither (and a full index on ``endpoint, replay_key`` lured
         # PostgreSQL, without statistics, away from the primary key for ``endpoint, event_id``).
-        Index("ix_events_reference", "reference", postgresql_where=text("reference IS NOT NULL"),
-              sqlite_where=text("reference IS NOT NULL")),
-        Index("ux_events_replay_key", "endpoint", "replay_key", unique=True,
-              postgresql_where=text("replay_key IS NOT NULL"), sqlite_where=text("replay_key IS NOT NULL")),
-        Index("ix_events_body_digest", "endpoint", "body_digest", postgresql_where=text("body_digest IS NOT NULL"),
-              sqlite_where=text("body_digest IS NOT NULL")),
+        Index(
+            "ix_events_reference",
+            "reference",
+            postgresql_where=text("reference IS NOT NULL"),
+            sqlite_where=text("reference IS NOT NULL"),
+        ),
+        Index(
+            "ux_events_replay_key",
+            "endpoint",
+            "replay_key",
+            unique=True,
+            postgresql_where=text("replay_key IS NOT NULL"),
+            sqlite_where=text("replay_key IS NOT NULL"),
+        ),
+        Index(
+            "ix_events_body_digest",
+            "endpoint",
+            "body_digest",
+            postgresql_where=text("body_digest IS NOT NULL"),
+            sqlite_where=text("body_digest IS NOT NULL"),
+        ),
         CheckConstraint(STATUS_CHECK, name="status"),
     )
 
@@ -149,8 +164,13 @@ class Tombstone(Base):
     purged_at: Mapped[Timestamp]
 
     __table_args__ = (
-        Index("ix_tombstones_replay_key", "endpoint", "replay_key", postgresql_where=text("replay_key IS NOT NULL"),
-              sqlite_where=text("replay_key IS NOT NULL")),
+        Index(
+            "ix_tombstones_replay_key",
+            "endpoint",
+            "replay_key",
+            postgresql_where=text("replay_key IS NOT NULL"),
+            sqlite_where=text("replay_key IS NOT NULL"),
+        ),
         Index("ix_tombstones_purged_at", "purged_at"),
     )
 
@@ -220,8 +240,10 @@ class Attempt(Base):
     # (failed attempts, and attempts before revision 0010).
     handlers: Mapped[list[str] | None] = mapped_column(Json)
 
-    __table_args__ = (Index("ix_attempts_event", "endpoint", "event_id", "number"),
-                      Index("ix_attempts_finished_at", "finished_at"))  # the console's overview
+    __table_args__ = (
+        Index("ix_attempts_event", "endpoint", "event_id", "number"),
+        Index("ix_attempts_finished_at", "finished_at"),
+    )  # the console's overview
 
 
 class Replay(Base):

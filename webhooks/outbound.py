@@ -32,8 +32,16 @@ _FOLLOWING = urllib.request.build_opener()
 _NOT_FOLLOWING = urllib.request.build_opener(_NoRedirect)
 
 
-def call(url: str, *, method: str = "GET", data: bytes | None = None, headers: dict[str, str] | None = None,
-         timeout: float = 10.0, limit: int | None = None, redirects: bool = True) -> Answer:
+def call(
+    url: str,
+    *,
+    method: str = "GET",
+    data: bytes | None = None,
+    headers: dict[str, str] | None = None,
+    timeout: float = 10.0,
+    limit: int | None = None,
+    redirects: bool = True,
+) -> Answer:
     """One request. ``limit``: read at most that many bytes + 1 of the body (the caller sees that it
     was longer). ``redirects=False``: a redirect is answered as its own 3xx status."""
     request = urllib.request.Request(url, data=data, headers=headers or {}, method=method)

@@ -31,7 +31,7 @@ def enqueue(rt: Runtime, events: list[Key], *, fresh: bool = False) -> bool:
                 done += 1
         else:
             for done in range(0, len(events), CHUNK_ROWS):
-                rt.queue.enqueue_many(events[done:done + CHUNK_ROWS])
+                rt.queue.enqueue_many(events[done : done + CHUNK_ROWS])
     except redis.RedisError as exc:
         left = events[done:]
         log.warning("enqueue failed (%s): the sweeper queues %d event(s) later", exc.__class__.__name__, len(left))

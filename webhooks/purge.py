@@ -32,6 +32,8 @@ from webhooks.vocabulary import Status
 # registered (still present in ``events``) gets the base class's: the longest, 30 days.
 UNKNOWN = Provider.retry_horizon
 FINISHED = (Status.PROCESSED, Status.IGNORED)
+
+
 class PurgeRefusedError(WebhooksError):
     """The window would let a late provider retry in as a new event."""
 
@@ -71,9 +73,16 @@ class Plan:
         return max(TOMBSTONE_DAYS, 2 * self.failed_older_than, 2 * self.older_than)
 
 
-def purge(sessions: sessionmaker[Session], plan: Plan, *, kinds: set[str], force: bool = False,
-          now: datetime | None = None, progress: Callable[[int], None] | None = None,
-          total: Callable[[int], None] | None = None) -> int:
+def purge(
+    sessions: sessionmaker[Session],
+    plan: Plan,
+    *,
+    kinds: set[str],
+    force: bool = False,
+    now: datetime | None = None,
+    progress: Callable[[int], None] | None = None,
+    total: Callable[[int], None] | None = None,
+) -> int:
     """Delete finished events older than the plan's windows; returns how many were deleted."""
     with sessions() as session:
         kinds = kinds | set(session.scalars(select(Event.kind).distinct()))
@@ -84,9 +93,8 @@ def purge(sessions: sessionmaker[Session], plan: Plan, *, kinds: set[str], force
             "lets a late retry in as a new event; use --force to purge anyway"
         )
     moment = now or datetime.now(UTC)
-    condition = (
-        (Event.status.in_(FINISHED) & (Event.received_at < moment - plan.older_than))
-        | ((Event.status == Status.FAILED) & (Event.received_at < moment - plan.failed_older_than))
+    condition = (Event.status.in_(FINISHED) & (Event.received_at < moment - plan.older_than)) | (
+        (Event.status == Status.FAILED) & (Event.received_at < moment - plan.failed_older_than)
     )
     with sessions() as session:
         count = session.scalar(select(func.count()).select_from(Event).where(condition)) or 0
@@ -97,7 +105,8 @@ def purge(sessions: sessionmaker[Session], plan: Plan, *, kinds: set[str], force
         with sessions.begin() as session:
             found = session.execute(
                 select(Event.endpoint, Event.event_id, Event.replay_key, Event.body_digest)
-                .where(condition).limit(plan.batch_size)
+                .where(condition)
+                .limit(plan.batch_size)
             ).all()
             if not found:
                 break
@@ -111,10 +120,13 @@ def purge(sessions: sessionmaker[Session], plan: Plan, *, kinds: set[str], force
 
 def _bury(session: Session, found: Sequence[Any], moment: datetime) -> None:
     """Delete these events, leaving their tombstones, and the bodies no event refers to any more."""
-    session.execute(upsert(session, Tombstone).on_conflict_do_nothing(), [
-        {"endpoint": endpoint, "event_id": event_id, "replay_key": key, "purged_at": moment}
-        for endpoint, event_id, key, _ in found
-    ])
+    session.execute(
+        upsert(session, Tombstone).on_conflict_do_nothing(),
+        [
+            {"endpoint": endpoint, "event_id": event_id, "replay_key": key, "purged_at": moment}
+            for endpoint, event_id, key, _ in found
+        ],
+    )
     keys = [(endpoint, event_id) for endpoint, event_id, _, _ in found]
     session.execute(delete(Event).where(tuple_(Event.endpoint, Event.event_id).in_(keys)))
     session.execute(delete(Duplicate).where(tuple_(Duplicate.endpoint, Duplicate.event_id).in_(keys)))
@@ -129,12 +141,14 @@ def expire_tombstones(sessions: sessionmaker[Session], before: datetime, batch_s
     expired = 0
     while True:
         with sessions.begin() as session:
-            keys = session.execute(select(Tombstone.endpoint, Tombstone.event_id)
-                                   .where(Tombstone.purged_at < before).limit(batch_size)).all()
+            keys = session.execute(
+                select(Tombstone.endpoint, Tombstone.event_id).where(Tombstone.purged_at < before).limit(batch_size)
+            ).all()
             if not keys:
                 return expired
-            session.execute(delete(Tombstone).where(
-                tuple_(Tombstone.endpoint, Tombstone.event_id).in_([tuple(k) for k in keys])))
+            session.execute(
+                delete(Tombstone).where(tuple_(Tombstone.endpoint, Tombstone.event_id).in_([tuple(k) for k in keys]))
+            )
         expired += len(keys)
 
 
@@ -142,11 +156,14 @@ def expire_tombstones(sessions: sessionmaker[Session], before: datetime, batch_s
 @click.option("--older-than", required=True, help="Delete processed/ignored events older than this (30d, 12h…).")
 @click.option("--failed-older-than", help="Delete failed events older than this [default: 2 × older-than]")
 @click.option("--batch-size", default=1000, show_default=True, type=click.IntRange(1, 100_000))
-@click.option("--tombstones-older-than",
-              help="Forget purged ids older than this [default: the longer of 365d and 2 × each window]")
+@click.option(
+    "--tombstones-older-than",
+    help="Forget purged ids older than this [default: the longer of 365d and 2 × each window]",
+)
 @click.option("--force", is_flag=True, help="Purge even inside a provider's retry horizon.")
-def purge_command(older_than: str, failed_older_than: str | None, batch_size: int, tombstones_older_than: str | None,
-                  force: bool) -> None:
+def purge_command(
+    older_than: str, failed_older_than: str | None, batch_size: int, tombstones_older_than: str | None, force: bool
+) -> None:
     """Delete old finished events, in batches (never unfinished ones), leaving tombstones."""
     from webhooks import config
     from webhooks.engines import make_engine, make_sessionmaker
@@ -154,8 +171,12 @@ def purge_command(older_than: str, failed_older_than: str | None, batch_size: in
     try:
         settings = config.load()
         window = parse_age(older_than)
-        plan = Plan(window, parse_age(failed_older_than) if failed_older_than else 2 * window, batch_size,
-                    parse_age(tombstones_older_than) if tombstones_older_than else None)
+        plan = Plan(
+            window,
+            parse_age(failed_older_than) if failed_older_than else 2 * window,
+            batch_size,
+            parse_age(tombstones_older_than) if tombstones_older_than else None,
+        )
         if plan.tombstone_window() < max(plan.older_than, plan.failed_older_than):
             raise ConfigError("--tombstones-older-than must be at least as long as the events' windows")
     except ConfigError as exc:
@@ -168,8 +189,9 @@ def purge_command(older_than: str, failed_older_than: str | None, batch_size: in
         bars.append(click.progressbar(length=count, label=f"purging {count} events").__enter__())
 
     try:
-        deleted = purge(make_sessionmaker(engine), plan, kinds=kinds, force=force,
-                        total=start, progress=lambda n: bars[0].update(n))
+        deleted = purge(
+            make_sessionmaker(engine), plan, kinds=kinds, force=force, total=start, progress=lambda n: bars[0].update(n)
+        )
     except PurgeRefusedError as exc:
         raise click.ClickException(str(exc)) from exc
     finally:

@@ -35,6 +35,7 @@ class Runtime(Protocol):
     @property
     def sessions(self) -> sessionmaker[Session]: ...
 
+
 log = logging.getLogger(__name__)
 # A header name that older versions wrote to mark good basic auth: now only ever client-sent, so it
 # is dropped on the way in and hidden on the way out (the fact lives in ``basic_auth_ok``).
@@ -51,10 +52,12 @@ MAX_HEADERS_TOTAL = 16 * 1024  # characters
 
 def count(session: Session, endpoint: str, reason: str, now: datetime) -> None:
     stmt = upsert(session, RejectionCount).values(endpoint=endpoint, reason=reason, count=1, last_at=now)
-    session.execute(stmt.on_conflict_do_update(
-        index_elements=["endpoint", "reason"],
-        set_={"count": RejectionCount.count + 1, "last_at": stmt.excluded.last_at},
-    ))
+    session.execute(
+        stmt.on_conflict_do_update(
+            index_elements=["endpoint", "reason"],
+            set_={"count": RejectionCount.count + 1, "last_at": stmt.excluded.last_at},
+        )
+    )
 
 
 def _basic(endpoint: Endpoint) -> str:
@@ -128,7 +131,8 @@ def shown_headers(rt: Runtime, rejection: Rejection) -> dict[str, str]:
     hidden = signature_headers(rt, rejection)
     return {
         k: (f"[signature: {len(v)} chars]" if k.lower() in hidden else v)
-        for k, v in rejection.headers.items() if k.lower() != AUTH_MARK
+        for k, v in rejection.headers.items()
+        if k.lower() != AUTH_MARK
     }
 
 
@@ -139,8 +143,9 @@ def budget(settings: Settings) -> tuple[int, int]:
     return max(1, settings.quarantine_rows // shares), max(1, settings.quarantine_bytes // shares)
 
 
-def _row(config: Endpoint, error: VerificationError, headers: dict[str, str], body: bytes, url: str,
-         max_bytes: int) -> dict[str, Any]:
+def _row(
+    config: Endpoint, error: VerificationError, headers: dict[str, str], body: bytes, url: str, max_bytes: int
+) -> dict[str, Any]:
     kept, dropped = keep_headers(headers)
     notes = [error.detail] if error.detail else []
     if dropped:
@@ -151,9 +156,17 @@ def _row(config: Endpoint, error: VerificationError, headers: dict[str, str], bo
     if len(body) + len(url) + len(json.dumps(kept)) > max_bytes:
         notes.append(f"body of {len(body)} bytes not kept (over the quarantine budget)")
         body = b""
-    return {"endpoint": config.name[:100], "kind": config.kind, "reason": error.reason,
-            "detail": "; ".join(notes)[:500], "http_status": error.status, "url": storable_text(url),
-            "headers": kept, "body": body, "basic_auth_ok": basic_auth_ok(config, headers)}
+    return {
+        "endpoint": config.name[:100],
+        "kind": config.kind,
+        "reason": error.reason,
+        "detail": "; ".join(notes)[:500],
+        "http_status": error.status,
+        "url": storable_text(url),
+        "headers": kept,
+        "body": body,
+        "basic_auth_ok": basic_auth_ok(config, headers),
+    }
 
 
 def prune(session: Session, endpoint: str, newest: int, max_rows: int, max_bytes: int) -> None:
@@ -168,11 +181,15 @@ def prune(session: Session, endpoint: str, newest: int, max_rows: int, max_bytes
     if kept <= max_rows and total <= max_bytes:
         return
     newest_first = Rejection.id.desc()
-    ranked = select(
-        Rejection.id,
-        func.sum(size).over(order_by=newest_first).label("running"),
-        func.row_number().over(order_by=newest_first).label("n"),
-    ).where(mine).subquery()
+    ranked = (
+        select(
+            Rejection.id,
+            func.sum(size).over(order_by=newest_first).label("running"),
+            func.row_number().over(order_by=newest_first).label("n"),
+        )
+        .where(mine)
+        .subquery()
+    )
     low_rows, low_bytes = max_rows - max_rows // 10, max_bytes - max_bytes // 10
     cut = session.scalar(select(func.max(ranked.c.id)).where(or_(ranked.c.running > low_bytes, ranked.c.n > low_rows)))
     if cut is not None:
@@ -182,13 +199,17 @@ def prune(session: Session, endpoint: str, newest: int, max_rows: int, max_bytes
 def count_page(session: Session, after: str, limit: int) -> tuple[Sequence[RejectionCount], str | None]:
     """Counts of at most ``limit`` endpoints named after ``after``, and the cursor of the next page."""
     names = session.scalars(
-        select(RejectionCount.endpoint).where(RejectionCount.endpoint > after)
-        .group_by(RejectionCount.endpoint).order_by(RejectionCount.endpoint).limit(limit + 1)
+        select(RejectionCount.endpoint)
+        .where(RejectionCount.endpoint > after)
+        .group_by(RejectionCount.endpoint)
+        .order_by(RejectionCount.endpoint)
+        .limit(limit + 1)
     ).all()
     if not names:
         return [], None
     counts = session.scalars(
-        select(RejectionCount).where(RejectionCount.endpoint.in_(names[:limit]))
+        select(RejectionCount)
+        .where(RejectionCount.endpoint.in_(names[:limit]))
         .order_by(RejectionCount.endpoint, RejectionCount.reason)
     ).all()
     return counts, (names[limit - 1] if len(names) > limit else None)
@@ -208,9 +229,14 @@ def record(
             if config is None or settings.quarantine_rows <= 0 or settings.quarantine_bytes <= 0:
                 return
             max_rows, max_bytes = budget(settings)
-            new_id = session.execute(insert(Rejection).values(
-                received_at=now, **_row(config, error, headers, body, url, max_bytes),
-            ).returning(Rejection.id)).scalar_one()
+            new_id = session.execute(
+                insert(Rejection)
+                .values(
+                    received_at=now,
+                    **_row(config, error, headers, body, url, max_bytes),
+                )
+                .returning(Rejection.id)
+            ).scalar_one()
             prune(session, config.name[:100], new_id, max_rows, max_bytes)
             if new_id % PRUNE_BY_AGE_EVERY == 0:
                 cutoff = now - timedelta(days=settings.quarantine_days)
@@ -227,13 +253,10 @@ class Accept(Protocol[R]):
     """The receiver's verify-store-enqueue path (``receive.accept``), passed in: the receiver
     imports this module, so this one must not import it back."""
 
-    def __call__(self, rt: R, name: str, headers: dict[str, str], body: bytes, url: str, *,
-                 now: float) -> Verified: ...
+    def __call__(self, rt: R, name: str, headers: dict[str, str], body: bytes, url: str, *, now: float) -> Verified: ...
 
 
-def reverify(
-    rt: S, rejection_id: int, accept: Accept[S]
-) -> tuple[Rejection | None, Verified | VerificationError]:
+def reverify(rt: S, rejection_id: int, accept: Accept[S]) -> tuple[Rejection | None, Verified | VerificationError]:
     """Verify a kept rejection again under today's configuration, judging its timestamp against
     its arrival time; when it passes it goes through ``accept`` (the receiver's own path, not a
     copy of it): stored and processed as if it had just arrived."""

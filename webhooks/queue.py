@@ -154,8 +154,11 @@ class JobQueue:
             jid = job_id(endpoint, event_id)
             keys.append(Job.key_for(jid))
             call = (endpoint, event_id)
-            args += [jid, zlib.compress(self.queue.serializer.dumps((JOB, None, call, {}))),
-                     get_call_string(JOB, call, {}, max_length=75) or ""]
+            args += [
+                jid,
+                zlib.compress(self.queue.serializer.dumps((JOB, None, call, {}))),
+                get_call_string(JOB, call, {}, max_length=75) or "",
+            ]
             if len(own) == 3:
                 args.append(json.dumps(retry_intervals(self.settings)))
         return int(self._enqueue_script(keys=keys, args=args))
@@ -168,8 +171,9 @@ class JobQueue:
             own = OWN if self.settings.max_attempts > 1 else OWN[:2]
             skip = {*OWN, "created_at", "enqueued_at"}
             # The fields RQ's unique enqueue writes: the job's ``to_dict`` without its None values.
-            shared = [_text(item) for k, v in job.to_dict().items() if k not in skip and v is not None
-                      for item in (k, v)]
+            shared = [
+                _text(item) for k, v in job.to_dict().items() if k not in skip and v is not None for item in (k, v)
+            ]
             self._shaped = (-1 if job.ttl is None else job.ttl, json.dumps([shared, own]), own)
         return self._shaped
 
@@ -178,9 +182,13 @@ class JobQueue:
         retries = self.settings.max_attempts - 1
         self.queue.get_redis_server_version()  # cached: once per queue (RQ stores it on the job)
         job = self.queue.create_job(
-            JOB, args=(endpoint, event_id), job_id=job_id(endpoint, event_id),
+            JOB,
+            args=(endpoint, event_id),
+            job_id=job_id(endpoint, event_id),
             retry=Retry(max=retries, interval=retry_intervals(self.settings)) if retries else None,
-            timeout=self.settings.job_timeout, result_ttl=500, failure_ttl=7 * 24 * 3600,
+            timeout=self.settings.job_timeout,
+            result_ttl=500,
+            failure_ttl=7 * 24 * 3600,
             status=JobStatus.QUEUED,
         )
         # What RQ's enqueue sets before saving (the origin is set by ``create_job``); pinned against

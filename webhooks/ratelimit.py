@@ -89,8 +89,11 @@ class RateLimits:
             except RedisError as exc:
                 FAILURES.inc()
                 self.paused_until = self.clock() + PAUSE
-                log.warning("rate limit: Redis failed (%s); this process's bucket decides for %ss",
-                            exc.__class__.__name__, PAUSE)
+                log.warning(
+                    "rate limit: Redis failed (%s); this process's bucket decides for %ss",
+                    exc.__class__.__name__,
+                    PAUSE,
+                )
         bucket = self.buckets.get(endpoint)
         if bucket is None:
             with self.lock:

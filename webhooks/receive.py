@@ -131,8 +131,14 @@ def deliver(
     replayed = False
     if verified.events:
         try:
-            item = rows.pending(endpoint, verified, body, rows.stored_headers(endpoint, verified, headers),
-                                datetime.now(UTC), known=lambda name, digest: batch.known_body(rt, name, digest))
+            item = rows.pending(
+                endpoint,
+                verified,
+                body,
+                rows.stored_headers(endpoint, verified, headers),
+                datetime.now(UTC),
+                known=lambda name, digest: batch.known_body(rt, name, digest),
+            )
             if item is not None:
                 # Shares one INSERT, COMMIT and Redis round trip with concurrent deliveries.
                 done = batch.committer(rt).store(item)
@@ -207,7 +213,7 @@ class Front:
 
     def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
         path: str = environ.get("PATH_INFO", "")
-        name = path[len(self.PREFIX):]
+        name = path[len(self.PREFIX) :]
         if environ.get("REQUEST_METHOD") != "POST" or not path.startswith(self.PREFIX) or not name or "/" in name:
             return self.flask(environ, start_response)
         # WSGI carries the path's bytes as latin-1; the route matches the UTF-8 name (as Werkzeug does).
@@ -221,7 +227,9 @@ class Front:
 def receive(endpoint_name: str) -> Response:
     """The same answer through Flask (``Front`` takes these requests first)."""
     status, headers, body = handle(
-        current_app.extensions["webhooks"], current_app.extensions["webhooks_rate_limits"], endpoint_name,
+        current_app.extensions["webhooks"],
+        current_app.extensions["webhooks_rate_limits"],
+        endpoint_name,
         request.environ,
     )
     return Response(body, status=status, headers=headers)
@@ -234,8 +242,13 @@ def _account(
     metrics.DELIVERIES.labels(endpoint, outcome).inc()
     if reason is not None:
         metrics.REJECTIONS.labels(endpoint, reason).inc()
-    fields = {"endpoint": endpoint, "event_ids": ids or [], "outcome": outcome, "reason": reason,
-              "latency_ms": round((time.monotonic() - started) * 1000, 1)}
+    fields = {
+        "endpoint": endpoint,
+        "event_ids": ids or [],
+        "outcome": outcome,
+        "reason": reason,
+        "latency_ms": round((time.monotonic() - started) * 1000, 1),
+    }
     log.info("delivery %s", outcome, extra={"fields": fields})
 
 

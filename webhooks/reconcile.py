@@ -51,14 +51,18 @@ def endpoint_of(rt: Runtime, name: str) -> Endpoint:
     if endpoint is None:
         raise ConfigError(f"no endpoint {name!r}")
     if not providers.get(endpoint.kind).reconciles(endpoint):
-        able = " or ".join(f"a {k} endpoint with an {p.reconcile_with}" for k, p in providers.PROVIDERS.items()
-                           if p.reconcile_with is not None)
+        able = " or ".join(
+            f"a {k} endpoint with an {p.reconcile_with}"
+            for k, p in providers.PROVIDERS.items()
+            if p.reconcile_with is not None
+        )
         raise ConfigError(f"endpoint {name!r}: reconciliation needs {able or 'a kind that lists its events'}")
     return endpoint
 
 
-def reconcile(rt: Runtime, name: str, since: int, *, undelivered: bool = False,
-              progress: Callable[[Missed], None] | None = None) -> Summary:
+def reconcile(
+    rt: Runtime, name: str, since: int, *, undelivered: bool = False, progress: Callable[[Missed], None] | None = None
+) -> Summary:
     """Store and enqueue every event of ``name`` created since ``since`` (unix s) that is missing."""
     from webhooks import batch, rows  # the receiver's own store and enqueue: "as if delivered"
 

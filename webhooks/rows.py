@@ -52,12 +52,21 @@ def body_row(
     whole in its event's row: its ``item_index`` finds the item, as before)."""
     if len(verified.events) < 2 or all(e.index is None for e in verified.events):
         return None
-    return {"endpoint": endpoint.name, "digest": hashlib.sha256(body).hexdigest(), "body": body,
-            "headers": headers, "received_at": now}
+    return {
+        "endpoint": endpoint.name,
+        "digest": hashlib.sha256(body).hexdigest(),
+        "body": body,
+        "headers": headers,
+        "received_at": now,
+    }
 
 
 def event_rows(
-    endpoint: Endpoint, verified: Verified, body: bytes, headers: dict[str, str], now: datetime,
+    endpoint: Endpoint,
+    verified: Verified,
+    body: bytes,
+    headers: dict[str, str],
+    now: datetime,
     digest: str | None = None,
 ) -> list[dict[str, object]]:
     """The ``events`` rows of one verified delivery, without a status (``Store.inserts`` writes
@@ -95,7 +104,11 @@ def event_rows(
 
 
 def pending(
-    endpoint: Endpoint, verified: Verified, body: bytes, headers: dict[str, str], now: datetime,
+    endpoint: Endpoint,
+    verified: Verified,
+    body: bytes,
+    headers: dict[str, str],
+    now: datetime,
     known: Callable[[str, str], bool] | None = None,
 ) -> batch.Pending | None:
     """One verified delivery's rows, ready for the group commit; None for a batch whose body

@@ -39,8 +39,9 @@ class Runtime:
         self.deferred_sessions: sessionmaker[Session] = make_sessionmaker(deferred(self.engine))
         self._processing_lock = sqlite_lock(self.engine, "-processing.lock")
         self.queue = JobQueue(settings)
-        self.store: Store = open_store(self.engine, lock=self.processing, sessions=self.sessions,
-                                       deferred_sessions=self.deferred_sessions)
+        self.store: Store = open_store(
+            self.engine, lock=self.processing, sessions=self.sessions, deferred_sessions=self.deferred_sessions
+        )
 
     @contextlib.contextmanager
     def processing(self, timeout: float | None = None) -> Iterator[bool]:

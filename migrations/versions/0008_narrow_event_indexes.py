@@ -24,15 +24,18 @@ down_revision = "0007"
 branch_labels = None
 depends_on = None
 
-INDEXES = (("ux_events_replay_key", ["endpoint", "replay_key"], True, "replay_key IS NOT NULL"),
-           ("ix_events_reference", ["reference"], False, "reference IS NOT NULL"))
+INDEXES = (
+    ("ux_events_replay_key", ["endpoint", "replay_key"], True, "replay_key IS NOT NULL"),
+    ("ix_events_reference", ["reference"], False, "reference IS NOT NULL"),
+)
 
 
 def upgrade() -> None:
     for name, columns, unique, where in INDEXES:
         op.drop_index(name, table_name="events")
-        op.create_index(name, "events", columns, unique=unique, postgresql_where=sa.text(where),
-                        sqlite_where=sa.text(where))
+        op.create_index(
+            name, "events", columns, unique=unique, postgresql_where=sa.text(where), sqlite_where=sa.text(where)
+        )
 
 
 def downgrade() -> None:

@@ -44,8 +44,9 @@ BEGIN
   RETURN NEW;
 END
 $$"""
-PG_TRIGGER = ("CREATE TRIGGER tg_events_tombstoned BEFORE INSERT ON events"
-              " FOR EACH ROW EXECUTE FUNCTION events_skip_tombstoned()")
+PG_TRIGGER = (
+    "CREATE TRIGGER tg_events_tombstoned BEFORE INSERT ON events FOR EACH ROW EXECUTE FUNCTION events_skip_tombstoned()"
+)
 SQLITE_TRIGGER = """
 CREATE TRIGGER tg_events_tombstoned BEFORE INSERT ON events
 WHEN EXISTS (SELECT 1 FROM tombstones t WHERE t.endpoint = NEW.endpoint AND t.event_id = NEW.event_id)
@@ -63,8 +64,10 @@ def create_trigger() -> None:
 
 
 def drop_trigger() -> None:
-    op.execute("DROP TRIGGER IF EXISTS tg_events_tombstoned" +
-               (" ON events" if op.get_bind().dialect.name == "postgresql" else ""))
+    op.execute(
+        "DROP TRIGGER IF EXISTS tg_events_tombstoned"
+        + (" ON events" if op.get_bind().dialect.name == "postgresql" else "")
+    )
     if op.get_bind().dialect.name == "postgresql":
         op.execute("DROP FUNCTION IF EXISTS events_skip_tombstoned()")
 
@@ -93,13 +96,23 @@ def upgrade() -> None:
         sa.PrimaryKeyConstraint("endpoint", "event_id", name=op.f("pk_tombstones")),
     )
     where = "replay_key IS NOT NULL"
-    op.create_index("ix_tombstones_replay_key", "tombstones", ["endpoint", "replay_key"],
-                    postgresql_where=sa.text(where), sqlite_where=sa.text(where))
+    op.create_index(
+        "ix_tombstones_replay_key",
+        "tombstones",
+        ["endpoint", "replay_key"],
+        postgresql_where=sa.text(where),
+        sqlite_where=sa.text(where),
+    )
     op.create_index("ix_tombstones_purged_at", "tombstones", ["purged_at"])
     op.add_column("events", sa.Column("body_digest", sa.String(length=64), nullable=True))
     where = "body_digest IS NOT NULL"
-    op.create_index("ix_events_body_digest", "events", ["endpoint", "body_digest"],
-                    postgresql_where=sa.text(where), sqlite_where=sa.text(where))
+    op.create_index(
+        "ix_events_body_digest",
+        "events",
+        ["endpoint", "body_digest"],
+        postgresql_where=sa.text(where),
+        sqlite_where=sa.text(where),
+    )
     create_trigger()
     _split_bodies(op.get_bind())
 
@@ -120,14 +133,24 @@ def _tables(conn: sa.Connection) -> tuple[sa.Table, sa.Table]:
     meta = sa.MetaData()
     json_type = _json(conn)
     events = sa.Table(
-        "events", meta, sa.Column("endpoint", sa.String), sa.Column("event_id", sa.String),
-        sa.Column("kind", sa.String), sa.Column("payload", sa.LargeBinary), sa.Column("item_index", sa.Integer),
-        sa.Column("headers", json_type), sa.Column("received_at", sa.DateTime(timezone=True)),
+        "events",
+        meta,
+        sa.Column("endpoint", sa.String),
+        sa.Column("event_id", sa.String),
+        sa.Column("kind", sa.String),
+        sa.Column("payload", sa.LargeBinary),
+        sa.Column("item_index", sa.Integer),
+        sa.Column("headers", json_type),
+        sa.Column("received_at", sa.DateTime(timezone=True)),
         sa.Column("body_digest", sa.String),
     )
     bodies = sa.Table(
-        "bodies", meta, sa.Column("endpoint", sa.String), sa.Column("digest", sa.String),
-        sa.Column("body", sa.LargeBinary), sa.Column("headers", json_type),
+        "bodies",
+        meta,
+        sa.Column("endpoint", sa.String),
+        sa.Column("digest", sa.String),
+        sa.Column("body", sa.LargeBinary),
+        sa.Column("headers", json_type),
         sa.Column("received_at", sa.DateTime(timezone=True)),
     )
     return events, bodies
@@ -142,8 +165,17 @@ def _split_bodies(conn: sa.Connection) -> None:
     todo = (events.c.item_index.is_not(None)) & (events.c.body_digest.is_(None))
     while True:
         batch = conn.execute(
-            sa.select(events.c.endpoint, events.c.event_id, events.c.kind, events.c.payload, events.c.item_index,
-                      events.c.headers, events.c.received_at).where(todo).limit(CHUNK)
+            sa.select(
+                events.c.endpoint,
+                events.c.event_id,
+                events.c.kind,
+                events.c.payload,
+                events.c.item_index,
+                events.c.headers,
+                events.c.received_at,
+            )
+            .where(todo)
+            .limit(CHUNK)
         ).all()
         if not batch:
             return
@@ -152,16 +184,23 @@ def _split_bodies(conn: sa.Connection) -> None:
             digest = hashlib.sha256(payload).hexdigest()
             if digest not in parsed:
                 parsed[digest] = json.loads(payload)
-                known = conn.execute(sa.select(bodies.c.digest).where(
-                    bodies.c.endpoint == endpoint, bodies.c.digest == digest)).first()
+                known = conn.execute(
+                    sa.select(bodies.c.digest).where(bodies.c.endpoint == endpoint, bodies.c.digest == digest)
+                ).first()
                 if known is None:
-                    conn.execute(sa.insert(bodies).values(endpoint=endpoint, digest=digest, body=payload,
-                                                          headers=headers, received_at=received_at))
+                    conn.execute(
+                        sa.insert(bodies).values(
+                            endpoint=endpoint, digest=digest, body=payload, headers=headers, received_at=received_at
+                        )
+                    )
             provider = PROVIDERS.get(kind)
             data = parsed[digest]
             item = provider.item(data, index) if provider is not None else data[index]
-            conn.execute(sa.update(events).where(events.c.endpoint == endpoint, events.c.event_id == event_id)
-                         .values(payload=encode_item(item), headers={}, body_digest=digest))
+            conn.execute(
+                sa.update(events)
+                .where(events.c.endpoint == endpoint, events.c.event_id == event_id)
+                .values(payload=encode_item(item), headers={}, body_digest=digest)
+            )
 
 
 def _join_bodies(conn: sa.Connection) -> None:
@@ -176,5 +215,8 @@ def _join_bodies(conn: sa.Connection) -> None:
         if not batch:
             return
         for endpoint, event_id, body, headers in batch:
-            conn.execute(sa.update(events).where(events.c.endpoint == endpoint, events.c.event_id == event_id)
-                         .values(payload=body, headers=headers, body_digest=None))
+            conn.execute(
+                sa.update(events)
+                .where(events.c.endpoint == endpoint, events.c.event_id == event_id)
+                .values(payload=body, headers=headers, body_digest=None)
+            )

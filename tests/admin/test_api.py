@@ -58,8 +58,17 @@ def filled(app: Flask) -> FlaskClient:
 def test_list_newest_first_with_fields(filled: FlaskClient) -> None:
     events = filled.get("/admin/api/events", headers=admin_headers()).get_json()["events"]
     assert [e["event_id"] for e in events] == ["evt_3", "evt_2", "evt_1", "evt_0"]
-    assert set(events[0]) == {"provider", "endpoint", "event_id", "type", "status", "attempts", "received_at",
-                              "processed_at", "last_error"}
+    assert set(events[0]) == {
+        "provider",
+        "endpoint",
+        "event_id",
+        "type",
+        "status",
+        "attempts",
+        "received_at",
+        "processed_at",
+        "last_error",
+    }
     assert (events[0]["status"], events[1]["status"], events[1]["attempts"]) == ("queued", "processed", 1)
 
 
@@ -74,8 +83,9 @@ def test_event_names_its_endpoint_as_provider_and_endpoint(sqlite_url: str) -> N
     drain(client.application)
     listed = client.get("/admin/api/events?endpoint=stripe_connect", headers=admin_headers()).get_json()["events"]
     detail = client.get("/admin/api/events/stripe_connect/evt_c1", headers=admin_headers()).get_json()
-    replayed = client.post("/admin/api/events/stripe_connect/evt_c1/replay", json={"reason": "test"},
-                           headers=admin_headers()).get_json()
+    replayed = client.post(
+        "/admin/api/events/stripe_connect/evt_c1/replay", json={"reason": "test"}, headers=admin_headers()
+    ).get_json()
     for answer in (listed[0], detail, detail["object_events"][0], replayed):
         assert (answer["provider"], answer["endpoint"]) == ("stripe_connect", "stripe_connect"), answer
     assert detail["kind"] == "stripe"
@@ -118,6 +128,7 @@ def test_object_state(filled: FlaskClient) -> None:
 
 # ===== the console's additions: cursor, filters, search, counts, attempts, bulk replay, audit =====
 
+
 def get(client: FlaskClient, url: str) -> Any:
     response = client.get(url, headers=admin_headers())
     assert response.status_code == 200, response.data
@@ -128,8 +139,9 @@ def post(client: FlaskClient, url: str, body: dict[str, Any]) -> Any:
     return client.post(url, json=body, headers=admin_headers())
 
 
-def deliver_stripe(client: FlaskClient, event_id: str, type_: str = "payment_intent.succeeded",
-                   obj_id: str = "pi_1") -> None:
+def deliver_stripe(
+    client: FlaskClient, event_id: str, type_: str = "payment_intent.succeeded", obj_id: str = "pi_1"
+) -> None:
     body = stripe_event(event_id, type_, obj={"id": obj_id, "object": "payment_intent"})
     assert client.post("/webhooks/stripe", data=body, headers=stripe_headers(body)).status_code == 200
 
@@ -144,8 +156,10 @@ def mixed(any_app: Flask) -> FlaskClient:
     body = stripe_event("evt_bad", "charge.refunded", obj={"id": "ch_9", "object": "charge"})
     client.post("/webhooks/stripe", data=body, headers=stripe_headers(body))
     client.post("/webhooks/adyen", data=adyen_body(adyen_item(psp="PAY7", reference="order-77")))
-    client.post("/webhooks/adyen", data=adyen_body(adyen_item(psp="CAP7", code="CAPTURE", original="PAY7",
-                                                              reference="order-77")))
+    client.post(
+        "/webhooks/adyen",
+        data=adyen_body(adyen_item(psp="CAP7", code="CAPTURE", original="PAY7", reference="order-77")),
+    )
     drain(any_app)
     sample_handlers.FAIL_TYPES.clear()
     return client
@@ -221,8 +235,11 @@ def test_single_replay_is_audited_and_processing_is_409(mixed: FlaskClient, any_
     drain(any_app)
     assert get(mixed, "/admin/api/events/stripe/evt_bad")["status"] == "processed"
     log = get(mixed, "/admin/api/replays")["replays"]
-    assert (log[0]["who"], log[0]["reason"], log[0]["event_ids"]) == ("admin", "(no reason given)",
-                                                                       [["stripe", "evt_bad"]])
+    assert (log[0]["who"], log[0]["reason"], log[0]["event_ids"]) == (
+        "admin",
+        "(no reason given)",
+        [["stripe", "evt_bad"]],
+    )
     with any_app.extensions["webhooks"].engine.begin() as conn:
         conn.exec_driver_sql("UPDATE events SET status = 'processing' WHERE event_id = 'evt_1'")
     answer = post(mixed, "/admin/api/events/stripe/evt_1/replay", {"reason": "x"})
@@ -257,7 +274,9 @@ def test_api_posts_must_be_json(client: FlaskClient, content_type: str | None) -
 
 
 @pytest.mark.parametrize("headers", [{"Origin": "https://evil.example"}, {"Sec-Fetch-Site": "cross-site"}])
-def test_api_posts_from_another_site_are_refused_even_without_a_body(client: FlaskClient, headers: dict[str, str]) -> None:
+def test_api_posts_from_another_site_are_refused_even_without_a_body(
+    client: FlaskClient, headers: dict[str, str]
+) -> None:
     for url in ("/admin/api/events/stripe/evt_1/replay", "/admin/api/rejections/1/reverify"):
         response = client.post(url, headers=admin_headers() | headers)
         assert (response.status_code, response.get_json()) == (403, {"error": "cross_site_request"})

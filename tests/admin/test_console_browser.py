@@ -35,8 +35,14 @@ from tests.conftest import (
 )
 
 CHROMIUM = os.environ.get("WEBHOOKS_TEST_CHROMIUM", "/usr/bin/chromium")
-ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-        "--disable-sync", "--no-first-run"]
+ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
 OUTPUT = ROOT / "test-output"
 pytestmark = pytest.mark.slow
 
@@ -90,8 +96,10 @@ def seed(base: str) -> None:
         type_ = ("payment_intent.created", "payment_intent.succeeded", "invoice.paid")[i % 3]
         obj = {"id": f"pi_3Ox{i:04d}", "object": "payment_intent", "amount": 1000 + i, "currency": "eur"}
         deliver_stripe(base, f"evt_1Ox{i:04d}", type_, obj)
-    items = [adyen_item(psp="8816178914391238", reference="ORDER-2024-0042"),
-             adyen_item(psp="8816178914391777", code="CAPTURE", original="8816178914391238", reference="ORDER-2024-0042")]
+    items = [
+        adyen_item(psp="8816178914391238", reference="ORDER-2024-0042"),
+        adyen_item(psp="8816178914391777", code="CAPTURE", original="8816178914391238", reference="ORDER-2024-0042"),
+    ]
     for item in items:
         assert requests.post(f"{base}/webhooks/adyen", data=adyen_body(item), timeout=5).text == "[accepted]"
     deliver_stripe(base, "evt_refund_fail", "charge.refunded", {"id": "ch_3Fail", "object": "charge", "refunded": True})
@@ -108,8 +116,9 @@ def test_operator_finds_inspects_and_replays_in_the_browser(server: tuple[str, F
     assert anonymous.request.get(f"{base}/admin/").status == 401  # no credentials, no console
     anonymous.close()
 
-    context = browser.new_context(http_credentials={"username": "admin", "password": ADMIN_PASSWORD},
-                                  viewport={"width": 1280, "height": 820})
+    context = browser.new_context(
+        http_credentials={"username": "admin", "password": ADMIN_PASSWORD}, viewport={"width": 1280, "height": 820}
+    )
     page = context.new_page()
     assert page.goto(f"{base}/admin/").status == 200  # logged in with HTTP Basic
     assert page.locator("table.events tbody tr").count() == 15
@@ -126,7 +135,9 @@ def test_operator_finds_inspects_and_replays_in_the_browser(server: tuple[str, F
     page.fill("input[name=q]", "8816178914391238")
     page.click("form.filters button[type=submit]")
     assert sorted(page.locator("table.events tbody tr a.eid").all_inner_texts()) == [
-        "8816178914391238:AUTHORISATION:true", "8816178914391777:CAPTURE:true"]
+        "8816178914391238:AUTHORISATION:true",
+        "8816178914391777:CAPTURE:true",
+    ]
 
     # Open a detail page.
     page.click("text=8816178914391777:CAPTURE:true")
@@ -169,8 +180,20 @@ def test_operator_finds_inspects_and_replays_in_the_browser(server: tuple[str, F
     context.close()
 
 
-ODD_IDS = [".", "..", "a/./b", "a/../b", "/lead", "x/../../stripe/evt_legit", "100%", "what?x=1", "frag#ment",
-           "a//b", "%2e%2e", "back\\slash"]
+ODD_IDS = [
+    ".",
+    "..",
+    "a/./b",
+    "a/../b",
+    "/lead",
+    "x/../../stripe/evt_legit",
+    "100%",
+    "what?x=1",
+    "frag#ment",
+    "a//b",
+    "%2e%2e",
+    "back\\slash",
+]
 
 
 def test_odd_event_ids_open_their_own_event_when_clicked(server: tuple[str, Flask], browser: Any) -> None:
@@ -201,8 +224,10 @@ def test_odd_event_ids_open_their_own_event_when_clicked(server: tuple[str, Flas
         assert event_facts(page).get("Event id") == event_id
     page.goto(f"{base}/admin/audit")
     audit = page.locator("table")
-    assert [audit.get_by_role("link", name=name, exact=True).count() for name in
-            ("x/../../stripe/evt_legit", "..", "evt_legit", ".")] == [1, 1, 0, 0]
+    assert [
+        audit.get_by_role("link", name=name, exact=True).count()
+        for name in ("x/../../stripe/evt_legit", "..", "evt_legit", ".")
+    ] == [1, 1, 0, 0]
     context.close()
 
 
@@ -228,15 +253,22 @@ def test_pages_fit_1440px_and_request_nothing_missing(server: tuple[str, Flask],
         conn.execute(sa.text("UPDATE events SET last_error = :e WHERE event_id = :i"), {"e": LONG_ERROR, "i": LONG_ID})
     sample_handlers.FAIL_TYPES.clear()
     OUTPUT.mkdir(exist_ok=True)
-    context = browser.new_context(http_credentials={"username": "admin", "password": ADMIN_PASSWORD},
-                                  viewport={"width": 1440, "height": 900})
+    context = browser.new_context(
+        http_credentials={"username": "admin", "password": ADMIN_PASSWORD}, viewport={"width": 1440, "height": 900}
+    )
     page = context.new_page()
     failures: list[str] = []
     requested: list[str] = []
     page.on("response", lambda r: failures.append(f"{r.status} {r.url}") if r.status >= 400 else None)
     page.on("request", lambda r: requested.append(r.url))
-    pages = {"events": "/admin/", "dead": "/admin/dead", "detail": f"/admin/events/stripe/{LONG_ID}",
-             "audit": "/admin/audit", "bulk": "/admin/replay?status=failed", "rejections": "/admin/rejections"}
+    pages = {
+        "events": "/admin/",
+        "dead": "/admin/dead",
+        "detail": f"/admin/events/stripe/{LONG_ID}",
+        "audit": "/admin/audit",
+        "bulk": "/admin/replay?status=failed",
+        "rejections": "/admin/rejections",
+    }
     for name, path in pages.items():
         assert page.goto(base + path).status == 200, path
         page.wait_for_load_state("load")

@@ -63,14 +63,17 @@ def test_single_replay(cli_env: Flask) -> None:
     assert "queued stripe/evt_ok" in run("replay", "stripe", "evt_ok", "--reason", "check")
 
 
-@pytest.mark.parametrize(("args", "reason"), [
-    (["list", "--since", "0001-01-01T00:00:00+14:00"], "bad_time"),
-    (["list", "--until", "9999-12-31T23:59:59-14:00"], "bad_time"),
-    (["list", "--cursor", "²"], "bad_cursor"),
-    (["replay", "--status", "failed", "--since", "9999-12-31T23:59:59-14:00", "--dry-run"], "bad_time"),
-    (["replay", "stripe", "evt_bad", "--reason", "\udcff"], "bad_reason"),  # a non-UTF-8 argv byte
-    (["show", "stripe", "evt_\udcff"], "no event"),
-])
+@pytest.mark.parametrize(
+    ("args", "reason"),
+    [
+        (["list", "--since", "0001-01-01T00:00:00+14:00"], "bad_time"),
+        (["list", "--until", "9999-12-31T23:59:59-14:00"], "bad_time"),
+        (["list", "--cursor", "²"], "bad_cursor"),
+        (["replay", "--status", "failed", "--since", "9999-12-31T23:59:59-14:00", "--dry-run"], "bad_time"),
+        (["replay", "stripe", "evt_bad", "--reason", "\udcff"], "bad_reason"),  # a non-UTF-8 argv byte
+        (["show", "stripe", "evt_\udcff"], "no event"),
+    ],
+)
 def test_hostile_options_are_a_usage_error_not_a_traceback(cli_env: Flask, args: list[str], reason: str) -> None:
     result = CliRunner().invoke(main, ["events", *args], catch_exceptions=False)
     assert result.exit_code in (1, 2) and reason in result.output, result.output
@@ -85,40 +88,66 @@ def test_list_prints_a_header_and_aligned_columns(cli_env: Flask) -> None:
     ]
     for column in ("STATUS", "ENDPOINT", "TRIES", "TYPE", "EVENT ID"):  # every cell starts under its heading
         start = lines[0].index(column)
-        assert all(line[start - 2:start] == "  " and line[start] != " " for line in lines), column
+        assert all(line[start - 2 : start] == "  " and line[start] != " " for line in lines), column
     assert run("list", "--status", "ignored") == "no events match\n"
     assert run("list", "--endpoint", "adyen") == "no events match\n"
 
 
-@pytest.mark.parametrize(("args", "line"), [
-    (["list", "--status", "bogus"], "Error: Invalid value for '--status': 'bogus' is not one of 'received', "
-                                    "'queued', 'processing', 'processed', 'failed', 'ignored'."),
-    (["replay", "--status", "done", "--dry-run"], "Error: Invalid value for '--status': 'done' is not one of "
-                                                  "'received', 'queued', 'processing', 'processed', 'failed', "
-                                                  "'ignored'."),
-    (["list", "--since", "yesterday"], "Error: Invalid value for '--since': takes an ISO 8601 time in the years 1 "
-                                       "to 9999, UTC unless it has an offset, e.g. 2024-01-31T00:00:00Z (bad_time)"),
-    (["list", "--until", "9999-12-31T23:59:59-14:00"], "Error: Invalid value for '--until': takes an ISO 8601 time "
-                                                       "in the years 1 to 9999, UTC unless it has an offset, e.g. "
-                                                       "2024-01-31T00:00:00Z (bad_time)"),
-    (["list", "--cursor", "nope"], "Error: Invalid value for '--cursor': takes the next_cursor printed by the "
-                                   "previous page (bad_cursor)"),
-    (["list", "--type", "a\x00b"], "Error: Invalid value for '--type': holds a character that cannot be stored "
-                                   "(NUL or an unpaired surrogate) (bad_type)"),
-    (["replay", "stripe", "evt_bad", "--reason", "\udcff"], "Error: Invalid value for '--reason': holds a character "
-                                                            "that cannot be stored (NUL or an unpaired surrogate) "
-                                                            "(bad_reason)"),
-])
+@pytest.mark.parametrize(
+    ("args", "line"),
+    [
+        (
+            ["list", "--status", "bogus"],
+            "Error: Invalid value for '--status': 'bogus' is not one of 'received', "
+            "'queued', 'processing', 'processed', 'failed', 'ignored'.",
+        ),
+        (
+            ["replay", "--status", "done", "--dry-run"],
+            "Error: Invalid value for '--status': 'done' is not one of "
+            "'received', 'queued', 'processing', 'processed', 'failed', "
+            "'ignored'.",
+        ),
+        (
+            ["list", "--since", "yesterday"],
+            "Error: Invalid value for '--since': takes an ISO 8601 time in the years 1 "
+            "to 9999, UTC unless it has an offset, e.g. 2024-01-31T00:00:00Z (bad_time)",
+        ),
+        (
+            ["list", "--until", "9999-12-31T23:59:59-14:00"],
+            "Error: Invalid value for '--until': takes an ISO 8601 time "
+            "in the years 1 to 9999, UTC unless it has an offset, e.g. "
+            "2024-01-31T00:00:00Z (bad_time)",
+        ),
+        (
+            ["list", "--cursor", "nope"],
+            "Error: Invalid value for '--cursor': takes the next_cursor printed by the previous page (bad_cursor)",
+        ),
+        (
+            ["list", "--type", "a\x00b"],
+            "Error: Invalid value for '--type': holds a character that cannot be stored "
+            "(NUL or an unpaired surrogate) (bad_type)",
+        ),
+        (
+            ["replay", "stripe", "evt_bad", "--reason", "\udcff"],
+            "Error: Invalid value for '--reason': holds a character "
+            "that cannot be stored (NUL or an unpaired surrogate) "
+            "(bad_reason)",
+        ),
+    ],
+)
 def test_option_errors_name_the_option_and_the_valid_values(cli_env: Flask, args: list[str], line: str) -> None:
     result = CliRunner().invoke(main, ["events", *args], catch_exceptions=False)
     assert result.exit_code == 2
     assert result.output.splitlines()[-1] == line
 
 
-@pytest.mark.parametrize(("args", "line"), [
-    (["replay", "stripe", "evt_nope", "--reason", "x"], "Error: no event stripe/evt_nope (not_found)"),
-    (["show", "stripe", "evt_nope"], "Error: no event stripe/evt_nope"),
-])
+@pytest.mark.parametrize(
+    ("args", "line"),
+    [
+        (["replay", "stripe", "evt_nope", "--reason", "x"], "Error: no event stripe/evt_nope (not_found)"),
+        (["show", "stripe", "evt_nope"], "Error: no event stripe/evt_nope"),
+    ],
+)
 def test_missing_events_are_one_line(cli_env: Flask, args: list[str], line: str) -> None:
     result = CliRunner().invoke(main, ["events", *args], catch_exceptions=False)
     assert (result.exit_code, result.output) == (1, line + "\n")

@@ -20,34 +20,53 @@ def text_of(app: Flask, url: str) -> str:
     return re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", page.get_data(as_text=True)))
 
 
-@pytest.mark.parametrize(("event_type", "rank"), [
-    ("payment_intent.created", "created"), ("payment_intent.processing", "update"),
-    ("payment_intent.succeeded", "terminal"),
-])
+@pytest.mark.parametrize(
+    ("event_type", "rank"),
+    [
+        ("payment_intent.created", "created"),
+        ("payment_intent.processing", "update"),
+        ("payment_intent.succeeded", "terminal"),
+    ],
+)
 def test_stripe_versions_read_as_created_time_and_rank(event_type: str, rank: str) -> None:
     created = int(datetime(2024, 5, 1, 10, 0, tzinfo=UTC).timestamp())
-    ref = providers.get("stripe").extract(event_type, {"created": created, "data": {"object": {
-        "id": "pi_1", "object": "payment_intent"}}})
+    ref = providers.get("stripe").extract(
+        event_type, {"created": created, "data": {"object": {"id": "pi_1", "object": "payment_intent"}}}
+    )
     assert ref is not None
     assert versions.describe("stripe", ref.version) == f"created 2024-05-01 10:00:00 UTC, rank {rank}"
 
 
-@pytest.mark.parametrize(("code", "stage"), [
-    ("AUTHORISATION", "stage 1 (authorisation)"), ("CAPTURE", "stage 2 (capture)"),
-    ("REFUND", "stage 3 (cancel or refund)"), ("CHARGEBACK", "stage 4 (dispute)"),
-])
+@pytest.mark.parametrize(
+    ("code", "stage"),
+    [
+        ("AUTHORISATION", "stage 1 (authorisation)"),
+        ("CAPTURE", "stage 2 (capture)"),
+        ("REFUND", "stage 3 (cancel or refund)"),
+        ("CHARGEBACK", "stage 4 (dispute)"),
+    ],
+)
 def test_adyen_versions_read_as_stage_and_event_date(code: str, stage: str) -> None:
     """Rows stored before the payment fold carry ``stage × 10^14 + eventDate ms``; the fold's own
     versions count the notifications applied."""
-    item = {"eventCode": code, "eventDate": "2024-05-01T12:00:00+02:00", "pspReference": "psp1",
-            "originalReference": "psp0", "success": "true", "amount": {"value": 100, "currency": "EUR"}}
+    item = {
+        "eventCode": code,
+        "eventDate": "2024-05-01T12:00:00+02:00",
+        "pspReference": "psp1",
+        "originalReference": "psp0",
+        "success": "true",
+        "amount": {"value": 100, "currency": "EUR"},
+    }
     event_ms = int(datetime(2024, 5, 1, 10, 0, tzinfo=UTC).timestamp() * 1000)
     number = int(stage.split()[1])
     assert versions.describe("adyen", number * 10**14 + event_ms) == f"{stage}, eventDate 2024-05-01 10:00:00 UTC"
     ref = providers.get("adyen").extract(code, item)
     assert ref is not None
-    expected = (f"{stage}, eventDate 2024-05-01 10:00:00 UTC" if ref.version >= 10**14
-                else f"fold of {ref.version} notification(s)")
+    expected = (
+        f"{stage}, eventDate 2024-05-01 10:00:00 UTC"
+        if ref.version >= 10**14
+        else f"fold of {ref.version} notification(s)"
+    )
     assert versions.describe("adyen", ref.version) == expected
 
 
@@ -62,7 +81,12 @@ def test_event_page_explains_version_and_signed_time(app: Flask) -> None:
     created = int(datetime(2024, 5, 1, 10, 0, tzinfo=UTC).timestamp())
     body = stripe_event("evt_v", "payment_intent.succeeded", created)
     signed = int(datetime.now(UTC).timestamp())
-    assert app.test_client().post("/webhooks/stripe", data=body, headers=stripe_headers(body, timestamp=signed)).status_code == 200
+    assert (
+        app.test_client()
+        .post("/webhooks/stripe", data=body, headers=stripe_headers(body, timestamp=signed))
+        .status_code
+        == 200
+    )
     item = adyen_item(psp="psp_cap", code="CAPTURE", original="psp_auth", event_date="2024-05-01T12:00:00+02:00")
     assert app.test_client().post("/webhooks/adyen", data=adyen_body(item)).status_code == 200
     drain(app)
@@ -71,8 +95,9 @@ def test_event_page_explains_version_and_signed_time(app: Flask) -> None:
     iso = datetime.fromtimestamp(signed, UTC).strftime("%Y-%m-%d %H:%M:%SZ")
     assert f"Signed at {iso} (unix {signed}; received" in page
     adyen = text_of(app, "/admin/events/adyen/psp_cap:CAPTURE:true")
-    assert ("stage 2 (capture), eventDate 2024-05-01 10:00:00 UTC" in adyen
-            or "fold of 1 notification(s)" in adyen)  # before / after the payment fold
+    assert (
+        "stage 2 (capture), eventDate 2024-05-01 10:00:00 UTC" in adyen or "fold of 1 notification(s)" in adyen
+    )  # before / after the payment fold
 
 
 def test_attempts_are_counted_since_the_last_replay(any_app: Flask) -> None:

@@ -33,7 +33,9 @@ def test_no_admin_route_answers_without_auth(app: Flask, sqlite_url: str) -> Non
         assert client.open(url, method=method).status_code == 401, url
         # Each wrong password from its own address: one address is throttled after a few (test_admin_throttle).
         guesser = {"REMOTE_ADDR": f"10.9.{i // 256}.{i % 256}"}
-        assert client.open(url, method=method, auth=("admin", "nope"), environ_overrides=guesser).status_code == 401, url
+        assert client.open(url, method=method, auth=("admin", "nope"), environ_overrides=guesser).status_code == 401, (
+            url
+        )
     off = make_app(base_config(sqlite_url.replace(".db", "-off.db"), WEBHOOKS_ADMIN_PASSWORD="")).test_client()
     for method, url in urls:
         assert off.open(url, method=method, headers=admin_headers()).status_code == 404, url
@@ -44,15 +46,20 @@ def test_script_in_a_payload_is_shown_escaped(app: Flask, client: FlaskClient) -
     body = stripe_event("evt_<b>x</b>", obj={"id": "pi_<img src=x onerror=alert(1)>", "object": "payment_intent"})
     client.post("/webhooks/stripe", data=body, headers=stripe_headers(body))
     drain(app)
-    pages = [client.get("/admin/", headers=admin_headers()), client.get("/admin/events/stripe/evt_xss", headers=admin_headers()),
-             client.get("/admin/events/stripe/evt_<b>x</b>", headers=admin_headers())]
+    pages = [
+        client.get("/admin/", headers=admin_headers()),
+        client.get("/admin/events/stripe/evt_xss", headers=admin_headers()),
+        client.get("/admin/events/stripe/evt_<b>x</b>", headers=admin_headers()),
+    ]
     for page in pages:
         html = page.get_data(as_text=True)
         assert page.status_code == 200 and "<script" not in html and "<img src=x" not in html and "<b>x" not in html
         assert "script-src" not in page.headers["Content-Security-Policy"]  # default-src 'none' forbids scripts
     assert "&lt;script&gt;alert(" in pages[1].get_data(as_text=True)
     raw = client.get("/admin/events/stripe/evt_xss?format=raw", headers=admin_headers())
-    assert raw.headers["Content-Type"] == "application/octet-stream" and raw.headers["Content-Disposition"].startswith("attachment")
+    assert raw.headers["Content-Type"] == "application/octet-stream" and raw.headers["Content-Disposition"].startswith(
+        "attachment"
+    )
     assert XSS.encode() in raw.data  # the exact bytes, untouched
 
 
@@ -126,8 +133,14 @@ SEED = {
                strftime('%Y-%m-%d %H:%M:%S', 'now') || '.000000', X'7B7D', '{}', 'stripe-v1', 'pi_seed_' || g
         FROM seq""",
 }
-PAGES = ["/admin/", "/admin/?status=failed", "/admin/?endpoint=stripe&status=processed",
-         "/admin/?q=pi_seed_500", "/admin/dead", "/admin/api/events?status=failed"]
+PAGES = [
+    "/admin/",
+    "/admin/?status=failed",
+    "/admin/?endpoint=stripe&status=processed",
+    "/admin/?q=pi_seed_500",
+    "/admin/dead",
+    "/admin/api/events?status=failed",
+]
 
 
 def seed(app: Flask, start: int, stop: int) -> None:
@@ -159,7 +172,8 @@ def page_costs(client: FlaskClient, app: Flask) -> dict[str, int]:
             response = client.get(url, headers=admin_headers())
         assert response.status_code == 200, (url, response.data[:300])
         costs[url.split("cursor=")[0] + ("cursor" if "cursor=" in url else "")] = len(
-            [s for s in statements if not s.startswith(("BEGIN", "COMMIT", "ROLLBACK"))])
+            [s for s in statements if not s.startswith(("BEGIN", "COMMIT", "ROLLBACK"))]
+        )
     return costs
 
 
@@ -199,8 +213,12 @@ def test_plans_use_the_feed_indexes_on_postgresql(pg_url: str) -> None:
     plans = {
         "default": explain(app, queries.feed(queries.Filters()).limit(51)),
         "status": explain(app, queries.feed(queries.Filters(status="failed")).limit(51)),
-        "next page": explain(app, queries.feed(queries.Filters()).where(
-            sa.tuple_(*[queries.Event.received_at, queries.Event.endpoint, queries.Event.event_id]) < cursor).limit(51)),
+        "next page": explain(
+            app,
+            queries.feed(queries.Filters())
+            .where(sa.tuple_(*[queries.Event.received_at, queries.Event.endpoint, queries.Event.event_id]) < cursor)
+            .limit(51),
+        ),
         "search": explain(app, queries.feed(queries.Filters(q="pi_seed_77"), endpoints).limit(51)),
     }
     for name, plan in plans.items():

@@ -74,7 +74,9 @@ def cli(app: Flask, redis_url: str, monkeypatch: pytest.MonkeyPatch, *args: str)
 
 
 def test_replays_while_redis_is_down_are_audited_then_swept_and_processed_once(
-    outage_app: Flask, redis_server: Redis, monkeypatch: pytest.MonkeyPatch,
+    outage_app: Flask,
+    redis_server: Redis,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     app, client, headers = outage_app, outage_app.test_client(), admin_headers()
     sample_handlers.FAIL_TYPES.add("charge.refunded")
@@ -92,8 +94,9 @@ def test_replays_while_redis_is_down_are_audited_then_swept_and_processed_once(
     assert api.status_code == 202, api.get_data(as_text=True)
     assert api.get_json()["queued"] is False and PENDING in api.get_json()["detail"]
     token = csrf_token(client, "/admin/events/stripe/evt_ok")
-    form = client.post("/admin/events/stripe/evt_ok/replay", data={"reason": "page", "csrf_token": token},
-                       headers=headers)
+    form = client.post(
+        "/admin/events/stripe/evt_ok/replay", data={"reason": "page", "csrf_token": token}, headers=headers
+    )
     assert form.status_code == 303 and "replayed=pending" in form.headers["Location"]
     page = client.get(form.headers["Location"], headers=headers).get_data(as_text=True)
     assert "Replay recorded in the audit log, but Redis is unavailable" in page
@@ -101,12 +104,12 @@ def test_replays_while_redis_is_down_are_audited_then_swept_and_processed_once(
     assert single.exit_code == 0, single.output
     assert single.stdout.startswith("recorded stripe/evt_late (audit #3); Redis is unavailable")
     # bulk replays: API, console form, CLI
-    bulk = client.post("/admin/api/events/replay", json={"status": "received", "reason": "api bulk"},
-                       headers=headers)
+    bulk = client.post("/admin/api/events/replay", json={"status": "received", "reason": "api bulk"}, headers=headers)
     assert bulk.status_code == 202 and bulk.get_json()["count"] == 3 and bulk.get_json()["queued"] is False
     token = csrf_token(client, "/admin/replay?status=received")
-    form = client.post("/admin/replay", data={"status": "received", "reason": "page bulk", "csrf_token": token},
-                       headers=headers)
+    form = client.post(
+        "/admin/replay", data={"status": "received", "reason": "page bulk", "csrf_token": token}, headers=headers
+    )
     assert form.status_code == 303 and "pending=1" in form.headers["Location"]
     audit = client.get(form.headers["Location"], headers=headers).get_data(as_text=True)
     assert "Replay #5 recorded, but Redis is unavailable" in audit
@@ -116,8 +119,12 @@ def test_replays_while_redis_is_down_are_audited_then_swept_and_processed_once(
 
     audited = rows(app, "SELECT id, who, reason, count FROM replays ORDER BY id")
     assert [(i, who.split(":")[0], reason, n) for i, who, reason, n in audited] == [
-        (1, "admin", "api", 1), (2, "admin", "page", 1), (3, "cli", "cli", 1),
-        (4, "admin", "api bulk", 3), (5, "admin", "page bulk", 3), (6, "cli", "cli bulk", 3),
+        (1, "admin", "api", 1),
+        (2, "admin", "page", 1),
+        (3, "cli", "cli", 1),
+        (4, "admin", "api bulk", 3),
+        (5, "admin", "page bulk", 3),
+        (6, "cli", "cli bulk", 3),
     ]
     assert {status for (status,) in rows(app, "SELECT status FROM events")} == {"received"}
     assert handler_runs(app) == {"evt_ok": 1}
@@ -142,8 +149,9 @@ def test_bulk_replay_is_all_or_nothing(outage_app: Flask, monkeypatch: pytest.Mo
         raise RuntimeError("audit insert failed")
 
     monkeypatch.setattr(sql, "audit_record", broken)
-    answer = client.post("/admin/api/events/replay", json={"status": "processed", "reason": "x"},
-                         headers=admin_headers())
+    answer = client.post(
+        "/admin/api/events/replay", json={"status": "processed", "reason": "x"}, headers=admin_headers()
+    )
     assert answer.status_code == 500 and answer.get_json() == {"error": "internal"}
     assert {status for (status,) in rows(outage_app, "SELECT status FROM events")} == {"processed"}
     assert rows(outage_app, "SELECT count(*) FROM replays") == [(0,)]
@@ -157,10 +165,14 @@ def db_down_app() -> Flask:
 
 def test_database_down_api_answers_json_503(db_down_app: Flask) -> None:
     client = db_down_app.test_client()
-    for method, url, body in [("GET", "/admin/api/events", None), ("GET", "/admin/api/events/stripe/evt_1", None),
-                              ("GET", "/admin/api/replays", None), ("GET", "/admin/api/counts", None),
-                              ("POST", "/admin/api/events/stripe/evt_1/replay", {"reason": "x"}),
-                              ("POST", "/admin/api/events/replay", {"status": "failed", "reason": "x"})]:
+    for method, url, body in [
+        ("GET", "/admin/api/events", None),
+        ("GET", "/admin/api/events/stripe/evt_1", None),
+        ("GET", "/admin/api/replays", None),
+        ("GET", "/admin/api/counts", None),
+        ("POST", "/admin/api/events/stripe/evt_1/replay", {"reason": "x"}),
+        ("POST", "/admin/api/events/replay", {"status": "failed", "reason": "x"}),
+    ]:
         answer = client.open(url, method=method, json=body, headers=admin_headers())
         assert answer.status_code == 503, (url, answer.get_data(as_text=True))
         assert answer.get_json() == {"error": "unavailable", "detail": "database unavailable"}
@@ -181,8 +193,9 @@ def test_database_down_pages_say_so(db_down_app: Flask) -> None:
         assert "The database is unavailable" in answer.get_data(as_text=True)
 
 
-def test_redis_down_answers_503_naming_redis(outage_app: Flask, redis_server: Redis,
-                                            monkeypatch: pytest.MonkeyPatch) -> None:
+def test_redis_down_answers_503_naming_redis(
+    outage_app: Flask, redis_server: Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A read that needs Redis (the real client, pointed at a stopped server) answers 503 naming it."""
     redis_server.stop()
     connection = runtime(outage_app).queue.connection

@@ -26,13 +26,27 @@ from tests.support.catalogue import HOST, PUBLIC_TWILIO, SENT, all_endpoints, ge
 from tests.support.crc32 import PAD, crc_twin
 from webhooks import providers
 
-PROPERTY = settings(max_examples=40, deadline=None,
-                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+PROPERTY = settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture]
+)
 ID_HEADERS = [
-    "X-GitHub-Delivery", "X-GitHub-Event", "X-Shopify-Topic", "X-Shopify-Webhook-Id", "Shopify-Webhook-Id",
-    "Shopify-Topic", "X-Shopify-Event-Id", "I-Twilio-Idempotency-Token", "webhook-id", "svix-id",
-    "X-Event-Id", "X-Event-Type", "PAYPAL-TRANSMISSION-ID", "X-Request-Id",
+    "X-GitHub-Delivery",
+    "X-GitHub-Event",
+    "X-Shopify-Topic",
+    "X-Shopify-Webhook-Id",
+    "Shopify-Webhook-Id",
+    "Shopify-Topic",
+    "X-Shopify-Event-Id",
+    "I-Twilio-Idempotency-Token",
+    "webhook-id",
+    "svix-id",
+    "X-Event-Id",
+    "X-Event-Type",
+    "PAYPAL-TRANSMISSION-ID",
+    "X-Request-Id",
 ]
+
+
 def make(url: str, **extra: Any) -> Flask:
     return make_app(base_config(url, ENDPOINTS=all_endpoints(), **extra))
 
@@ -60,22 +74,29 @@ def count(app: Flask, name: str) -> int:
 
 
 def replays_counted(app: Flask, name: str) -> int:
-    found = rows(app, "SELECT count FROM rejection_counts WHERE endpoint = :e AND reason = 'replayed_signature'",
-                 e=name)
+    found = rows(
+        app, "SELECT count FROM rejection_counts WHERE endpoint = :e AND reason = 'replayed_signature'", e=name
+    )
     return int(found[0][0]) if found else 0
 
 
 # -- the attacks of the review, each on both databases ------------------------------------------
 
 
-@pytest.mark.parametrize(("name", "relabel"), [
-    ("github", {"X-GitHub-Delivery": "72d3162e-cc78-11e3-81ab-4c9367dc0958"}),
-    ("github", {"X-GitHub-Delivery": "another", "X-GitHub-Event": "pull_request"}),
-    ("shopify", {"X-Shopify-Topic": "refunds/create"}),
-    ("shopify", {"X-Shopify-Webhook-Id": "b54557e4-bdd9-4b37-8a5f-bf7d70bcd043", "X-Shopify-Topic": "orders/cancelled"}),
-    ("twilio", {"I-Twilio-Idempotency-Token": "attacker-chosen"}),
-    ("hmac_by_header", {"X-Event-Id": "evt-minted", "X-Event-Type": "invoice.refunded"}),
-])
+@pytest.mark.parametrize(
+    ("name", "relabel"),
+    [
+        ("github", {"X-GitHub-Delivery": "72d3162e-cc78-11e3-81ab-4c9367dc0958"}),
+        ("github", {"X-GitHub-Delivery": "another", "X-GitHub-Event": "pull_request"}),
+        ("shopify", {"X-Shopify-Topic": "refunds/create"}),
+        (
+            "shopify",
+            {"X-Shopify-Webhook-Id": "b54557e4-bdd9-4b37-8a5f-bf7d70bcd043", "X-Shopify-Topic": "orders/cancelled"},
+        ),
+        ("twilio", {"I-Twilio-Idempotency-Token": "attacker-chosen"}),
+        ("hmac_by_header", {"X-Event-Id": "evt-minted", "X-Event-Type": "invoice.refunded"}),
+    ],
+)
 def test_a_relabelled_replay_is_a_duplicate_not_an_event(both: Flask, name: str, relabel: dict[str, str]) -> None:
     body, headers, path = genuine(both, name)
     assert post(both, path, body, headers) == 200
@@ -84,8 +105,9 @@ def test_a_relabelled_replay_is_a_duplicate_not_an_event(both: Flask, name: str,
     assert count(both, name) == 1
     stored_type = rows(both, "SELECT event_type FROM events WHERE endpoint = :p", p=name)[0][0]
     assert stored_type not in relabel.values()  # the attacker's topic never became an event type
-    new_id = any(h in relabel for h in ("X-GitHub-Delivery", "X-Shopify-Webhook-Id", "I-Twilio-Idempotency-Token",
-                                        "X-Event-Id"))
+    new_id = any(
+        h in relabel for h in ("X-GitHub-Delivery", "X-Shopify-Webhook-Id", "I-Twilio-Idempotency-Token", "X-Event-Id")
+    )
     assert replays_counted(both, name) == (1 if new_id else 0)  # same id, other topic: a plain duplicate
     assert post(both, path, body, headers) == 200  # the genuine retry is a plain duplicate
     assert replays_counted(both, name) == (1 if new_id else 0)
@@ -99,10 +121,15 @@ def test_twilio_parameter_boundaries_cannot_move(both: Flask) -> None:
     body, headers, path = genuine(both, "twilio", original)
     assert post(both, path, body, headers) == 200
     moved = b"MessageSid=SM1MessageStatusdelivered"
-    assert providers.get("twilio").verify(  # the attack is real: the moved body verifies
-        providers.base.Request({k.lower(): v for k, v in headers.items()}, moved, PUBLIC_TWILIO),
-        endpoint, now=time.time(),
-    ).events
+    assert (
+        providers.get("twilio")
+        .verify(  # the attack is real: the moved body verifies
+            providers.base.Request({k.lower(): v for k, v in headers.items()}, moved, PUBLIC_TWILIO),
+            endpoint,
+            now=time.time(),
+        )
+        .events
+    )
     assert post(both, path, moved, headers | {"I-Twilio-Idempotency-Token": "fresh"}) == 200
     assert count(both, "twilio") == 1
     assert replays_counted(both, "twilio") == 1
@@ -143,13 +170,18 @@ def test_stored_event_keeps_no_replayable_signature(app: Flask) -> None:
 
 # -- the property: vary every unsigned part, never a second event --------------------------------
 
-mutations = st.fixed_dictionaries({
-    "drop": st.sets(st.sampled_from(ID_HEADERS), max_size=3),
-    "set": st.dictionaries(st.sampled_from(ID_HEADERS), st.text(st.characters(min_codepoint=0x21, max_codepoint=0x7E),
-                                                               min_size=1, max_size=40), max_size=4),
-    "host": st.sampled_from([HOST, "evil.example", "127.0.0.1:8080", "hooks.example.com:8443"]),
-    "query": st.sampled_from(["", "x=1", "bodySHA256=00", "a=%27b%27"]),
-})
+mutations = st.fixed_dictionaries(
+    {
+        "drop": st.sets(st.sampled_from(ID_HEADERS), max_size=3),
+        "set": st.dictionaries(
+            st.sampled_from(ID_HEADERS),
+            st.text(st.characters(min_codepoint=0x21, max_codepoint=0x7E), min_size=1, max_size=40),
+            max_size=4,
+        ),
+        "host": st.sampled_from([HOST, "evil.example", "127.0.0.1:8080", "hooks.example.com:8443"]),
+        "query": st.sampled_from(["", "x=1", "bodySHA256=00", "a=%27b%27"]),
+    }
+)
 
 
 def form_relayouts(body: bytes) -> list[bytes]:
@@ -158,7 +190,10 @@ def form_relayouts(body: bytes) -> list[bytes]:
     if len(pairs) < 2:
         return []
     (n1, v1), (n2, v2), *rest = sorted(pairs)
-    return [urlencode([(n1, v1 + n2 + v2), *rest]).encode(), urlencode([(n1 + v1[:1], v1[1:]), (n2, v2), *rest]).encode()]
+    return [
+        urlencode([(n1, v1 + n2 + v2), *rest]).encode(),
+        urlencode([(n1 + v1[:1], v1[1:]), (n2, v2), *rest]).encode(),
+    ]
 
 
 @pytest.mark.parametrize("name", [*SENT, "hmac_by_header"])

@@ -54,10 +54,18 @@ def database(postgres: Postgres) -> Iterator[str]:
 
 def service_env(database_url: str, redis_url: str, **extra: str) -> dict[str, str]:
     return clean_env(
-        DATABASE_URL=database_url, REDIS_URL=redis_url, WEBHOOKS_ADMIN_PASSWORD=ADMIN_PASSWORD,
-        WEBHOOKS_HANDLERS="tests.faults.handlers", STRIPE_WEBHOOK_SECRET=STRIPE_SECRET, ADYEN_HMAC_KEY=ADYEN_KEY,
-        WEBHOOKS_SWEEP_INTERVAL="1", WEBHOOKS_SWEEP_AGE="3", WEBHOOKS_RETRY_BASE_SECONDS="1",
-        WEBHOOKS_RETRY_MAX_SECONDS="4", WEBHOOKS_LOG_LEVEL="WARNING", **extra,
+        DATABASE_URL=database_url,
+        REDIS_URL=redis_url,
+        WEBHOOKS_ADMIN_PASSWORD=ADMIN_PASSWORD,
+        WEBHOOKS_HANDLERS="tests.faults.handlers",
+        STRIPE_WEBHOOK_SECRET=STRIPE_SECRET,
+        ADYEN_HMAC_KEY=ADYEN_KEY,
+        WEBHOOKS_SWEEP_INTERVAL="1",
+        WEBHOOKS_SWEEP_AGE="3",
+        WEBHOOKS_RETRY_BASE_SECONDS="1",
+        WEBHOOKS_RETRY_MAX_SECONDS="4",
+        WEBHOOKS_LOG_LEVEL="WARNING",
+        **extra,
     )
 
 
@@ -67,8 +75,9 @@ class Proc:
     def __init__(self, cmd: list[str], env: dict[str, str], log: Path) -> None:
         self.log = log
         self.file = log.open("ab")
-        self.popen = subprocess.Popen(cmd, env=env, stdout=self.file, stderr=subprocess.STDOUT,
-                                      cwd=Path(__file__).resolve().parents[2])
+        self.popen = subprocess.Popen(
+            cmd, env=env, stdout=self.file, stderr=subprocess.STDOUT, cwd=Path(__file__).resolve().parents[2]
+        )
 
     def signal(self, sig: int) -> None:
         if self.popen.poll() is None:

@@ -9,7 +9,8 @@ import sqlalchemy as sa
 
 metadata = sa.MetaData()
 effects = sa.Table(
-    "fault_effects", metadata,
+    "fault_effects",
+    metadata,
     sa.Column("endpoint", sa.String(100), primary_key=True),
     sa.Column("event_id", sa.String(255), primary_key=True),
     sa.Column("n", sa.Integer, nullable=False),

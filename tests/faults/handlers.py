@@ -20,5 +20,6 @@ def effect(event: HandlerEvent, state: Any) -> None:
     if event.type == "test.slow":
         time.sleep(SLOW_SECONDS)
     stmt = insert(effects).values(endpoint=event.endpoint, event_id=event.event_id, n=1)
-    event.session.execute(stmt.on_conflict_do_update(index_elements=["endpoint", "event_id"],
-                                                     set_={"n": effects.c.n + 1}))
+    event.session.execute(
+        stmt.on_conflict_do_update(index_elements=["endpoint", "event_id"], set_={"n": effects.c.n + 1})
+    )

@@ -39,8 +39,9 @@ def test_database_outage_under_load(postgres: Postgres, database: str, redis_ser
                     during = phase[0]
                 body = stripe_event(event_id)
                 try:
-                    response = session.post(f"{base}/webhooks/stripe", data=body, headers=stripe_headers(body),
-                                            timeout=30)
+                    response = session.post(
+                        f"{base}/webhooks/stripe", data=body, headers=stripe_headers(body), timeout=30
+                    )
                 except requests.ConnectionError:
                     continue
                 with lock:

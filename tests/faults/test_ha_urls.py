@@ -40,10 +40,13 @@ def sentinel(tmp_path: Path) -> Iterator[tuple[str, Redis]]:
     server.start()
     port = free_port()
     conf = tmp_path / "sentinel.conf"  # sentinel rewrites its file: a writable copy of its own
-    conf.write_text(f"port {port}\nbind 127.0.0.1\nsentinel monitor mymaster 127.0.0.1 {server.port} 1\n"
-                    "sentinel down-after-milliseconds mymaster 2000\n")
-    proc = subprocess.Popen(["redis-server", str(conf), "--sentinel"], stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
+    conf.write_text(
+        f"port {port}\nbind 127.0.0.1\nsentinel monitor mymaster 127.0.0.1 {server.port} 1\n"
+        "sentinel down-after-milliseconds mymaster 2000\n"
+    )
+    proc = subprocess.Popen(
+        ["redis-server", str(conf), "--sentinel"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
     try:
         client = redis.Redis(port=port)
         wait_until(lambda: _master(client), timeout=30)
@@ -90,9 +93,15 @@ def test_postgres_url_with_several_hosts_whose_first_is_down(pg_url: str, redis_
     # libpq tries the hosts in order and keeps the first that accepts writes.
     real = make_url(pg_url)
     down = free_port()  # nothing listens there
-    url = real.set(host=None, port=None, query={
-        "host": f"127.0.0.1,{real.host}", "port": f"{down},{real.port or 5432}", "target_session_attrs": "read-write",
-    }).render_as_string(hide_password=False)
+    url = real.set(
+        host=None,
+        port=None,
+        query={
+            "host": f"127.0.0.1,{real.host}",
+            "port": f"{down},{real.port or 5432}",
+            "target_session_attrs": "read-write",
+        },
+    ).render_as_string(hide_password=False)
     app = make_app(base_config(url, REDIS_URL=redis_url))  # migrations run through the same URL
     deliver(app, "evt_multihost")
     drain(app)

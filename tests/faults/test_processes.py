@@ -66,9 +66,15 @@ def production(pg_url: str, redis_url: str) -> Iterator[tuple[str, dict[str, str
     engine.dispose()
     port = free_port()
     env = clean_env(
-        DATABASE_URL=pg_url, REDIS_URL=redis_url, WEBHOOKS_ADMIN_PASSWORD=ADMIN_PASSWORD,
-        WEBHOOKS_HANDLERS="tests.sample_handlers", STRIPE_WEBHOOK_SECRET=STRIPE_SECRET, ADYEN_HMAC_KEY=ADYEN_KEY,
-        PORT=str(port), WEB_CONCURRENCY="2", WEB_THREADS="8",
+        DATABASE_URL=pg_url,
+        REDIS_URL=redis_url,
+        WEBHOOKS_ADMIN_PASSWORD=ADMIN_PASSWORD,
+        WEBHOOKS_HANDLERS="tests.sample_handlers",
+        STRIPE_WEBHOOK_SECRET=STRIPE_SECRET,
+        ADYEN_HMAC_KEY=ADYEN_KEY,
+        PORT=str(port),
+        WEB_CONCURRENCY="2",
+        WEB_THREADS="8",
     )
     cmd = gunicorn_cmd(port, "--no-control-socket")
     with running(cmd, env) as proc:
@@ -124,7 +130,8 @@ def test_gunicorn_and_worker_process_both_providers(production: tuple[str, dict[
 
 
 def test_rq_own_worker_cli_processes_events_plain_and_with_the_worker_class(
-        production: tuple[str, dict[str, str]]) -> None:
+    production: tuple[str, dict[str, str]],
+) -> None:
     """The Procfile's worker may be RQ's own CLI: plain (the jobs build their runtime from the
     environment: DESIGN §6), or with our worker class (it owns the runtime the jobs use)."""
     base, env = production
@@ -135,8 +142,9 @@ def test_rq_own_worker_cli_processes_events_plain_and_with_the_worker_class(
     assert event_status(base, "stripe", "evt_plain_rq") == "processed"
     body = stripe_event("evt_rq_class")
     assert requests.post(f"{base}/webhooks/stripe", data=body, headers=stripe_headers(body)).ok
-    subprocess.run([*rq_worker, "-w", "webhooks.jobs.worker.Worker"], env=env, check=True, capture_output=True,
-                   timeout=180)
+    subprocess.run(
+        [*rq_worker, "-w", "webhooks.jobs.worker.Worker"], env=env, check=True, capture_output=True, timeout=180
+    )
     assert event_status(base, "stripe", "evt_rq_class") == "processed"
 
 
@@ -162,8 +170,14 @@ def test_a_stalled_client_gets_408_and_frees_its_thread(pg_url: str, redis_url: 
 
     upgrade(pg_url)
     port = free_port()
-    env = clean_env(DATABASE_URL=pg_url, REDIS_URL=redis_url, STRIPE_WEBHOOK_SECRET=STRIPE_SECRET,
-                    WEBHOOKS_READ_TIMEOUT_SECONDS="1", WEB_CONCURRENCY="1", WEB_THREADS="2")
+    env = clean_env(
+        DATABASE_URL=pg_url,
+        REDIS_URL=redis_url,
+        STRIPE_WEBHOOK_SECRET=STRIPE_SECRET,
+        WEBHOOKS_READ_TIMEOUT_SECONDS="1",
+        WEB_CONCURRENCY="1",
+        WEB_THREADS="2",
+    )
     cmd = gunicorn_cmd(port, "--no-control-socket")
     with running(cmd, env) as proc:
         threading.Thread(target=proc.stdout.read, daemon=True).start()  # type: ignore[union-attr]
@@ -171,12 +185,18 @@ def test_a_stalled_client_gets_408_and_frees_its_thread(pg_url: str, redis_url: 
         body = stripe_event("evt_stalled")
         head = "".join(f"{k}: {v}\r\n" for k, v in stripe_headers(body).items())
         with socket.create_connection(("127.0.0.1", port), timeout=60) as slow:
-            slow.sendall(f"POST /webhooks/stripe HTTP/1.1\r\nHost: x\r\nContent-Length: {len(body)}\r\n{head}\r\n".encode()
-                         + body[:20])  # ...and then nothing
+            slow.sendall(
+                f"POST /webhooks/stripe HTTP/1.1\r\nHost: x\r\nContent-Length: {len(body)}\r\n{head}\r\n".encode()
+                + body[:20]
+            )  # ...and then nothing
             started = time.monotonic()
             other = stripe_event("evt_meanwhile")
-            assert requests.post(f"http://127.0.0.1:{port}/webhooks/stripe", data=other,
-                                 headers=stripe_headers(other), timeout=60).status_code == 200
+            assert (
+                requests.post(
+                    f"http://127.0.0.1:{port}/webhooks/stripe", data=other, headers=stripe_headers(other), timeout=60
+                ).status_code
+                == 200
+            )
             answer = read_response(slow)
             waited = time.monotonic() - started
         assert answer.startswith("HTTP/1.1 408") and "request_timeout" in answer, answer

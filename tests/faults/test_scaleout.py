@@ -25,8 +25,14 @@ def test_two_web_instances_and_two_workers_store_and_process_each_event_once(pg_
     upgrade(pg_url)
     engine = sa.create_engine(pg_url)
     sample_handlers.create_tables(engine)
-    env = clean_env(DATABASE_URL=pg_url, REDIS_URL=redis_url, WEBHOOKS_HANDLERS="tests.sample_handlers",
-                    STRIPE_WEBHOOK_SECRET=STRIPE_SECRET, WEB_CONCURRENCY="1", WEB_THREADS="8")
+    env = clean_env(
+        DATABASE_URL=pg_url,
+        REDIS_URL=redis_url,
+        WEBHOOKS_HANDLERS="tests.sample_handlers",
+        STRIPE_WEBHOOK_SECRET=STRIPE_SECRET,
+        WEB_CONCURRENCY="1",
+        WEB_THREADS="8",
+    )
     ports = [free_port(), free_port()]
     with contextlib.ExitStack() as stack:
         for port in ports:  # two masters: two deployments of the web process
@@ -54,13 +60,14 @@ def test_two_web_instances_and_two_workers_store_and_process_each_event_once(pg_
 
         def settled() -> bool:
             with engine.connect() as conn:
-                return conn.execute(sa.text("SELECT count(*) FROM events WHERE status = 'processed'")).scalar() == EVENTS
+                return (
+                    conn.execute(sa.text("SELECT count(*) FROM events WHERE status = 'processed'")).scalar() == EVENTS
+                )
+
         wait_until(settled, timeout=180)
     with engine.connect() as conn:
         stored = conn.execute(sa.text("SELECT count(*), count(DISTINCT event_id), max(attempts) FROM events")).one()
-        calls = conn.execute(sa.text(
-            "SELECT count(*), count(DISTINCT event_id) FROM test_handler_calls")).one()
+        calls = conn.execute(sa.text("SELECT count(*), count(DISTINCT event_id) FROM test_handler_calls")).one()
     engine.dispose()
     assert tuple(stored) == (EVENTS, EVENTS, 1)  # stored once each, one attempt each
     assert tuple(calls) == (EVENTS, EVENTS)  # the handler ran once per event
-

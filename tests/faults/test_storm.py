@@ -30,8 +30,10 @@ STRIPE_OBJECTS, STRIPE_VERSIONS = 200, 6  # 1 200 events
 ADYEN_PAYMENTS = 200  # × AUTHORISATION, CAPTURE, REFUND, CHARGEBACK = 800 events
 SENDERS, COPIES = 32, 3
 STALL_SECONDS = 120  # not one more event processed for this long: stuck, not slow
-ENDPOINTS = {"stripe": (Stripe(), Endpoint("stripe", "stripe", (STRIPE_SECRET,))),
-             "adyen": (Adyen(), Endpoint("adyen", "adyen", (ADYEN_KEY,)))}
+ENDPOINTS = {
+    "stripe": (Stripe(), Endpoint("stripe", "stripe", (STRIPE_SECRET,))),
+    "adyen": (Adyen(), Endpoint("adyen", "adyen", (ADYEN_KEY,))),
+}
 
 
 def signed(endpoint: str, body: bytes) -> tuple[bytes, dict[str, str]]:
@@ -48,16 +50,24 @@ def deliveries() -> tuple[list[tuple[str, bytes]], dict[tuple[str, str, str], in
     newest: dict[tuple[str, str, str], int] = {}
     for o in range(STRIPE_OBJECTS):
         for v in range(STRIPE_VERSIONS):
-            body = stripe_event(f"evt_storm_{o}_{v}", "payment_intent.updated", created + v,
-                                {"id": f"pi_storm_{o}", "object": "payment_intent", "v": v})
+            body = stripe_event(
+                f"evt_storm_{o}_{v}",
+                "payment_intent.updated",
+                created + v,
+                {"id": f"pi_storm_{o}", "object": "payment_intent", "v": v},
+            )
             out.append(("stripe", body))
         newest[("stripe", "payment_intent", f"pi_storm_{o}")] = (created + STRIPE_VERSIONS - 1) * 10000 + 1
     for p in range(ADYEN_PAYMENTS):
         for n, code in enumerate(("AUTHORISATION", "CAPTURE", "REFUND", "CHARGEBACK")):
             date = f"2024-01-01T10:0{n}:00+00:00"
             item: dict[str, Any] = {
-                "amount": {"currency": "EUR", "value": 1000 + p}, "eventCode": code, "eventDate": date,
-                "merchantAccountCode": "Storm", "merchantReference": f"order-{p}", "success": "true",
+                "amount": {"currency": "EUR", "value": 1000 + p},
+                "eventCode": code,
+                "eventDate": date,
+                "merchantAccountCode": "Storm",
+                "merchantReference": f"order-{p}",
+                "success": "true",
                 "pspReference": f"PSP{p}" if n == 0 else f"MOD{p}{code[:3]}",
                 "originalReference": "" if n == 0 else f"PSP{p}",
             }
@@ -95,7 +105,9 @@ def test_storm(database: str, redis_server: Redis, tmp_path: Path, record_proper
                 body, headers = signed(endpoint, raw)
                 for _attempt in range(3):  # a reset connection is retried, like a provider would
                     try:
-                        code = session.post(f"{base}/webhooks/{endpoint}", data=body, headers=headers, timeout=30).status_code
+                        code = session.post(
+                            f"{base}/webhooks/{endpoint}", data=body, headers=headers, timeout=30
+                        ).status_code
                         break
                     except requests.ConnectionError as exc:
                         code = -1
@@ -129,8 +141,11 @@ def test_storm(database: str, redis_server: Redis, tmp_path: Path, record_proper
 
         def settled() -> bool:
             with engine.connect() as conn:
-                stuck = conn.execute(sa.text("SELECT event_id, status, attempts FROM events "
-                                             "WHERE status <> 'processed' ORDER BY event_id")).all()
+                stuck = conn.execute(
+                    sa.text(
+                        "SELECT event_id, status, attempts FROM events WHERE status <> 'processed' ORDER BY event_id"
+                    )
+                ).all()
             if len(stuck) != progress[0]:
                 progress[:] = [len(stuck), time.monotonic()]
             # As long as it takes on a loaded machine, but an event stuck for minutes is a failure.
@@ -142,15 +157,21 @@ def test_storm(database: str, redis_server: Redis, tmp_path: Path, record_proper
         since_redis = time.monotonic() - redis_back
     record_property("storm_send_s", round(sent, 1))
     record_property("storm_total_s", round(done, 1))
-    print(f"storm: {len(sends)} deliveries sent in {sent:.1f} s ({len(sends) / sent:.0f} req/s), "
-          f"2000 events processed in {done:.1f} s ({2000 / done:.0f} events/s); "
-          f"all processed {since_redis:.1f} s after Redis came back; statuses {dict(statuses)}")
+    print(
+        f"storm: {len(sends)} deliveries sent in {sent:.1f} s ({len(sends) / sent:.0f} req/s), "
+        f"2000 events processed in {done:.1f} s ({2000 / done:.0f} events/s); "
+        f"all processed {since_redis:.1f} s after Redis came back; statuses {dict(statuses)}"
+    )
     assert set(statuses) == {200}, (dict(statuses), failures[:5], web.tail())
     with engine.connect() as conn:
-        assert conn.execute(sa.text("SELECT count(*), count(*) FILTER (WHERE status = 'processed') FROM events")).one() == (2000, 2000)
+        assert conn.execute(
+            sa.text("SELECT count(*), count(*) FILTER (WHERE status = 'processed') FROM events")
+        ).one() == (2000, 2000)
         effects = dict(conn.execute(sa.text("SELECT n, count(*) FROM fault_effects GROUP BY n")).all())
         assert effects == {1: 2000}, effects
-        stored = {(p, t, i): v for p, t, i, v in conn.execute(
-            sa.text("SELECT endpoint, object_type, object_id, version FROM objects"))}
+        stored = {
+            (p, t, i): v
+            for p, t, i, v in conn.execute(sa.text("SELECT endpoint, object_type, object_id, version FROM objects"))
+        }
     engine.dispose()
     assert stored == newest

@@ -29,8 +29,9 @@ def accepted(port: int, client_port: int) -> bool:
     return False
 
 
-def test_sigkilled_worker_mid_job_is_recovered_once(database: str, redis_server: Redis, tmp_path: Path,
-                                                    record_property: pytest.RecordProperty) -> None:
+def test_sigkilled_worker_mid_job_is_recovered_once(
+    database: str, redis_server: Redis, tmp_path: Path, record_property: pytest.RecordProperty
+) -> None:
     env = service_env(database, redis_server.url)
     with processes() as procs:
         web, base = gunicorn(env, tmp_path, workers=1, threads=2)
@@ -64,8 +65,7 @@ def test_sigterm_lets_the_worker_finish_its_job(database: str, redis_server: Red
     assert one(database, "SELECT n FROM fault_effects") == (1,)
 
 
-def test_sigterm_lets_gunicorn_finish_an_in_flight_request(database: str, redis_server: Redis,
-                                                           tmp_path: Path) -> None:
+def test_sigterm_lets_gunicorn_finish_an_in_flight_request(database: str, redis_server: Redis, tmp_path: Path) -> None:
     env = service_env(database, redis_server.url)
     body = stripe_event("evt_inflight", "payment_intent.succeeded")
     head = "".join(f"{k}: {v}\r\n" for k, v in stripe_headers(body).items())
@@ -74,8 +74,11 @@ def test_sigterm_lets_gunicorn_finish_an_in_flight_request(database: str, redis_
         procs.append(web)
         port = int(base.rsplit(":", 1)[1])
         with socket.create_connection(("127.0.0.1", port), timeout=60) as conn:
-            conn.sendall(f"POST /webhooks/stripe HTTP/1.1\r\nHost: x\r\nContent-Length: {len(body)}\r\n"
-                         f"Connection: close\r\n{head}\r\n".encode() + body[:20])
+            conn.sendall(
+                f"POST /webhooks/stripe HTTP/1.1\r\nHost: x\r\nContent-Length: {len(body)}\r\n"
+                f"Connection: close\r\n{head}\r\n".encode()
+                + body[:20]
+            )
             # gthread hands an accepted connection straight to a thread: the request is in flight.
             wait_until(lambda: accepted(port, conn.getsockname()[1]), interval=0.01)
             web.signal(signal.SIGTERM)

@@ -23,10 +23,16 @@ from webhooks.cli import main, upgrade
 from webhooks.config import load
 
 SIGNATURE_HEADERS = {
-    "stripe": ["Stripe-Signature"], "standard": ["webhook-signature"], "github": ["X-Hub-Signature-256"],
-    "shopify": ["X-Shopify-Hmac-Sha256"], "slack": ["X-Slack-Signature"], "twilio": ["X-Twilio-Signature"],
-    "sendgrid": ["X-Twilio-Email-Event-Webhook-Signature"], "paypal": ["PAYPAL-TRANSMISSION-SIG"],
-    "hmac": ["X-Signature"], "adyen": ["HmacSignature"],
+    "stripe": ["Stripe-Signature"],
+    "standard": ["webhook-signature"],
+    "github": ["X-Hub-Signature-256"],
+    "shopify": ["X-Shopify-Hmac-Sha256"],
+    "slack": ["X-Slack-Signature"],
+    "twilio": ["X-Twilio-Signature"],
+    "sendgrid": ["X-Twilio-Email-Event-Webhook-Signature"],
+    "paypal": ["PAYPAL-TRANSMISSION-SIG"],
+    "hmac": ["X-Signature"],
+    "adyen": ["HmacSignature"],
 }
 RAW_BODY_KINDS = [k for k in SENT if k != "adyen"]  # Adyen signs fields, not bytes: see test_adyen.py
 
@@ -44,8 +50,11 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, dict
     """A running server (embedded worker on) with one endpoint of every kind."""
     tmp = tmp_path_factory.mktemp("catalogue")
     (tmp / "webhooks.toml").write_text(toml(endpoints()))
-    env = {"WEBHOOKS_CONFIG": str(tmp / "webhooks.toml"), "DATABASE_URL": f"sqlite:///{tmp / 'wh.db'}",
-           "WEBHOOKS_ADMIN_PASSWORD": ADMIN_PASSWORD}
+    env = {
+        "WEBHOOKS_CONFIG": str(tmp / "webhooks.toml"),
+        "DATABASE_URL": f"sqlite:///{tmp / 'wh.db'}",
+        "WEBHOOKS_ADMIN_PASSWORD": ADMIN_PASSWORD,
+    }
     upgrade(env["DATABASE_URL"])
     app = create_app(env)
     http = make_server("127.0.0.1", free_port(), app, threaded=True)
@@ -75,8 +84,19 @@ def test_webhooks_send_is_stored_and_processed(server: tuple[str, dict[str, str]
     base, env = server
     before = {e["event_id"] for e in events_of(base, kind)}
     secret_index = 1 if kind not in ("adyen", "sendgrid", "paypal") else 0
-    result = CliRunner().invoke(main, ["send", kind, str(PAYLOADS / SENT[kind]), "--url", f"{base}/webhooks/{kind}",
-                                       "--secret-index", str(secret_index)], env=env)
+    result = CliRunner().invoke(
+        main,
+        [
+            "send",
+            kind,
+            str(PAYLOADS / SENT[kind]),
+            "--url",
+            f"{base}/webhooks/{kind}",
+            "--secret-index",
+            str(secret_index),
+        ],
+        env=env,
+    )
     assert result.exit_code == 0, result.output
     assert result.stdout.strip().splitlines()[-1].startswith("200 ")
 
@@ -85,7 +105,9 @@ def test_webhooks_send_is_stored_and_processed(server: tuple[str, dict[str, str]
         return new if new and all(e["status"] in ("processed", "ignored") for e in new) else None
 
     new = wait_until(settled)
-    expected = len(json.loads((PAYLOADS / SENT[kind]).read_text())) if kind == "sendgrid" else 2 if kind == "adyen" else 1
+    expected = (
+        len(json.loads((PAYLOADS / SENT[kind]).read_text())) if kind == "sendgrid" else 2 if kind == "adyen" else 1
+    )
     assert len(new) == expected
     detail = admin(base, f"events/{kind}/{new[0]['event_id']}")
     assert detail["secret_index"] == secret_index  # which secret matched is recorded
@@ -118,8 +140,9 @@ def test_twilio_behind_a_proxy_verifies_against_the_public_url(server: tuple[str
     _, headers = sign(env, "twilio", body, local)  # signed for https://hooks.example.com/…?tenant=7
     assert requests.post(local, data=body, headers=headers, timeout=5).status_code == 200
     endpoint = load(env).endpoints["twilio"]
-    local_only = providers.get("twilio").sign(endpoint.__class__(**{**endpoint.__dict__, "options": {}}),
-                                               body, now=0, secret_index=1, url=local)[1]
+    local_only = providers.get("twilio").sign(
+        endpoint.__class__(**{**endpoint.__dict__, "options": {}}), body, now=0, secret_index=1, url=local
+    )[1]
     response = requests.post(local, data=body, headers=local_only, timeout=5)
     assert (response.status_code, response.json()["error"]) == (400, "url_mismatch")
 

@@ -54,9 +54,26 @@ json_values = st.recursive(
 bodies = st.one_of(
     st.binary(max_size=300),
     json_values.map(lambda v: json.dumps(v).encode()),
-    st.dictionaries(st.sampled_from(["id", "type", "created", "data", "event", "event_id", "notificationItems",
-                                     "resource", "event_type", "sg_event_id", "payload", "action"]),
-                    json_values, max_size=6).map(lambda v: json.dumps(v).encode()),
+    st.dictionaries(
+        st.sampled_from(
+            [
+                "id",
+                "type",
+                "created",
+                "data",
+                "event",
+                "event_id",
+                "notificationItems",
+                "resource",
+                "event_type",
+                "sg_event_id",
+                "payload",
+                "action",
+            ]
+        ),
+        json_values,
+        max_size=6,
+    ).map(lambda v: json.dumps(v).encode()),
 )
 FUZZ = settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 KINDS = sorted(PROVIDERS)
@@ -112,7 +129,7 @@ def test_mutated_signature_headers(kind: str, data: st.DataObject) -> None:
         headers[name] = f"{value}, {value}"
     elif mutation == "edit":
         at = data.draw(st.integers(0, max(len(value) - 1, 0)))
-        headers[name] = value[:at] + data.draw(header_text) + value[at + 1:]
+        headers[name] = value[:at] + data.draw(header_text) + value[at + 1 :]
     elif mutation == "drop":
         del headers[name]
     mutated = body + b" " if mutation == "body" else body
@@ -128,11 +145,17 @@ def test_mutated_signature_headers(kind: str, data: st.DataObject) -> None:
 
 # Shapes a forger would try: Adyen items whose fields have the wrong types, Twilio URLs with
 # hostile Host headers, PayPal certificate URLs that do not parse.
-adyen_items = st.fixed_dictionaries({}, optional={
-    "additionalData": json_values | st.fixed_dictionaries({"hmacSignature": json_values}),
-    "amount": json_values | st.fixed_dictionaries({"value": json_values, "currency": json_values}),
-    "pspReference": json_values, "eventCode": json_values, "success": json_values, "originalReference": json_values,
-})
+adyen_items = st.fixed_dictionaries(
+    {},
+    optional={
+        "additionalData": json_values | st.fixed_dictionaries({"hmacSignature": json_values}),
+        "amount": json_values | st.fixed_dictionaries({"value": json_values, "currency": json_values}),
+        "pspReference": json_values,
+        "eventCode": json_values,
+        "success": json_values,
+        "originalReference": json_values,
+    },
+)
 hosts = st.sampled_from(["example.com", "example.com:abc", "[::1", "[::1]:99999", "example.com:-1", "a b", ""])
 
 
@@ -158,6 +181,11 @@ def test_twilio_hostile_urls(host: str, query: str, signature: str, body: bytes)
 @FUZZ
 @given(host=hosts, path=header_text)
 def test_paypal_hostile_cert_urls(host: str, path: str) -> None:
-    headers = {"paypal-transmission-id": "a", "paypal-transmission-time": "b", "paypal-transmission-sig": "AAAA",
-               "paypal-cert-url": f"https://{host}/v1/notifications/certs/{path}", "paypal-auth-algo": "SHA256withRSA"}
+    headers = {
+        "paypal-transmission-id": "a",
+        "paypal-transmission-time": "b",
+        "paypal-transmission-sig": "AAAA",
+        "paypal-cert-url": f"https://{host}/v1/notifications/certs/{path}",
+        "paypal-auth-algo": "SHA256withRSA",
+    }
     check("paypal", Request(headers, b"{}"), genuine=False)

@@ -42,8 +42,11 @@ def test_official_vector_g1() -> None:
 
 @pytest.mark.parametrize(
     ("name", "event", "event_type"),
-    [("ping__repository.json", "ping", "ping"), ("issues__opened.json", "issues", "issues.opened"),
-     ("push__main.json", "push", "push")],
+    [
+        ("ping__repository.json", "ping", "ping"),
+        ("issues__opened.json", "issues", "issues.opened"),
+        ("push__main.json", "push", "push"),
+    ],
 )
 def test_payload_files(name: str, event: str, event_type: str) -> None:
     body = (PAYLOADS / name).read_bytes()

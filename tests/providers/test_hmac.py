@@ -15,8 +15,14 @@ from webhooks.providers.generic import GenericHmac
 PAYLOADS = Path(__file__).parents[1] / "payloads"
 PROVIDER = GenericHmac()
 NOW = 1_700_000_000
-STAMPED = {"header": "X-Signature", "timestamp_header": "X-Timestamp", "algorithm": "sha512", "encoding": "base64",
-           "id_path": "id", "type_path": "type"}
+STAMPED = {
+    "header": "X-Signature",
+    "timestamp_header": "X-Timestamp",
+    "algorithm": "sha512",
+    "encoding": "base64",
+    "id_path": "id",
+    "type_path": "type",
+}
 
 
 def endpoint(*secrets: str, **options: Any) -> Endpoint:
@@ -30,8 +36,13 @@ def signed(body: bytes, *, secret: str = "s3cret", now: float = NOW, **extra: st
 
 
 def test_as_github_g1() -> None:
-    req = Request({"x-hub-signature-256": "sha256=757107ea0eb2509fc211221cce984b8a37570b6d7586c22c46f4379c8b043e17",
-                   "x-github-delivery": "d-1"}, b"Hello, World!")
+    req = Request(
+        {
+            "x-hub-signature-256": "sha256=757107ea0eb2509fc211221cce984b8a37570b6d7586c22c46f4379c8b043e17",
+            "x-github-delivery": "d-1",
+        },
+        b"Hello, World!",
+    )
     options = {"header": "X-Hub-Signature-256", "prefix": "sha256=", "id_header": "X-GitHub-Delivery"}
     event = PROVIDER.verify(req, endpoint("It's a Secret to Everybody", **options), now=NOW).events[0]
     assert (event.event_id, event.event_type, event.secret_index) == ("d-1", "event", 0)
@@ -39,19 +50,34 @@ def test_as_github_g1() -> None:
 
 def test_as_slack_sl1() -> None:
     body = (PAYLOADS / "slack" / "slash_command__sl1.txt").read_bytes()
-    req = Request({"x-slack-signature": "v0=a2114d57b48eac39b9ad189dd8316235a7b4a8d21a10bd27519666489c69b503",
-                   "x-slack-request-timestamp": "1531420618"}, body)
-    options = {"header": "X-Slack-Signature", "prefix": "v0=", "timestamp_header": "X-Slack-Request-Timestamp",
-               "template": "v0:{timestamp}:{body}"}
+    req = Request(
+        {
+            "x-slack-signature": "v0=a2114d57b48eac39b9ad189dd8316235a7b4a8d21a10bd27519666489c69b503",
+            "x-slack-request-timestamp": "1531420618",
+        },
+        body,
+    )
+    options = {
+        "header": "X-Slack-Signature",
+        "prefix": "v0=",
+        "timestamp_header": "X-Slack-Request-Timestamp",
+        "template": "v0:{timestamp}:{body}",
+    }
     event = PROVIDER.verify(req, endpoint("8f742231b10e8888abcd99yyyzzz85a5", **options), now=1531420618).events[0]
     assert (event.event_id, event.signed_at) == ("sha256:" + hashlib.sha256(body).hexdigest(), 1531420618)
 
 
 def test_as_shopify_sh1() -> None:
-    req = Request({"x-shopify-hmac-sha256": "plW8VGqq0nDMIEhDqaNNW99asdUCy7EIqLZVcQwtAZ0=",
-                   "x-shopify-topic": "orders/create"}, b'{"id":1}')
-    options = {"header": "X-Shopify-Hmac-Sha256", "encoding": "base64", "id_path": "id",
-               "type_header": "X-Shopify-Topic"}
+    req = Request(
+        {"x-shopify-hmac-sha256": "plW8VGqq0nDMIEhDqaNNW99asdUCy7EIqLZVcQwtAZ0=", "x-shopify-topic": "orders/create"},
+        b'{"id":1}',
+    )
+    options = {
+        "header": "X-Shopify-Hmac-Sha256",
+        "encoding": "base64",
+        "id_path": "id",
+        "type_header": "X-Shopify-Topic",
+    }
     event = PROVIDER.verify(req, endpoint("shop-secret", **options), now=NOW).events[0]
     assert (event.event_id, event.event_type) == ("1", "orders/create")
 
@@ -64,8 +90,10 @@ def test_payload_file_with_paths_and_timestamp() -> None:
     ]
     nested = endpoint(**{**STAMPED, "id_path": "data.id"})
     _, headers = PROVIDER.sign(nested, body, now=NOW)
-    assert PROVIDER.verify(Request({k.lower(): v for k, v in headers.items()}, body), nested, now=NOW).events[
-        0].event_id == "inv_8812"
+    assert (
+        PROVIDER.verify(Request({k.lower(): v for k, v in headers.items()}, body), nested, now=NOW).events[0].event_id
+        == "inv_8812"
+    )
 
 
 def test_template_never_rewrites_the_body() -> None:
@@ -96,8 +124,17 @@ BODY = (PAYLOADS / "hmac" / "invoice.created__basic.json").read_bytes()
         (signed(b'{"type":"invoice.created"}'), "malformed_payload"),
         (signed(b"not json"), "malformed_payload"),
     ],
-    ids=["no-signature", "no-timestamp", "not-base64", "bad-timestamp", "body-changed", "too-old", "too-new",
-         "no-id", "not-json"],
+    ids=[
+        "no-signature",
+        "no-timestamp",
+        "not-base64",
+        "bad-timestamp",
+        "body-changed",
+        "too-old",
+        "too-new",
+        "no-id",
+        "not-json",
+    ],
 )
 def test_failures(req: Request, reason: str) -> None:
     with pytest.raises(VerificationError) as exc:
@@ -126,8 +163,16 @@ def test_missing_prefix_is_malformed() -> None:
         {"header": "X-Sig", "id_header": "X-Id", "id_path": "id"},
         {"header": "X-Sig", "secret_encoding": "hex"},
     ],
-    ids=["no-header", "algorithm", "encoding", "no-body", "unknown-placeholder", "timestamp-without-header",
-         "two-id-sources", "unknown-option"],
+    ids=[
+        "no-header",
+        "algorithm",
+        "encoding",
+        "no-body",
+        "unknown-placeholder",
+        "timestamp-without-header",
+        "two-id-sources",
+        "unknown-option",
+    ],
 )
 def test_validate_rejects_bad_options(options: dict[str, str]) -> None:
     with pytest.raises(ConfigError, match="'generic'"):

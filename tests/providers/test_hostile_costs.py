@@ -179,8 +179,11 @@ def hostile_app(request: pytest.FixtureRequest) -> Flask:
     }
     if request.param == "sqlite":
         return make_app(base_config(request.getfixturevalue("sqlite_url"), ENDPOINTS=endpoints))
-    return make_app(base_config(request.getfixturevalue("pg_url"), REDIS_URL=request.getfixturevalue("redis_url"),
-                                ENDPOINTS=endpoints))
+    return make_app(
+        base_config(
+            request.getfixturevalue("pg_url"), REDIS_URL=request.getfixturevalue("redis_url"), ENDPOINTS=endpoints
+        )
+    )
 
 
 def test_the_receiver_answers_the_caps_with_their_reasons(hostile_app: Flask) -> None:
@@ -200,7 +203,9 @@ def test_the_receiver_answers_the_caps_with_their_reasons(hostile_app: Flask) ->
     assert rows(hostile_app, "SELECT count(*) FROM events")[0][0] == 0
     # Both are quarantined for the operator to see, without the junk body no re-verify could pass.
     assert rows(hostile_app, "SELECT reason, length(body) FROM rejections ORDER BY id") == [
-        ("too_many_signatures", 0), ("too_many_parameters", 0)]
+        ("too_many_signatures", 0),
+        ("too_many_parameters", 0),
+    ]
 
 
 # -- finding 8: junk PayPal certificate URLs never make a genuine delivery fail ---------------------
@@ -267,15 +272,18 @@ def test_junk_certificate_urls_never_make_a_genuine_delivery_fail(
         _, headers = providers.get("paypal").sign(endpoint, body, now=time.time())
         headers |= {"PAYPAL-CERT-URL": f"{CERTS}CERT-junk-{n}", "PAYPAL-TRANSMISSION-SIG": "A" * 344}
         for _ in range(2):  # a repeated junk URL is answered from memory
-            answer = client.post("/webhooks/paypal", data=body, headers=headers,
-                                 environ_overrides={"REMOTE_ADDR": f"203.0.113.{n % 11}"})
+            answer = client.post(
+                "/webhooks/paypal", data=body, headers=headers, environ_overrides={"REMOTE_ADDR": f"203.0.113.{n % 11}"}
+            )
             answers.append((answer.status_code, answer.get_json()["error"]))
     assert answers.count((400, "signature_mismatch")) == 2 * 110  # 10 fetches a sender, each answered twice
     assert answers.count((503, "unavailable")) == 2 * 22  # the rest: rate-limited, never fetched
     assert len(hits) == 110
     # PayPal's own address has its budget, and the overall one has room left: the genuine passes.
     _, headers = providers.get("paypal").sign(endpoint, body, now=time.time())
-    answer = client.post("/webhooks/paypal", data=body, headers=headers, environ_overrides={"REMOTE_ADDR": "173.0.80.1"})
+    answer = client.post(
+        "/webhooks/paypal", data=body, headers=headers, environ_overrides={"REMOTE_ADDR": "173.0.80.1"}
+    )
     assert answer.status_code == 200, answer.get_data()
     assert len(hits) == 111 and hits[-1].endswith("/CERT-genuine")
     assert rows(app, "SELECT event_id FROM events") == [("WH-hostile-1",)]

@@ -54,8 +54,13 @@ def test_independent_signature_verifies_with_fetched_certificate() -> None:
     transmission_id, time = "d938e770-8046-11e6-8103-6b62a8a99ac4", "2023-11-14T22:13:20Z"  # = NOW
     message = f"{transmission_id}|{time}|9XL90610J3647323C|{zlib.crc32(body) & 0xFFFFFFFF}".encode()
     signature = base64.b64encode(KEY.sign(message, padding.PKCS1v15(), hashes.SHA256())).decode()
-    headers = {"paypal-transmission-id": transmission_id, "paypal-transmission-time": time,
-               "paypal-transmission-sig": signature, "paypal-cert-url": CERT_URL, "paypal-auth-algo": "SHA256withRSA"}
+    headers = {
+        "paypal-transmission-id": transmission_id,
+        "paypal-transmission-time": time,
+        "paypal-transmission-sig": signature,
+        "paypal-cert-url": CERT_URL,
+        "paypal-auth-algo": "SHA256withRSA",
+    }
     LOADED.clear()
     result = PROVIDER.verify(Request(headers, body), endpoint(), now=NOW)
     assert LOADED == [CERT_URL]
@@ -67,8 +72,10 @@ def test_independent_signature_verifies_with_fetched_certificate() -> None:
 
 @pytest.mark.parametrize(
     ("name", "ref"),
-    [("payment.capture.completed__basic.json", ("capture", "27M47624FP291604U", 1550180998000)),
-     ("payment.sale.completed__sandbox.json", ("sale", "80F85758S3080410K", 1474495206000))],
+    [
+        ("payment.capture.completed__basic.json", ("capture", "27M47624FP291604U", 1550180998000)),
+        ("payment.sale.completed__sandbox.json", ("sale", "80F85758S3080410K", 1474495206000)),
+    ],
 )
 def test_payload_files_and_extract(name: str, ref: tuple[str, str, int]) -> None:
     body = (PAYLOADS / name).read_bytes()
@@ -100,14 +107,18 @@ BODY = (PAYLOADS / "payment.capture.completed__basic.json").read_bytes()
 @pytest.mark.parametrize(
     ("req", "reason"),
     [
-        *[(signed(BODY, **{f"PAYPAL-{h}": ""}), "missing_signature")
-          for h in ("TRANSMISSION-ID", "TRANSMISSION-TIME", "TRANSMISSION-SIG", "CERT-URL", "AUTH-ALGO")],
+        *[
+            (signed(BODY, **{f"PAYPAL-{h}": ""}), "missing_signature")
+            for h in ("TRANSMISSION-ID", "TRANSMISSION-TIME", "TRANSMISSION-SIG", "CERT-URL", "AUTH-ALGO")
+        ],
         (signed(BODY, **{"PAYPAL-AUTH-ALGO": "SHA1withRSA"}), "malformed_signature"),
         (signed(BODY, **{"PAYPAL-TRANSMISSION-SIG": "%%%"}), "malformed_signature"),
         (signed(BODY, **{"PAYPAL-CERT-URL": "https://evil.example.com/v1/notifications/certs/CERT-1"}), "url_mismatch"),
         (signed(BODY, **{"PAYPAL-CERT-URL": CERT_URL.replace("https:", "http:")}), "url_mismatch"),
-        (signed(BODY, **{"PAYPAL-CERT-URL": "https://api.paypal.com.evil.example/v1/notifications/certs/C"}),
-         "url_mismatch"),
+        (
+            signed(BODY, **{"PAYPAL-CERT-URL": "https://api.paypal.com.evil.example/v1/notifications/certs/C"}),
+            "url_mismatch",
+        ),
         (Request(signed(BODY).headers, BODY.replace(b"30.00", b"3.00")), "signature_mismatch"),
         (signed(BODY, **{"PAYPAL-TRANSMISSION-TIME": "2023-11-14T22:13:21Z"}), "signature_mismatch"),
         (signed(BODY, webhook_id="SOMEONE0ELSES0ID"), "signature_mismatch"),
@@ -144,8 +155,9 @@ MOMENT = datetime.fromtimestamp(NOW, UTC)
 
 def test_loader_accepts_paypal_subject_and_caches() -> None:
     fetched: list[str] = []
-    cert_loader = CertLoader(check_chain=False,
-                             fetch=lambda url: fetched.append(url) or certificate(start=0, days=36500))
+    cert_loader = CertLoader(
+        check_chain=False, fetch=lambda url: fetched.append(url) or certificate(start=0, days=36500)
+    )
     assert cert_loader(CERT_URL) == cert_loader(CERT_URL)
     assert fetched == [CERT_URL]
 
@@ -177,21 +189,34 @@ def test_loader_accepts_a_chain_to_a_configured_root(tmp_path: Path) -> None:
     ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "Test Root CA")])
     begin, end = MOMENT - timedelta(days=1), MOMENT + timedelta(days=30)
     ca_ski = x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key())
-    root = (x509.CertificateBuilder().subject_name(ca_name).issuer_name(ca_name).public_key(ca_key.public_key())
-            .serial_number(10).not_valid_before(begin).not_valid_after(end)
-            .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-            .add_extension(x509.KeyUsage(False, False, False, False, False, True, True, False, False), critical=True)
-            .add_extension(ca_ski, critical=False)
-            .sign(ca_key, hashes.SHA256()))
+    root = (
+        x509.CertificateBuilder()
+        .subject_name(ca_name)
+        .issuer_name(ca_name)
+        .public_key(ca_key.public_key())
+        .serial_number(10)
+        .not_valid_before(begin)
+        .not_valid_after(end)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .add_extension(x509.KeyUsage(False, False, False, False, False, True, True, False, False), critical=True)
+        .add_extension(ca_ski, critical=False)
+        .sign(ca_key, hashes.SHA256())
+    )
     subject = "messageverificationcerts.paypal.com"
-    leaf = (x509.CertificateBuilder()
-            .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, subject)])).issuer_name(ca_name)
-            .public_key(KEY.public_key()).serial_number(11).not_valid_before(begin).not_valid_after(end)
-            .add_extension(x509.SubjectAlternativeName([x509.DNSName(subject)]), critical=False)
-            .add_extension(x509.ExtendedKeyUsage([x509.ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
-            .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-            .add_extension(x509.AuthorityKeyIdentifier.from_issuer_subject_key_identifier(ca_ski), critical=False)
-            .sign(ca_key, hashes.SHA256()))
+    leaf = (
+        x509.CertificateBuilder()
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, subject)]))
+        .issuer_name(ca_name)
+        .public_key(KEY.public_key())
+        .serial_number(11)
+        .not_valid_before(begin)
+        .not_valid_after(end)
+        .add_extension(x509.SubjectAlternativeName([x509.DNSName(subject)]), critical=False)
+        .add_extension(x509.ExtendedKeyUsage([x509.ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .add_extension(x509.AuthorityKeyIdentifier.from_issuer_subject_key_identifier(ca_ski), critical=False)
+        .sign(ca_key, hashes.SHA256())
+    )
     (tmp_path / "roots.pem").write_bytes(root.public_bytes(serialization.Encoding.PEM))
     pem = leaf.public_bytes(serialization.Encoding.PEM)
     assert CertLoader(ca_file=str(tmp_path / "roots.pem")).check(pem, MOMENT) == end.replace(microsecond=0).timestamp()
@@ -207,10 +232,16 @@ def test_validate_parses_a_pinned_certificate() -> None:
 # -- replay: the transmission time window, and the CRC-32 that lets a body be swapped -------------
 
 
-@pytest.mark.parametrize(("skew", "reason"), [
-    (-301, "timestamp_out_of_tolerance"), (301, "timestamp_out_of_tolerance"), (-299, None), (299, None),
-    (-10 * 365 * 86400, "timestamp_out_of_tolerance"),
-])
+@pytest.mark.parametrize(
+    ("skew", "reason"),
+    [
+        (-301, "timestamp_out_of_tolerance"),
+        (301, "timestamp_out_of_tolerance"),
+        (-299, None),
+        (299, None),
+        (-10 * 365 * 86400, "timestamp_out_of_tolerance"),
+    ],
+)
 def test_transmission_time_window(skew: int, reason: str | None) -> None:
     """Signed ``skew`` seconds away from the receiver's clock (both ways), with tolerance 300."""
     _, headers = PROVIDER.sign(endpoint(cert_url=CERT_URL), BODY, now=NOW + skew)
@@ -276,8 +307,9 @@ def test_failed_fetch_is_remembered_per_url() -> None:
 
 def test_refused_certificate_is_remembered_as_a_mismatch() -> None:
     clock, fetched = Clock(), []
-    cert_loader = CertLoader(check_chain=False, clock=clock,
-                             fetch=lambda url: fetched.append(url) or certificate("evil.example.com"))
+    cert_loader = CertLoader(
+        check_chain=False, clock=clock, fetch=lambda url: fetched.append(url) or certificate("evil.example.com")
+    )
     for _ in range(3):
         with pytest.raises(VerificationError) as exc:
             cert_loader(CERT_URL)
@@ -313,8 +345,9 @@ def _fail_404() -> VerificationError:
 def test_good_certificates_stay_cached_under_the_fetch_bound() -> None:
     clock, fetched = Clock(), []
     good = certificate(start=0, days=36500)
-    cert_loader = CertLoader(check_chain=False, clock=clock, max_fetches=1,
-                             fetch=lambda url: fetched.append(url) or good)
+    cert_loader = CertLoader(
+        check_chain=False, clock=clock, max_fetches=1, fetch=lambda url: fetched.append(url) or good
+    )
     assert all(cert_loader(CERT_URL) == good for _ in range(20))
     assert fetched == [CERT_URL]
 

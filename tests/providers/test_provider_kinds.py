@@ -141,8 +141,10 @@ def acme(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[ModuleType
 
 def sign(body: bytes, secret: str = ACME_SECRET) -> dict[str, str]:
     """Computed here, independently of the kind's own code."""
-    return {"X-Acme-Signature": hmac.new(secret.encode(), body, hashlib.sha256).hexdigest(),
-            "Content-Type": "application/json"}
+    return {
+        "X-Acme-Signature": hmac.new(secret.encode(), body, hashlib.sha256).hexdigest(),
+        "Content-Type": "application/json",
+    }
 
 
 def test_a_new_kind_from_one_module_is_verified_stored_processed_purged_and_shown(
@@ -154,28 +156,43 @@ def test_a_new_kind_from_one_module_is_verified_stored_processed_purged_and_show
     app = make_app(base_config(sqlite_url, ACME_SECRET=ACME_SECRET, ACME_API_TOKEN="token"))
     client = app.test_client()
 
-    items = [{"id": "acme_1", "type": "order.paid", "order": "ord_1", "seq": 1, "note": "first item",
-              "cents": 1130, "currency": "eur"},
-             {"id": "acme_2", "type": "order.shipped", "order": "ord_1", "seq": 2, "note": "second item"}]
+    items = [
+        {
+            "id": "acme_1",
+            "type": "order.paid",
+            "order": "ord_1",
+            "seq": 1,
+            "note": "first item",
+            "cents": 1130,
+            "currency": "eur",
+        },
+        {"id": "acme_2", "type": "order.shipped", "order": "ord_1", "seq": 2, "note": "second item"},
+    ]
     body = json.dumps({"items": items}).encode()
     # Verify: a wrong secret, a tampered body and no signature are refused; the right one is taken.
-    for data, headers, reason in ((body, sign(body, "wrong"), "signature_mismatch"),
-                                  (body + b" ", sign(body), "signature_mismatch"),
-                                  (body, {}, "missing_signature")):
+    for data, headers, reason in (
+        (body, sign(body, "wrong"), "signature_mismatch"),
+        (body + b" ", sign(body), "signature_mismatch"),
+        (body, {}, "missing_signature"),
+    ):
         refused = client.post("/webhooks/acme", data=data, headers=headers)
         assert refused.status_code == 400 and reason in refused.get_data(as_text=True), refused.get_data(as_text=True)
     assert rows(app, "SELECT count(*) AS n FROM events")[0].n == 0
     assert client.post("/webhooks/acme", data=body, headers=sign(body)).status_code == 200
 
     # Store: one row per batch item, under the kind.
-    stored = rows(app, "SELECT event_id, kind, item_index, status FROM events WHERE endpoint = 'acme' ORDER BY event_id")
+    stored = rows(
+        app, "SELECT event_id, kind, item_index, status FROM events WHERE endpoint = 'acme' ORDER BY event_id"
+    )
     assert [(r.event_id, r.kind, r.item_index) for r in stored] == [("acme_1", "acme", 0), ("acme_2", "acme", 1)]
 
     # Process: the kind's event_data, extract, refetch and fold run; the object ends in its latest state.
     drain(app)
     assert sorted(acme.REFETCHED) == sorted(set(acme.FOLDED)) == ["acme_1", "acme_2"]  # a fold may be re-asked
     assert {r.status for r in rows(app, "SELECT status FROM events WHERE endpoint = 'acme'")} == {"processed"}
-    state = rows(app, "SELECT version, state, last_event_id FROM objects WHERE endpoint = 'acme' AND object_id = 'ord_1'")
+    state = rows(
+        app, "SELECT version, state, last_event_id FROM objects WHERE endpoint = 'acme' AND object_id = 'ord_1'"
+    )
     assert state[0].version == 2 and json.loads(state[0].state)["status"] == "order.shipped"
     assert state[0].last_event_id == "acme_2"  # the fold's ``latest``
 
@@ -212,7 +229,8 @@ def test_a_new_kind_from_one_module_is_verified_stored_processed_purged_and_show
     assert "acme_1" in listing and "acme_2" in listing
     assert "11.30 EUR" in listing  # the kind's amount
     assert "fold of 2 acme event(s)" in client.get("/admin/events/acme/acme_2", headers=admin_headers()).get_data(
-        as_text=True)  # the kind's version in words
+        as_text=True
+    )  # the kind's version in words
 
 
 def test_every_registered_kind_states_its_retry_horizon_and_shorthands() -> None:

@@ -16,8 +16,10 @@ from webhooks.providers.sendgrid import SIGNATURE, TIMESTAMP, SendGrid
 
 PAYLOADS = Path(__file__).parents[1] / "payloads" / "sendgrid"
 PROVIDER = SendGrid()
-SG1_KEY = ("MFkwEwYHKoZIzj0CAQYIKoZIzj0DAQcDQgAE83T4O/n84iotIvIW4mdBgQ/7dAfSmpqIM8kF9mN1flpVKS3GRqe62gw+2fNNRaINX"
-           "vVpiglSI8eNEc6wEA3F+g==")
+SG1_KEY = (
+    "MFkwEwYHKoZIzj0CAQYIKoZIzj0DAQcDQgAE83T4O/n84iotIvIW4mdBgQ/7dAfSmpqIM8kF9mN1flpVKS3GRqe62gw+2fNNRaINX"
+    "vVpiglSI8eNEc6wEA3F+g=="
+)
 SG1_SIGNATURE = "MEUCIGHQVtGj+Y3LkG9fLcxf3qfI10QysgDWmMOVmxG0u6ZUAiEAyBiXDWzM+uOe5W0JuG+luQAbPIqHh89M15TluLtEZtM="
 SG1_TS = "1600112502"
 NOW = 1_700_000_000
@@ -26,10 +28,12 @@ NOW = 1_700_000_000
 def keypair() -> tuple[str, str]:
     """(base64 DER public key, base64 DER PKCS#8 private key), as SendGrid shows / as we keep for tests."""
     private = ec.generate_private_key(ec.SECP256R1())
-    public = private.public_key().public_bytes(serialization.Encoding.DER,
-                                               serialization.PublicFormat.SubjectPublicKeyInfo)
-    pkcs8 = private.private_bytes(serialization.Encoding.DER, serialization.PrivateFormat.PKCS8,
-                                  serialization.NoEncryption())
+    public = private.public_key().public_bytes(
+        serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
+    )
+    pkcs8 = private.private_bytes(
+        serialization.Encoding.DER, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )
     return base64.b64encode(public).decode(), base64.b64encode(pkcs8).decode()
 
 
@@ -114,8 +118,16 @@ BODY = (PAYLOADS / "batch__delivery_engagement.json").read_bytes()
         (signed(b'{"event":"open"}'), "malformed_payload"),
         (signed(b'[{"event":"open"}]'), "malformed_payload"),
     ],
-    ids=["no-signature", "no-timestamp", "not-base64", "body-changed", "timestamp-changed", "other-key",
-         "not-array", "no-sg-event-id"],
+    ids=[
+        "no-signature",
+        "no-timestamp",
+        "not-base64",
+        "body-changed",
+        "timestamp-changed",
+        "other-key",
+        "not-array",
+        "no-sg-event-id",
+    ],
 )
 def test_failures(req: Request, reason: str) -> None:
     with pytest.raises(VerificationError) as exc:

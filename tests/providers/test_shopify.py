@@ -31,8 +31,14 @@ def signed(body: bytes, *, secret: str = SECRET, topic: str = "orders/paid", **e
 def test_vector_sh1() -> None:
     body = (PAYLOADS / "sh1__vector.json").read_bytes()
     assert body == b'{"id":1}'
-    req = Request({"x-shopify-hmac-sha256": "plW8VGqq0nDMIEhDqaNNW99asdUCy7EIqLZVcQwtAZ0=",
-                   "x-shopify-webhook-id": WEBHOOK_ID, "x-shopify-topic": "orders/create"}, body)
+    req = Request(
+        {
+            "x-shopify-hmac-sha256": "plW8VGqq0nDMIEhDqaNNW99asdUCy7EIqLZVcQwtAZ0=",
+            "x-shopify-webhook-id": WEBHOOK_ID,
+            "x-shopify-topic": "orders/create",
+        },
+        body,
+    )
     result = PROVIDER.verify(req, endpoint(), now=NOW)
     assert [(e.event_id, e.event_type, e.secret_index) for e in result.events] == [(WEBHOOK_ID, "orders/create", 0)]
     assert signed(body).header("X-Shopify-Hmac-Sha256") == "plW8VGqq0nDMIEhDqaNNW99asdUCy7EIqLZVcQwtAZ0="
@@ -40,8 +46,14 @@ def test_vector_sh1() -> None:
 
 def test_new_style_headers() -> None:
     body = (PAYLOADS / "sh1__vector.json").read_bytes()
-    req = Request({"shopify-hmac-sha256": "plW8VGqq0nDMIEhDqaNNW99asdUCy7EIqLZVcQwtAZ0=",
-                   "shopify-webhook-id": WEBHOOK_ID, "shopify-topic": "orders/create"}, body)
+    req = Request(
+        {
+            "shopify-hmac-sha256": "plW8VGqq0nDMIEhDqaNNW99asdUCy7EIqLZVcQwtAZ0=",
+            "shopify-webhook-id": WEBHOOK_ID,
+            "shopify-topic": "orders/create",
+        },
+        body,
+    )
     assert PROVIDER.verify(req, endpoint(), now=NOW).events[0].event_type == "orders/create"
 
 
@@ -63,8 +75,14 @@ def test_payload_files_and_extract(name: str, topic: str, ref: tuple[str, str, i
 
 @pytest.mark.parametrize(
     ("plural", "one"),
-    [("orders", "order"), ("inventory_items", "inventory_item"), ("companies", "company"), ("app", "app"),
-     ("customer_addresses", "customer_address"), ("shop", "shop")],
+    [
+        ("orders", "order"),
+        ("inventory_items", "inventory_item"),
+        ("companies", "company"),
+        ("app", "app"),
+        ("customer_addresses", "customer_address"),
+        ("shop", "shop"),
+    ],
 )
 def test_singular(plural: str, one: str) -> None:
     assert singular(plural) == one

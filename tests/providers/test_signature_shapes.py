@@ -43,17 +43,33 @@ def _hex_after(prefix: str) -> Callable[[str], bytes]:
 # kind -> (signature header, value -> signature bytes, (genuine value, signatures) -> header value)
 Codec = tuple[str, Callable[[str], bytes], Callable[[str, list[bytes]], str]]
 CODECS: dict[str, Codec] = {
-    "stripe": ("stripe-signature", _hex_after("v1="),
-               lambda v, sigs: ",".join([v.split(",")[0], *(f"v1={s.hex()}" for s in sigs)])),
-    "standard": ("webhook-signature", lambda v: base64.b64decode(v.split(",", 1)[1]),
-                 lambda v, sigs: " ".join(f"v1,{b64(s)}" for s in sigs)),
-    "github": ("x-hub-signature-256", _hex_after("sha256="),
-               lambda v, sigs: ", ".join(f"sha256={s.hex()}" for s in sigs)),
+    "stripe": (
+        "stripe-signature",
+        _hex_after("v1="),
+        lambda v, sigs: ",".join([v.split(",")[0], *(f"v1={s.hex()}" for s in sigs)]),
+    ),
+    "standard": (
+        "webhook-signature",
+        lambda v: base64.b64decode(v.split(",", 1)[1]),
+        lambda v, sigs: " ".join(f"v1,{b64(s)}" for s in sigs),
+    ),
+    "github": (
+        "x-hub-signature-256",
+        _hex_after("sha256="),
+        lambda v, sigs: ", ".join(f"sha256={s.hex()}" for s in sigs),
+    ),
     "slack": ("x-slack-signature", _hex_after("v0="), lambda v, sigs: ", ".join(f"v0={s.hex()}" for s in sigs)),
     "hmac": ("x-signature", _hex_after("sha256="), lambda v, sigs: ", ".join(f"sha256={s.hex()}" for s in sigs)),
-    **{kind: (header, base64.b64decode, lambda v, sigs: ", ".join(b64(s) for s in sigs)) for kind, header in (
-        ("shopify", "x-shopify-hmac-sha256"), ("twilio", "x-twilio-signature"), ("adyen", "hmacsignature"),
-        ("sendgrid", "x-twilio-email-event-webhook-signature"), ("paypal", "paypal-transmission-sig"))},
+    **{
+        kind: (header, base64.b64decode, lambda v, sigs: ", ".join(b64(s) for s in sigs))
+        for kind, header in (
+            ("shopify", "x-shopify-hmac-sha256"),
+            ("twilio", "x-twilio-signature"),
+            ("adyen", "hmacsignature"),
+            ("sendgrid", "x-twilio-email-event-webhook-signature"),
+            ("paypal", "paypal-transmission-sig"),
+        )
+    },
 }
 
 
@@ -61,8 +77,14 @@ def foreign_endpoint(kind: str) -> Endpoint:
     """The kind's endpoint with a key that is not configured (same shape as the real one)."""
     endpoint = ENDPOINTS[kind]
     other = {
-        "stripe": ("whsec_other",), "standard": ("whsec_" + b64(b"o" * 24),), "adyen": ("AB" * 32,),
-        "github": ("other",), "shopify": ("other",), "slack": ("other",), "twilio": ("other",), "hmac": ("other",),
+        "stripe": ("whsec_other",),
+        "standard": ("whsec_" + b64(b"o" * 24),),
+        "adyen": ("AB" * 32,),
+        "github": ("other",),
+        "shopify": ("other",),
+        "slack": ("other",),
+        "twilio": ("other",),
+        "hmac": ("other",),
     }
     return replace(endpoint, secrets=other.get(kind, endpoint.secrets))
 
@@ -90,8 +112,12 @@ def foreign(kind: str) -> bytes:
         from webhooks.providers.paypal import signed_string
 
         request = genuine(kind)
-        message = signed_string(request.header("paypal-transmission-id") or "",
-                                request.header("paypal-transmission-time") or "", "WH-FUZZ", BODY)
+        message = signed_string(
+            request.header("paypal-transmission-id") or "",
+            request.header("paypal-transmission-time") or "",
+            "WH-FUZZ",
+            BODY,
+        )
         key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
         return key.sign(message, padding.PKCS1v15(), hashes.SHA256())
     p, endpoint = provider_of(kind), foreign_endpoint(kind)
@@ -119,8 +145,16 @@ def refused(kind: str, request: Request, endpoint: Endpoint | None = None) -> bo
 
 def mangled(signature: bytes) -> list[bytes]:
     """Empty, truncated and wrong-length variants of a signature (the genuine one included)."""
-    return [b"", signature[:1], signature[: len(signature) // 2], signature[:-1], signature + b"\x00",
-            signature + signature, b"\x00" * len(signature[:-1]), signature[1:]]
+    return [
+        b"",
+        signature[:1],
+        signature[: len(signature) // 2],
+        signature[:-1],
+        signature + b"\x00",
+        signature + signature,
+        b"\x00" * len(signature[:-1]),
+        signature[1:],
+    ]
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -130,8 +164,9 @@ def test_genuine_and_foreign_signatures_are_what_they_claim(kind: str) -> None:
     request = genuine(kind)
     provider_of(kind).verify(request, ENDPOINTS[kind], now=NOW)
     assert refused(kind, with_signatures(kind, [foreign(kind)]))
-    assert with_signatures(kind, [parse(request.headers[header])]).headers[header] == request.headers[header] \
-        or kind in ("stripe", "standard")  # rendered as a list there; still the same signature
+    assert with_signatures(kind, [parse(request.headers[header])]).headers[header] == request.headers[
+        header
+    ] or kind in ("stripe", "standard")  # rendered as a list there; still the same signature
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -163,15 +198,35 @@ MIXED = Endpoint("standard", "standard", (PUBLIC_KEY, SW1_SECRET))
 
 
 def standard_request(signature: str, prefix: str = "webhook") -> Request:
-    return Request({f"{prefix}-id": "msg_p5jXN8AQM9LWM0D4loKWxJek", f"{prefix}-timestamp": str(NOW),
-                    f"{prefix}-signature": signature}, b'{"test": 2432232314}')
+    return Request(
+        {
+            f"{prefix}-id": "msg_p5jXN8AQM9LWM0D4loKWxJek",
+            f"{prefix}-timestamp": str(NOW),
+            f"{prefix}-signature": signature,
+        },
+        b'{"test": 2432232314}',
+    )
 
 
 @pytest.mark.parametrize("prefix", ["webhook", "svix"])
-@pytest.mark.parametrize("signature", ["v1,", "v1, v1a,", "v1a,", "v1,= v1a,=", "v1,AA==", "v1a,AA==",
-                                       "v1," + b64(b"\x00" * 31), "v1," + b64(b"\x00" * 33), "v1a," + b64(b"\x00" * 32)])
+@pytest.mark.parametrize(
+    "signature",
+    [
+        "v1,",
+        "v1, v1a,",
+        "v1a,",
+        "v1,= v1a,=",
+        "v1,AA==",
+        "v1a,AA==",
+        "v1," + b64(b"\x00" * 31),
+        "v1," + b64(b"\x00" * 33),
+        "v1a," + b64(b"\x00" * 32),
+    ],
+)
 @pytest.mark.parametrize("order", [(PUBLIC_KEY, SW1_SECRET), (SW1_SECRET, PUBLIC_KEY), (PUBLIC_KEY,)])
-def test_standard_empty_or_short_signature_with_mixed_secrets(prefix: str, signature: str, order: tuple[str, ...]) -> None:
+def test_standard_empty_or_short_signature_with_mixed_secrets(
+    prefix: str, signature: str, order: tuple[str, ...]
+) -> None:
     """On main ``v1,`` verified: ``_mac`` gave b"" for the public key and b"" == b""."""
     endpoint = Endpoint("standard", "standard", order)
     with pytest.raises(VerificationError) as exc:
@@ -185,8 +240,14 @@ def test_standard_mixed_secrets_keep_their_indexes() -> None:
 
     now = int(time.time())  # the SDK's verify reads the clock
     signature = Webhook(SW1_SECRET).sign("msg_1", datetime.fromtimestamp(now, UTC), '{"type": "a"}')
-    request = Request({"webhook-id": "msg_1", "webhook-timestamp": str(now),
-                       "webhook-signature": f"v1, v1a, {signature} v1a,{b64(bytes(64))}"}, b'{"type": "a"}')
+    request = Request(
+        {
+            "webhook-id": "msg_1",
+            "webhook-timestamp": str(now),
+            "webhook-signature": f"v1, v1a, {signature} v1a,{b64(bytes(64))}",
+        },
+        b'{"type": "a"}',
+    )
     for endpoint, index in ((MIXED, 1), (Endpoint("s", "standard", (SW1_SECRET, PUBLIC_KEY)), 0)):
         event = PROVIDERS["standard"].verify(request, endpoint, now=now).events[0]
         assert event.secret_index == index
@@ -194,8 +255,9 @@ def test_standard_mixed_secrets_keep_their_indexes() -> None:
 
 
 def test_standard_v1a_next_to_foreign_v1() -> None:
-    foreign_v1 = "v1," + b64(hmac_digest(b"o" * 24, f"msg_p5jXN8AQM9LWM0D4loKWxJek.{NOW}.".encode()
-                                          + b'{"test": 2432232314}'))
+    foreign_v1 = "v1," + b64(
+        hmac_digest(b"o" * 24, f"msg_p5jXN8AQM9LWM0D4loKWxJek.{NOW}.".encode() + b'{"test": 2432232314}')
+    )
     for v1a in ("v1a,", "v1a," + b64(bytes(63)), "v1a," + b64(bytes(64)), "v1a," + b64(bytes(65))):
         with pytest.raises(VerificationError):
             PROVIDERS["standard"].verify(standard_request(f"{foreign_v1} {v1a}"), MIXED, now=NOW)
@@ -204,22 +266,39 @@ def test_standard_v1a_next_to_foreign_v1() -> None:
 # -- base.first_match: defence in depth for every kind ----------------------------------------------
 
 
-@pytest.mark.parametrize(("digest", "candidates"), [
-    (b"", [b""]), (b"", [b"", b"x"]), (b"\x01" * 32, [b""]), (b"\x01" * 32, [b"\x01" * 31]),
-    (b"\x01" * 32, [b"\x01" * 33, b"\x01" * 16]),
-])
+@pytest.mark.parametrize(
+    ("digest", "candidates"),
+    [
+        (b"", [b""]),
+        (b"", [b"", b"x"]),
+        (b"\x01" * 32, [b""]),
+        (b"\x01" * 32, [b"\x01" * 31]),
+        (b"\x01" * 32, [b"\x01" * 33, b"\x01" * 16]),
+    ],
+)
 def test_first_match_never_matches_empty_or_other_lengths(digest: bytes, candidates: list[bytes]) -> None:
     with pytest.raises(VerificationError) as exc:
         first_match(["s"], lambda secret: digest, candidates)
     assert exc.value.reason == "signature_mismatch"
-    assert first_match(["a", "s"], lambda secret: b"\x01" * 32 if secret == "s" else b"", [*candidates, b"\x01" * 32]) == 1
+    assert (
+        first_match(["a", "s"], lambda secret: b"\x01" * 32 if secret == "s" else b"", [*candidates, b"\x01" * 32]) == 1
+    )
 
 
 # -- empty keys are refused at start-up --------------------------------------------------------------
 
 EMPTY_KEYS = [
-    ("stripe", ""), ("github", ""), ("shopify", ""), ("slack", ""), ("twilio", ""), ("hmac", ""),
-    ("standard", "whsec_"), ("standard", ""), ("standard", "whsec_="), ("adyen", ""), ("adyen", "  "),
+    ("stripe", ""),
+    ("github", ""),
+    ("shopify", ""),
+    ("slack", ""),
+    ("twilio", ""),
+    ("hmac", ""),
+    ("standard", "whsec_"),
+    ("standard", ""),
+    ("standard", "whsec_="),
+    ("adyen", ""),
+    ("adyen", "  "),
     ("sendgrid", ""),
 ]
 
@@ -244,8 +323,18 @@ def stripe_header(*extra: str, valid: bool = True) -> str:
     return ",".join([f"t={NOW}", *extra, *([f"v1={header}"] if valid else [])])
 
 
-@pytest.mark.parametrize("extra", [["v1=zz"], ["v1=abc"], ["v1="], ["garbage"], ["v1=zz", "noequals", "v0=zz"],
-                                   ["v1=" + "ab" * 31], ["v1=" + "ab" * 33]])
+@pytest.mark.parametrize(
+    "extra",
+    [
+        ["v1=zz"],
+        ["v1=abc"],
+        ["v1="],
+        ["garbage"],
+        ["v1=zz", "noequals", "v0=zz"],
+        ["v1=" + "ab" * 31],
+        ["v1=" + "ab" * 33],
+    ],
+)
 def test_stripe_ignores_unparsable_entries_next_to_a_valid_one(extra: list[str]) -> None:
     header = stripe_header(*extra)
     stripe.WebhookSignature.verify_header(BODY.decode(), header, STRIPE_SECRET, tolerance=None)  # the SDK accepts
@@ -253,11 +342,17 @@ def test_stripe_ignores_unparsable_entries_next_to_a_valid_one(extra: list[str])
     assert PROVIDERS["stripe"].verify(request, ENDPOINTS["stripe"], now=NOW).events[0].event_id == "evt_1"
 
 
-@pytest.mark.parametrize(("extra", "reason"), [
-    (["v1=zz"], "malformed_signature"), (["v1=", "v1=abc"], "malformed_signature"),
-    (["noequals"], "missing_signature"), ([], "missing_signature"), (["v0=" + "ab" * 32], "missing_signature"),
-    (["v1=" + "ab" * 32], "signature_mismatch"),
-])
+@pytest.mark.parametrize(
+    ("extra", "reason"),
+    [
+        (["v1=zz"], "malformed_signature"),
+        (["v1=", "v1=abc"], "malformed_signature"),
+        (["noequals"], "missing_signature"),
+        ([], "missing_signature"),
+        (["v0=" + "ab" * 32], "missing_signature"),
+        (["v1=" + "ab" * 32], "signature_mismatch"),
+    ],
+)
 def test_stripe_without_a_usable_v1(extra: list[str], reason: str) -> None:
     request = Request({"stripe-signature": stripe_header(*extra, valid=False)}, BODY)
     with pytest.raises(VerificationError) as exc:
@@ -269,8 +364,10 @@ def test_stripe_without_a_usable_v1(extra: list[str], reason: str) -> None:
 
 REPLAY_KEYED = {"github", "shopify", "twilio", "hmac", "paypal"}
 UNSIGNED = {  # headers a sender may change without touching the signature
-    "github": ["x-github-delivery", "x-github-event"], "shopify": ["x-shopify-webhook-id", "x-shopify-topic"],
-    "twilio": ["i-twilio-idempotency-token"], "hmac": ["x-type"],
+    "github": ["x-github-delivery", "x-github-event"],
+    "shopify": ["x-shopify-webhook-id", "x-shopify-topic"],
+    "twilio": ["i-twilio-idempotency-token"],
+    "hmac": ["x-type"],
     "paypal": ["paypal-cert-url"],
 }
 
@@ -279,8 +376,9 @@ UNSIGNED = {  # headers a sender may change without touching the signature
 def test_replay_key_only_where_nothing_unique_is_signed(kind: str) -> None:
     request = genuine(kind)
     if kind == "hmac":  # the fuzz endpoint takes its id from the body: give it an id header instead
-        endpoint = replace(ENDPOINTS["hmac"], options={**ENDPOINTS["hmac"].options, "id_path": None,
-                                                       "id_header": "X-Id"})
+        endpoint = replace(
+            ENDPOINTS["hmac"], options={**ENDPOINTS["hmac"].options, "id_path": None, "id_header": "X-Id"}
+        )
         request = Request({**request.headers, "x-id": "d1"}, request.body, request.url)
     result = provider_of(kind).verify(request, endpoint if kind == "hmac" else ENDPOINTS[kind], now=NOW)
     if kind not in REPLAY_KEYED:
@@ -306,8 +404,9 @@ def test_unsigned_parts_never_make_a_second_event(kind: str, data: st.DataObject
     headers = dict(request.headers)
     for name in [*UNSIGNED.get(kind, []), *(h for h in headers if h.endswith(("-id", "-topic", "-event")))]:
         if data.draw(st.booleans()):
-            headers[name] = data.draw(st.text(st.characters(min_codepoint=0x21, max_codepoint=0x7E), min_size=1,
-                                              max_size=40))
+            headers[name] = data.draw(
+                st.text(st.characters(min_codepoint=0x21, max_codepoint=0x7E), min_size=1, max_size=40)
+            )
     host = data.draw(st.sampled_from(["example.com", "evil.example", "10.0.0.7:8000", "example.com:443"]))
     url = request.url.replace("example.com", host, 1)
     try:
@@ -335,8 +434,11 @@ def test_hash_is_of_the_signature_not_the_body() -> None:
     one = provider_of("github").verify(signed("github", body), ENDPOINTS["github"], now=NOW).replay_key
     other_endpoint = replace(ENDPOINTS["github"], secrets=("gh-secret-2",))
     _, headers = provider_of("github").sign(other_endpoint, body, now=NOW)
-    two = provider_of("github").verify(Request({k.lower(): v for k, v in headers.items()}, body),
-                                       other_endpoint, now=NOW).replay_key
+    two = (
+        provider_of("github")
+        .verify(Request({k.lower(): v for k, v in headers.items()}, body), other_endpoint, now=NOW)
+        .replay_key
+    )
     assert one != two and one != hashlib.sha256(body).hexdigest()
 
 
@@ -345,8 +447,14 @@ def test_adyen_item_signatures_of_every_shape_never_verify() -> None:
     import json
 
     endpoint = ENDPOINTS["adyen"]
-    item = {"pspReference": "7914073381342284", "merchantAccountCode": "TestMerchant", "merchantReference": "r1",
-            "amount": {"value": 1130, "currency": "EUR"}, "eventCode": "AUTHORISATION", "success": "true"}
+    item = {
+        "pspReference": "7914073381342284",
+        "merchantAccountCode": "TestMerchant",
+        "merchantReference": "r1",
+        "amount": {"value": 1130, "currency": "EUR"},
+        "eventCode": "AUTHORISATION",
+        "success": "true",
+    }
     raw = json.dumps({"notificationItems": [{"NotificationRequestItem": item}]}).encode()
     body, _ = PROVIDERS["adyen"].sign(endpoint, raw, now=NOW)
     PROVIDERS["adyen"].verify(Request({}, body), endpoint, now=NOW)

@@ -108,8 +108,18 @@ BODY = (PAYLOADS / "app_mention__event_callback.json").read_bytes()
         (signed(b"{not json"), "malformed_payload"),
         (signed(b"just=a&form=body"), "malformed_payload"),
     ],
-    ids=["no-signature", "no-timestamp", "wrong-version", "not-hex", "body-changed", "timestamp-changed",
-         "too-old", "too-new", "bad-json", "unknown-form"],
+    ids=[
+        "no-signature",
+        "no-timestamp",
+        "wrong-version",
+        "not-hex",
+        "body-changed",
+        "timestamp-changed",
+        "too-old",
+        "too-new",
+        "bad-json",
+        "unknown-form",
+    ],
 )
 def test_failures(req: Request, reason: str) -> None:
     with pytest.raises(VerificationError) as exc:

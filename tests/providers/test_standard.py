@@ -47,11 +47,22 @@ def vector(id_: str, ts: str, body: bytes, signature: str, prefix: str = "webhoo
     ("secret", "id_", "ts", "body", "signature", "prefix"),
     [
         (SW1_SECRET, SW1_ID, SW1_TS, SW1_BODY, "v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE=", "webhook"),
-        ("whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD", "msg_27UH4WbU6Z5A5EzD8u03UvzRbpk", "1649367553",
-         b'{"email":"test@example.com","username":"test_user"}', "v1,tZ1I4/hDygAJgO5TYxiSd6Sd0kDW6hPenDe+bTa3Kkw=",
-         "webhook"),
-        ("whsec_plJ3nmyCDGBKInavdOK15jsl", "msg_loFOjxBNrRLzqYUf", "1731705121",
-         (PAYLOADS / "ping__svix.json").read_bytes(), "v1,rAvfW3dJ/X/qxhsaXPOyyCGmRKsaKWcsNccKXlIktD0=", "svix"),
+        (
+            "whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD",
+            "msg_27UH4WbU6Z5A5EzD8u03UvzRbpk",
+            "1649367553",
+            b'{"email":"test@example.com","username":"test_user"}',
+            "v1,tZ1I4/hDygAJgO5TYxiSd6Sd0kDW6hPenDe+bTa3Kkw=",
+            "webhook",
+        ),
+        (
+            "whsec_plJ3nmyCDGBKInavdOK15jsl",
+            "msg_loFOjxBNrRLzqYUf",
+            "1731705121",
+            (PAYLOADS / "ping__svix.json").read_bytes(),
+            "v1,rAvfW3dJ/X/qxhsaXPOyyCGmRKsaKWcsNccKXlIktD0=",
+            "svix",
+        ),
     ],
     ids=["SW1", "SW2", "SW3-svix"],
 )
@@ -76,8 +87,9 @@ def test_v1a_vector_sw4() -> None:
 def test_mixed_secrets_and_lists_skip_junk_entries() -> None:
     sig = "v1a,yoUrgEkc12aGqm0n4Sydmdz55xJfTz4AsAgieHFjmkR7LJtqVCZOQYzvvHjI5kAey+r4iaBGxTFRrl2iBQxtDQ=="
     header = f"junk v2,abc v1,not*base64 v1,{base64.b64encode(b'x' * 32).decode()} {sig}"
-    result = PROVIDER.verify(vector(SW1_ID, SW1_TS, SW1_BODY, header), endpoint(SW1_SECRET, SW4_PUBLIC),
-                             now=int(SW1_TS))
+    result = PROVIDER.verify(
+        vector(SW1_ID, SW1_TS, SW1_BODY, header), endpoint(SW1_SECRET, SW4_PUBLIC), now=int(SW1_TS)
+    )
     assert (result.scheme, result.events[0].secret_index) == ("standard-v1a", 1)
 
 
@@ -120,8 +132,10 @@ def _replace(req: Request, **headers: str) -> Request:
 @pytest.mark.parametrize(
     ("mutate", "reason"),
     [
-        (lambda r: Request({k: v for k, v in r.headers.items() if k != "webhook-signature"}, r.body),
-         "missing_signature"),
+        (
+            lambda r: Request({k: v for k, v in r.headers.items() if k != "webhook-signature"}, r.body),
+            "missing_signature",
+        ),
         (lambda r: Request({k: v for k, v in r.headers.items() if k != "webhook-id"}, r.body), "missing_signature"),
         (lambda r: _replace(r, **{"webhook-signature": "v1 v2,abc nocomma"}), "malformed_signature"),
         (lambda r: Request(r.headers, r.body + b" "), "signature_mismatch"),

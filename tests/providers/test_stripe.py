@@ -142,10 +142,14 @@ def test_what_we_sign_the_sdk_accepts() -> None:
 
 
 def test_thin_event_is_stored_with_related_object(client: FlaskClient) -> None:
-    body = json.dumps({
-        "id": "evt_thin_1", "object": "v2.core.event", "type": "v1.billing.meter.error_report_triggered",
-        "created": "2024-09-17T06:20:52.246Z",
-        "related_object": {"id": "mtr_123", "type": "billing.meter", "url": "/v1/billing/meters/mtr_123"},
-    }).encode()
+    body = json.dumps(
+        {
+            "id": "evt_thin_1",
+            "object": "v2.core.event",
+            "type": "v1.billing.meter.error_report_triggered",
+            "created": "2024-09-17T06:20:52.246Z",
+            "related_object": {"id": "mtr_123", "type": "billing.meter", "url": "/v1/billing/meters/mtr_123"},
+        }
+    ).encode()
     assert post(client, body, stripe_headers(body)).status_code == 200
     assert rows(client.application, "SELECT event_type FROM events") == [("v1.billing.meter.error_report_triggered",)]

@@ -11,12 +11,15 @@ import pytest
 from webhooks.providers import stripe_api
 
 
-@pytest.mark.parametrize(("object_type", "path"), [
-    ("payment_intent", "/v1/payment_intents/pi_1"),
-    ("customer", "/v1/customers/pi_1"),
-    ("checkout.session", "/v1/checkout/sessions/pi_1"),
-    ("billing_portal.session", "/v1/billing_portal/sessions/pi_1"),
-])
+@pytest.mark.parametrize(
+    ("object_type", "path"),
+    [
+        ("payment_intent", "/v1/payment_intents/pi_1"),
+        ("customer", "/v1/customers/pi_1"),
+        ("checkout.session", "/v1/checkout/sessions/pi_1"),
+        ("billing_portal.session", "/v1/billing_portal/sessions/pi_1"),
+    ],
+)
 def test_a_type_the_sdk_knows_has_its_resource_path(object_type: str, path: str) -> None:
     assert stripe_api.resource_path(object_type, "pi_1") == path
 

@@ -20,8 +20,13 @@ TOKEN = "12345"
 URL = "https://mycompany.com/myapp.php?foo=1&bar=2"
 PUBLIC = "https://mycompany.com/myapp.php"
 NOW = 1_700_000_000
-T1_PARAMS = [("CallSid", "CA1234567890ABCDE"), ("Caller", "+14158675309"), ("Digits", "1234"),
-             ("From", "+14158675309"), ("To", "+18005551212")]
+T1_PARAMS = [
+    ("CallSid", "CA1234567890ABCDE"),
+    ("Caller", "+14158675309"),
+    ("Digits", "1234"),
+    ("From", "+14158675309"),
+    ("To", "+18005551212"),
+]
 T4_BODY = b'{"property": "value", "boolean": true}'
 T4_HASH = "0a1ff7634d9ab3b95db5c9a2dfe9416e41502b283a80c7cf19632632f96e6620"
 
@@ -48,8 +53,9 @@ def vector(body: bytes, signature: str, url: str = URL) -> Request:
 
 
 def test_t1_form() -> None:
-    event = PROVIDER.verify(vector(urlencode(T1_PARAMS).encode(), "RSOYDt4T1cUTdK1PDd93/VVr8B8="), endpoint(),
-                            now=NOW).events[0]
+    event = PROVIDER.verify(
+        vector(urlencode(T1_PARAMS).encode(), "RSOYDt4T1cUTdK1PDd93/VVr8B8="), endpoint(), now=NOW
+    ).events[0]
     assert (event.event_type, event.secret_index) == ("request", 0)
     body = urlencode(T1_PARAMS).encode()
     assert event.event_id == "sha256:" + hashlib.sha256(URL.encode() + b"\n" + body).hexdigest()
@@ -71,8 +77,11 @@ def test_t4_json() -> None:
 
 @pytest.mark.parametrize(
     ("name", "event_type"),
-    [("message_status__delivered.txt", "message.delivered"), ("incoming_message__sms.txt", "message.received"),
-     ("call_status__completed.txt", "call.completed")],
+    [
+        ("message_status__delivered.txt", "message.delivered"),
+        ("incoming_message__sms.txt", "message.received"),
+        ("call_status__completed.txt", "call.completed"),
+    ],
 )
 def test_payload_files(name: str, event_type: str) -> None:
     body = (PAYLOADS / name).read_bytes()
@@ -98,12 +107,15 @@ def test_sdk_oracle_both_ways(name: str, algorithm: str) -> None:
     assert validator.validate(url, params, ours["X-Twilio-Signature"], algorithm)
 
 
-@pytest.mark.parametrize(("signed_url", "public"), [
-    ("https://mycompany.com/myapp.php?foo=1", "https://mycompany.com:443/myapp.php"),
-    ("https://mycompany.com:443/myapp.php?foo=1", "https://mycompany.com/myapp.php"),
-    ("https://mycompany.com/myapp.php?foo=1", "https://mycompany.com:8443/myapp.php"),
-    ("http://mycompany.com:80/myapp.php?foo=1", "http://mycompany.com/myapp.php"),
-])
+@pytest.mark.parametrize(
+    ("signed_url", "public"),
+    [
+        ("https://mycompany.com/myapp.php?foo=1", "https://mycompany.com:443/myapp.php"),
+        ("https://mycompany.com:443/myapp.php?foo=1", "https://mycompany.com/myapp.php"),
+        ("https://mycompany.com/myapp.php?foo=1", "https://mycompany.com:8443/myapp.php"),
+        ("http://mycompany.com:80/myapp.php?foo=1", "http://mycompany.com/myapp.php"),
+    ],
+)
 def test_port_either_way(signed_url: str, public: str) -> None:
     """As twilio-python's validate: the URL with its port removed, or with the default port added."""
     body = (PAYLOADS / "message_status__delivered.txt").read_bytes()
@@ -164,13 +176,23 @@ JSON_URL = json_url(URL, T4_BODY)
         (signed(BODY, **{"X-Twilio-Signature": "***"}), "malformed_signature"),
         (signed(BODY, **{"X-Twilio-Webhooks-Signature-Settings": "key=k,algorithm=HMAC_MD5"}), "malformed_signature"),
         # A SHA-1 signature under a SHA-256 setting has the wrong size: refused before the body is parsed.
-        (signed(BODY, **{"X-Twilio-Webhooks-Signature-Settings": "key=k,algorithm=HMAC_SHA256"}), "malformed_signature"),
+        (
+            signed(BODY, **{"X-Twilio-Webhooks-Signature-Settings": "key=k,algorithm=HMAC_SHA256"}),
+            "malformed_signature",
+        ),
         (Request(signed(BODY).headers, BODY.replace(b"delivered", b"failed"), url=URL), "signature_mismatch"),
         (signed(BODY, arrive=URL + "&extra=1"), "signature_mismatch"),
         (Request(signed(T4_BODY, url=JSON_URL).headers, T4_BODY + b" ", url=JSON_URL), "signature_mismatch"),
     ],
-    ids=["missing", "not-base64", "unknown-algorithm", "algorithm-switched", "param-changed", "url-changed",
-         "json-body-changed"],
+    ids=[
+        "missing",
+        "not-base64",
+        "unknown-algorithm",
+        "algorithm-switched",
+        "param-changed",
+        "url-changed",
+        "json-body-changed",
+    ],
 )
 def test_failures(req: Request, reason: str) -> None:
     with pytest.raises(VerificationError) as exc:
@@ -193,12 +215,15 @@ def test_validate_public_url() -> None:
 T1_DICT = MultiDict({name: [value] for name, value in T1_PARAMS})
 
 
-@pytest.mark.parametrize(("public", "signature"), [
-    ("https://mycompany.com:1234/myapp.php", "RSOYDt4T1cUTdK1PDd93/VVr8B8="),  # removes port on https
-    ("http://mycompany.com:1234/myapp.php", "Zmvh+3yNM1Phv2jhDCwEM3q5ebU="),  # removes port on http (kept)
-    ("https://mycompany.com/myapp.php", "kvajT1Ptam85bY51eRf/AJRuM3w="),  # adds port 443
-    ("http://mycompany.com/myapp.php", "0ZXoZLH/DfblKGATFgpif+LLRf4="),  # adds port 80
-])
+@pytest.mark.parametrize(
+    ("public", "signature"),
+    [
+        ("https://mycompany.com:1234/myapp.php", "RSOYDt4T1cUTdK1PDd93/VVr8B8="),  # removes port on https
+        ("http://mycompany.com:1234/myapp.php", "Zmvh+3yNM1Phv2jhDCwEM3q5ebU="),  # removes port on http (kept)
+        ("https://mycompany.com/myapp.php", "kvajT1Ptam85bY51eRf/AJRuM3w="),  # adds port 443
+        ("http://mycompany.com/myapp.php", "0ZXoZLH/DfblKGATFgpif+LLRf4="),  # adds port 80
+    ],
+)
 def test_twilio_python_port_vectors(public: str, signature: str) -> None:
     body = urlencode(T1_PARAMS).encode()
     arrive = "http://10.0.0.7:8000/hook?foo=1&bar=2"
@@ -206,10 +231,18 @@ def test_twilio_python_port_vectors(public: str, signature: str) -> None:
     PROVIDER.verify(vector(body, signature, arrive), endpoint(public_url=public), now=NOW)
 
 
-@pytest.mark.parametrize("query", [
-    "name=O%27Brien", "path=a%2Fb", "time=10%3A30", "to=user%40example.com", "city=Montr%C3%A9al",
-    "q=%27%2F%3A%40%C3%A9&bar=2", "plus=a+b&pct=100%25",
-])
+@pytest.mark.parametrize(
+    "query",
+    [
+        "name=O%27Brien",
+        "path=a%2Fb",
+        "time=10%3A30",
+        "to=user%40example.com",
+        "city=Montr%C3%A9al",
+        "q=%27%2F%3A%40%C3%A9&bar=2",
+        "plus=a+b&pct=100%25",
+    ],
+)
 def test_query_string_verified_as_sent(query: str) -> None:
     """The signed URL keeps the query's escapes exactly: decoding (as Werkzeug's request.url does) or
     re-encoding it breaks genuine deliveries. SDK oracle: RequestValidator over the raw URL."""
@@ -235,8 +268,10 @@ def test_replay_key_names_the_signature_not_its_unsigned_parts() -> None:
     others = [PROVIDER.verify(r, endpoint(), now=NOW) for r in (moved, retoken)]
     assert first.replay_key and all(o.replay_key == first.replay_key for o in others)
     assert {o.events[0].event_id for o in (first, *others)} != {first.events[0].event_id}  # the attack is real
-    assert PROVIDER.verify(signed(b"MessageSid=SM2&MessageStatus=delivered"), endpoint(), now=NOW).replay_key \
+    assert (
+        PROVIDER.verify(signed(b"MessageSid=SM2&MessageStatus=delivered"), endpoint(), now=NOW).replay_key
         != first.replay_key
+    )
 
 
 def test_shorthand_variables_and_start_up_refusal() -> None:

@@ -28,9 +28,17 @@ def catalogue_app(request: pytest.FixtureRequest) -> Flask:
 
 def sendgrid_batch(count: int, pad: int = 0) -> bytes:
     """A SendGrid Event Webhook body of ``count`` events (``pad`` more bytes in each)."""
-    events = [{"email": f"user{i}@example.com", "timestamp": 1700000000 + i, "event": "delivered",
-               "sg_event_id": f"sg_{i:06d}", "sg_message_id": f"msg{i // 10}.filter0001", "note": "x" * pad}
-              for i in range(count)]
+    events = [
+        {
+            "email": f"user{i}@example.com",
+            "timestamp": 1700000000 + i,
+            "event": "delivered",
+            "sg_event_id": f"sg_{i:06d}",
+            "sg_message_id": f"msg{i // 10}.filter0001",
+            "note": "x" * pad,
+        }
+        for i in range(count)
+    ]
     return json.dumps(events).encode() + b"\r\n"
 
 
@@ -84,7 +92,8 @@ def test_each_batch_event_is_its_own_item_for_handlers_api_and_console(catalogue
     drain(catalogue_app)
     assert rows(catalogue_app, "SELECT status FROM events ORDER BY event_id") != []
     ((payload, headers, index),) = rows(
-        catalogue_app, "SELECT payload, headers, item_index FROM events WHERE event_id = 'sg_000001'")
+        catalogue_app, "SELECT payload, headers, item_index FROM events WHERE event_id = 'sg_000001'"
+    )
     assert json.loads(bytes(payload)) == json.loads(body)[1] and index == 1
     assert (json.loads(headers) if isinstance(headers, str) else headers) == {}  # kept once, with the body
 
@@ -104,17 +113,21 @@ def test_purging_a_batchs_last_event_drops_its_body(catalogue_app: Flask) -> Non
     drain(catalogue_app)
     rt = runtime(catalogue_app)
     with rt.engine.begin() as conn:
-        conn.exec_driver_sql("UPDATE events SET received_at = %s WHERE event_id IN ('sg_000000', 'sg_000001')"
-                             if rt.engine.dialect.name == "postgresql" else
-                             "UPDATE events SET received_at = ? WHERE event_id IN ('sg_000000', 'sg_000001')",
-                             (datetime.now(UTC) - 40 * DAY,))
+        conn.exec_driver_sql(
+            "UPDATE events SET received_at = %s WHERE event_id IN ('sg_000000', 'sg_000001')"
+            if rt.engine.dialect.name == "postgresql"
+            else "UPDATE events SET received_at = ? WHERE event_id IN ('sg_000000', 'sg_000001')",
+            (datetime.now(UTC) - 40 * DAY,),
+        )
     plan = Plan(30 * DAY, 30 * DAY)
     assert purge(rt.sessions, plan, kinds=set()) == 2
     assert rows(catalogue_app, "SELECT COUNT(*) FROM bodies") == [(1,)]  # two events still use it
     with rt.engine.begin() as conn:
-        conn.exec_driver_sql("UPDATE events SET received_at = received_at - INTERVAL '40 days'"
-                             if rt.engine.dialect.name == "postgresql" else
-                             "UPDATE events SET received_at = datetime(received_at, '-40 days')")
+        conn.exec_driver_sql(
+            "UPDATE events SET received_at = received_at - INTERVAL '40 days'"
+            if rt.engine.dialect.name == "postgresql"
+            else "UPDATE events SET received_at = datetime(received_at, '-40 days')"
+        )
     assert purge(rt.sessions, plan, kinds=set()) == 2
     assert rows(catalogue_app, "SELECT COUNT(*) FROM bodies") == [(0,)]
 

@@ -22,8 +22,11 @@ def fields(queue: JobQueue, jid: str) -> dict[bytes, bytes]:
 def rqs_own(job: Job) -> dict[bytes, bytes]:
     """The hash RQ's own enqueue writes for ``job``, as Redis stores it (its ``to_dict`` without the
     None values; that this is what RQ writes is pinned by tests/worker/test_rq_contract.py)."""
-    return {k.encode(): v if isinstance(v, bytes) else (v if isinstance(v, str) else str(v)).encode()
-            for k, v in job.to_dict().items() if v is not None}
+    return {
+        k.encode(): v if isinstance(v, bytes) else (v if isinstance(v, str) else str(v)).encode()
+        for k, v in job.to_dict().items()
+        if v is not None
+    }
 
 
 @pytest.mark.parametrize("attempts", ["5", "1"])  # with and without RQ's retry fields
@@ -45,7 +48,12 @@ def test_every_job_of_a_batch_reads_back_as_rqs_own_build(attempts: str) -> None
             assert got[key] == expected[key], key
         assert (job.func_name, job.args, job.kwargs) == (JOB, (endpoint, event_id), {})
         assert (job.description, job.retries_left, job.timeout) == (own.description, own.retries_left, own.timeout)
-        assert (job.result_ttl, job.failure_ttl, job.origin, job.get_status()) == (500, 7 * 24 * 3600, "default", "queued")
+        assert (job.result_ttl, job.failure_ttl, job.origin, job.get_status()) == (
+            500,
+            7 * 24 * 3600,
+            "default",
+            "queued",
+        )
         if attempts == "1":
             assert b"retry_intervals" not in got and job.retries_left is None
             continue

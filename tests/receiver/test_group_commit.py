@@ -44,8 +44,12 @@ def pending(app: Flask, event_id: str) -> batch.Pending:
     return batch.Pending(endpoint, verified, event_rows(endpoint, verified, body, headers, datetime.now(UTC)))
 
 
-def store_as_one_batch(app: Flask, items: list[batch.Pending], committer: batch.GroupCommit | None = None,
-                       before_first: Callable[[], None] | None = None) -> tuple[list[Any], list[int]]:
+def store_as_one_batch(
+    app: Flask,
+    items: list[batch.Pending],
+    committer: batch.GroupCommit | None = None,
+    before_first: Callable[[], None] | None = None,
+) -> tuple[list[Any], list[int]]:
     """Store ``items`` from one thread each, all in the same first batch; returns each item's
     outcome (the Pending, or the exception raised) and the sizes of the batches written.
     ``before_first`` runs just before the first batch is written."""
@@ -95,7 +99,10 @@ def test_concurrent_deliveries_share_one_batch(pg_app: Flask) -> None:
     outcomes, sizes = store_as_one_batch(pg_app, items)
     assert sizes == [4]
     # The id delivered twice in one batch is new for one delivery only; both are answered.
-    assert [len(o.new) for o in outcomes[1:3]] == [1, 1] and sorted([outcomes[0].new, outcomes[3].new]) == [[], ["evt_gc_0"]]
+    assert [len(o.new) for o in outcomes[1:3]] == [1, 1] and sorted([outcomes[0].new, outcomes[3].new]) == [
+        [],
+        ["evt_gc_0"],
+    ]
     assert rows(pg_app, "SELECT count(*) FROM events")[0][0] == 3
     assert queued_jobs(pg_app) == {job_id("stripe", f"evt_gc_{i}") for i in range(3)}
 
@@ -156,7 +163,8 @@ def test_enqueue_many_writes_jobs_rq_runs_and_refuses_existing_ids(pg_app: Flask
 
 
 def test_a_failed_replay_check_after_the_commit_costs_nothing_stored(
-        pg_app: Flask, monkeypatch: pytest.MonkeyPatch) -> None:
+    pg_app: Flask, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """On PostgreSQL the batch commits before a delivery that stored nothing has its replay key
     checked: if that check fails, the batch is still answered as committed (the new event queued
     at once, never stored again as a duplicate), and only the replay's count is lost."""

@@ -42,7 +42,10 @@ def any_app(request: pytest.FixtureRequest) -> Flask:
     """The conftest's ``any_app`` (SQLite + embedded queue, PostgreSQL + Redis), with the handlers
     of this module enabled too, and one attempt per event (a failure is final at once)."""
     SEEN.clear()
-    extra = {"WEBHOOKS_HANDLERS": "tests.sample_handlers,tests.receiver.test_hostile_values", "WEBHOOKS_MAX_ATTEMPTS": "1"}
+    extra = {
+        "WEBHOOKS_HANDLERS": "tests.sample_handlers,tests.receiver.test_hostile_values",
+        "WEBHOOKS_MAX_ATTEMPTS": "1",
+    }
     if request.param == "sqlite":
         return make_app(base_config(request.getfixturevalue("sqlite_url"), **extra))
     pg, rurl = request.getfixturevalue("pg_url"), request.getfixturevalue("redis_url")
@@ -55,8 +58,11 @@ def post(app: Flask, body: bytes) -> tuple[int, Any]:
 
 
 def event_row(app: Flask, event_id: str) -> Any:
-    found = rows(app, "SELECT status, attempts, object_type, object_id, payload, last_error FROM events "
-                      "WHERE event_id = :e", e=event_id)
+    found = rows(
+        app,
+        "SELECT status, attempts, object_type, object_id, payload, last_error FROM events WHERE event_id = :e",
+        e=event_id,
+    )
     assert len(found) == 1, found
     return found[0]
 
@@ -79,17 +85,22 @@ def stored_key(value: str, width: int) -> str:
 # -- receive side: ids and types no database can key on ------------------------------------------
 
 
-@pytest.mark.parametrize(("event_id", "event_type"), [
-    ("evt_" + "x" * 252, "payment_intent.succeeded"),  # 256 characters
-    ("evt_surrogate_\ud800", "payment_intent.succeeded"),
-    ("evt_lone_low_\udfff", "payment_intent.succeeded"),
-    ("evt_nul_\u0000", "payment_intent.succeeded"),
-    ("evt_long_type", "payment_intent." + "y" * 241),  # 256 characters
-    ("evt_type_surrogate", "payment_intent.\ud83d"),
-    ("evt_type_nul", "payment_intent\u0000succeeded"),
-], ids=["long-id", "surrogate-id", "low-surrogate-id", "nul-id", "long-type", "surrogate-type", "nul-type"])
-def test_unkeyable_event_ids_and_types_are_refused_and_quarantined(any_app: Flask, event_id: str,
-                                                                   event_type: str) -> None:
+@pytest.mark.parametrize(
+    ("event_id", "event_type"),
+    [
+        ("evt_" + "x" * 252, "payment_intent.succeeded"),  # 256 characters
+        ("evt_surrogate_\ud800", "payment_intent.succeeded"),
+        ("evt_lone_low_\udfff", "payment_intent.succeeded"),
+        ("evt_nul_\u0000", "payment_intent.succeeded"),
+        ("evt_long_type", "payment_intent." + "y" * 241),  # 256 characters
+        ("evt_type_surrogate", "payment_intent.\ud83d"),
+        ("evt_type_nul", "payment_intent\u0000succeeded"),
+    ],
+    ids=["long-id", "surrogate-id", "low-surrogate-id", "nul-id", "long-type", "surrogate-type", "nul-type"],
+)
+def test_unkeyable_event_ids_and_types_are_refused_and_quarantined(
+    any_app: Flask, event_id: str, event_type: str
+) -> None:
     body = stripe_event(event_id, event_type)
     for _ in range(2):  # a provider retry gets the same answer: no 5xx loop
         assert post(any_app, body) == (400, {"error": "malformed_payload"})
@@ -109,18 +120,24 @@ def test_ids_and_types_of_exactly_255_characters_are_stored_and_processed(any_ap
 # -- worker side: object keys, state, versions, errors -------------------------------------------
 
 
-@pytest.mark.parametrize(("object_type", "object_id"), [
-    ("charge", "ch_" + "l" * 300),
-    ("charge", "ch_surrogate_\udc00"),
-    ("charge", "ch_nul_\u0000"),
-    ("c" * 101, "ch_long_type"),
-    ("charge\ud800", "ch_surrogate_type"),
-    ("charge", "sha256:" + "0" * 64),  # looks like a mapped key: mapped too, so none can collide
-], ids=["long-id", "surrogate-id", "nul-id", "long-type", "surrogate-type", "key-lookalike"])
+@pytest.mark.parametrize(
+    ("object_type", "object_id"),
+    [
+        ("charge", "ch_" + "l" * 300),
+        ("charge", "ch_surrogate_\udc00"),
+        ("charge", "ch_nul_\u0000"),
+        ("c" * 101, "ch_long_type"),
+        ("charge\ud800", "ch_surrogate_type"),
+        ("charge", "sha256:" + "0" * 64),  # looks like a mapped key: mapped too, so none can collide
+    ],
+    ids=["long-id", "surrogate-id", "nul-id", "long-type", "surrogate-type", "key-lookalike"],
+)
 def test_unkeyable_object_keys_map_to_a_stable_hash(any_app: Flask, object_type: str, object_id: str) -> None:
     obj = {"id": object_id, "object": object_type, "amount": 100}
-    first, second = stripe_event("evt_1", "test.capture", 1700000000, obj), stripe_event(
-        "evt_2", "test.capture", 1700000060, {**obj, "amount": 200})
+    first, second = (
+        stripe_event("evt_1", "test.capture", 1700000000, obj),
+        stripe_event("evt_2", "test.capture", 1700000060, {**obj, "amount": 200}),
+    )
     for body in (first, second):
         assert post(any_app, body)[0] == 200
         drain(any_app)
@@ -140,18 +157,30 @@ def test_unkeyable_object_keys_map_to_a_stable_hash(any_app: Flask, object_type:
 
 
 def test_object_state_with_nul_surrogates_and_nan_is_stored_cleaned(any_app: Flask) -> None:
-    obj = {"id": "ch_hostile", "object": "charge", "description": "a\u0000b", "nested": {"k\ud800": ["\udfff", 1.5]},
-           "amount": float("nan"), "limit": float("inf")}
+    obj = {
+        "id": "ch_hostile",
+        "object": "charge",
+        "description": "a\u0000b",
+        "nested": {"k\ud800": ["\udfff", 1.5]},
+        "amount": float("nan"),
+        "limit": float("inf"),
+    }
     body = stripe_event("evt_hostile", "test.capture", obj=obj)
     assert post(any_app, body)[0] == 200
     drain(any_app)
     status, attempts, *_, payload, error = event_row(any_app, "evt_hostile")
     assert (status, attempts, error) == ("processed", 1, None)
     assert payload == body
-    cleaned = {"id": "ch_hostile", "object": "charge", "description": "a\ufffdb", "nested": {"k\ufffd": ["\ufffd", 1.5]},
-               "amount": None, "limit": None}
+    cleaned = {
+        "id": "ch_hostile",
+        "object": "charge",
+        "description": "a\ufffdb",
+        "nested": {"k\ufffd": ["\ufffd", 1.5]},
+        "amount": None,
+        "limit": None,
+    }
     assert stored_object(any_app, "charge", "ch_hostile")["state"] == cleaned
-    (data, state, *_), = SEEN
+    ((data, state, *_),) = SEEN
     assert data == json.loads(body)  # as sent (NUL and surrogates included)
     assert state == cleaned  # the stored copy
 
@@ -175,7 +204,9 @@ def test_a_version_beyond_64_bits_is_clamped_not_a_failure(any_app: Flask) -> No
 
 
 def test_an_error_with_nul_and_surrogates_is_recorded_on_the_row(any_app: Flask) -> None:
-    body = stripe_event("evt_boom", "test.explode", obj={"id": "ch_boom", "object": "charge", "note": "bad\u0000\ud800"})
+    body = stripe_event(
+        "evt_boom", "test.explode", obj={"id": "ch_boom", "object": "charge", "note": "bad\u0000\ud800"}
+    )
     assert post(any_app, body)[0] == 200
     drain(any_app)
     status, attempts, *_, error = event_row(any_app, "evt_boom")

@@ -36,8 +36,10 @@ def test_rejections_are_listed_with_reason_and_counted(app: Flask) -> None:
     client.post("/webhooks/nowhere", data=b"{}")
     listed = rejections(app)
     assert [r["reason"] for r in listed["rejections"]] == ["missing_signature", "signature_mismatch"]
-    assert listed["counts"] == {"stripe": {"signature_mismatch": 1, "missing_signature": 1},
-                                "unknown/*": {"unknown_endpoint": 1}}  # counted, not kept
+    assert listed["counts"] == {
+        "stripe": {"signature_mismatch": 1, "missing_signature": 1},
+        "unknown/*": {"unknown_endpoint": 1},
+    }  # counted, not kept
     detail = app.test_client().get(f"/admin/api/rejections/{listed['rejections'][1]['id']}", headers=admin_headers())
     assert detail.get_json()["body"] == body.decode()
     assert rows(app, "SELECT 1 FROM events") == []
@@ -50,7 +52,9 @@ def test_credentials_are_redacted(sqlite_url: str) -> None:
     auth = "Basic " + base64.b64encode(b"user:pa55word").decode()
     item = adyen_item()
     item["amount"]["value"] = 1  # breaks the HMAC, not the auth
-    app.test_client().post("/webhooks/adyen", data=adyen_body(item), headers={"Authorization": auth, "X-Api-Key": "k-123"})
+    app.test_client().post(
+        "/webhooks/adyen", data=adyen_body(item), headers={"Authorization": auth, "X-Api-Key": "k-123"}
+    )
     (rejection,) = rejections(app)["rejections"]
     detail = app.test_client().get(f"/admin/api/rejections/{rejection['id']}", headers=admin_headers()).get_json()
     assert detail["headers"]["Authorization"] == "[redacted]" and detail["headers"]["X-Api-Key"] == "[redacted]"
@@ -106,15 +110,19 @@ def test_reverify_judges_the_timestamp_against_arrival_not_now(sqlite_url: str) 
     body = stripe_event("evt_late_fix")
     app.test_client().post("/webhooks/stripe", data=body, headers=stripe_headers(body, "whsec_new", hour_ago))
     with runtime(app).engine.begin() as conn:  # it arrived an hour ago, when its timestamp was fresh
-        conn.execute(sa.text("UPDATE rejections SET received_at = :t"),
-                     {"t": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(hour_ago + 2))})
+        conn.execute(
+            sa.text("UPDATE rejections SET received_at = :t"),
+            {"t": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(hour_ago + 2))},
+        )
     (rejection,) = rejections(app)["rejections"]
     config = base_config(sqlite_url)
     config["ENDPOINTS"]["stripe"]["secrets"] = ["whsec_new"]
     fixed = make_app(config)
     fresh = fixed.test_client().post("/webhooks/stripe", data=body, headers=stripe_headers(body, "whsec_new", hour_ago))
     assert fresh.get_json() == {"error": "timestamp_out_of_tolerance"}  # the same bytes arriving now are stale
-    result = fixed.test_client().post(f"/admin/api/rejections/{rejection['id']}/reverify", json={}, headers=admin_headers())
+    result = fixed.test_client().post(
+        f"/admin/api/rejections/{rejection['id']}/reverify", json={}, headers=admin_headers()
+    )
     assert result.status_code == 200, result.get_json()
 
 
@@ -122,10 +130,15 @@ def test_reverify_that_still_fails_says_why(app: Flask) -> None:
     body = stripe_event("evt_still_bad")
     app.test_client().post("/webhooks/stripe", data=body, headers=stripe_headers(body, "whsec_nobody_has"))
     (rejection,) = rejections(app)["rejections"]
-    result = app.test_client().post(f"/admin/api/rejections/{rejection['id']}/reverify", json={}, headers=admin_headers())
+    result = app.test_client().post(
+        f"/admin/api/rejections/{rejection['id']}/reverify", json={}, headers=admin_headers()
+    )
     assert (result.status_code, result.get_json()["error"]) == (422, "signature_mismatch")
     assert rows(app, "SELECT 1 FROM events") == []
-    assert app.test_client().post("/admin/api/rejections/999/reverify", json={}, headers=admin_headers()).status_code == 404
+    assert (
+        app.test_client().post("/admin/api/rejections/999/reverify", json={}, headers=admin_headers()).status_code
+        == 404
+    )
 
 
 def test_reverify_keeps_basic_auth_without_keeping_the_password(sqlite_url: str) -> None:
@@ -135,8 +148,11 @@ def test_reverify_keeps_basic_auth_without_keeping_the_password(sqlite_url: str)
     app = make_app(config)
     auth = {"Authorization": "Basic " + base64.b64encode(b"user:pa55word").decode()}
     app.test_client().post("/webhooks/adyen", data=adyen_body(adyen_item("PSPQ")), headers=auth)
-    app.test_client().post("/webhooks/adyen", data=adyen_body(adyen_item("PSPW")),
-                           headers={"Authorization": "Basic " + base64.b64encode(b"user:guess").decode()})
+    app.test_client().post(
+        "/webhooks/adyen",
+        data=adyen_body(adyen_item("PSPW")),
+        headers={"Authorization": "Basic " + base64.b64encode(b"user:guess").decode()},
+    )
     bad_hmac, bad_auth = sorted(rejections(app)["rejections"], key=lambda r: r["id"])
     assert (bad_hmac["reason"], bad_auth["reason"]) == ("signature_mismatch", "bad_basic_auth")
     from tests.conftest import ADYEN_KEY
@@ -145,5 +161,7 @@ def test_reverify_keeps_basic_auth_without_keeping_the_password(sqlite_url: str)
     fixed = make_app(config)
     ok = fixed.test_client().post(f"/admin/api/rejections/{bad_hmac['id']}/reverify", json={}, headers=admin_headers())
     assert ok.status_code == 200
-    refused = fixed.test_client().post(f"/admin/api/rejections/{bad_auth['id']}/reverify", json={}, headers=admin_headers())
+    refused = fixed.test_client().post(
+        f"/admin/api/rejections/{bad_auth['id']}/reverify", json={}, headers=admin_headers()
+    )
     assert refused.get_json()["error"] == "bad_basic_auth"

@@ -53,12 +53,16 @@ def test_a_client_sent_authorization_mark_never_passes_basic_auth(config: dict[s
     config["ENDPOINTS"]["adyen"]["basic_auth"] = "user:pa55word"
     app = make_app(config)
     # The attack: a valid HMAC, wrong basic auth, and the mark older versions trusted on re-verify.
-    response = app.test_client().post("/webhooks/adyen", data=adyen_body(adyen_item("PSPATTACK")),
-                                      headers={"Authorization": basic("user:guess"), mark: "verified"})
+    response = app.test_client().post(
+        "/webhooks/adyen",
+        data=adyen_body(adyen_item("PSPATTACK")),
+        headers={"Authorization": basic("user:guess"), mark: "verified"},
+    )
     assert (response.status_code, response.get_json()) == (401, {"error": "bad_basic_auth"})
     (rejection,) = api(app, "").get_json()["rejections"]
-    result = app.test_client().post(f"/admin/api/rejections/{rejection['id']}/reverify", json={},
-                                    headers=admin_headers())
+    result = app.test_client().post(
+        f"/admin/api/rejections/{rejection['id']}/reverify", json={}, headers=admin_headers()
+    )
     assert (result.status_code, result.get_json().get("error")) == (422, "bad_basic_auth")
     assert rows(app, "SELECT count(*) FROM events") == [(0,)]
     assert rows(app, "SELECT basic_auth_ok FROM rejections") == [(False,)]
@@ -70,8 +74,11 @@ def test_a_client_sent_authorization_mark_never_passes_basic_auth(config: dict[s
 def test_right_basic_auth_is_kept_as_a_fact_in_its_column(config: dict[str, Any]) -> None:
     config["ENDPOINTS"]["adyen"]["basic_auth"] = "user:pa55word"
     app = make_app(config)
-    app.test_client().post("/webhooks/adyen", data=adyen_body(adyen_item("PSPOK", key="AB" * 32)),
-                           headers={"Authorization": basic("user:pa55word")})
+    app.test_client().post(
+        "/webhooks/adyen",
+        data=adyen_body(adyen_item("PSPOK", key="AB" * 32)),
+        headers={"Authorization": basic("user:pa55word")},
+    )
     assert rows(app, "SELECT reason, basic_auth_ok FROM rejections") == [("signature_mismatch", True)]
 
 
@@ -80,8 +87,7 @@ def test_invented_endpoint_names_are_counted_under_one_key_and_not_kept(config: 
     client = app.test_client()
     for _ in range(300):
         assert client.post(f"/webhooks/{uuid.uuid4().hex}", data=b"x" * 1000).status_code == 404
-    assert rows(app, "SELECT endpoint, reason, count FROM rejection_counts") == [
-        ("unknown/*", "unknown_endpoint", 300)]
+    assert rows(app, "SELECT endpoint, reason, count FROM rejection_counts") == [("unknown/*", "unknown_endpoint", 300)]
     assert rows(app, "SELECT count(*) FROM rejections") == [(0,)]
     listed = api(app, "?limit=1")
     assert listed.get_json()["counts"] == {quarantine.UNKNOWN: {"unknown_endpoint": 300}}
@@ -101,8 +107,13 @@ def test_counts_left_by_older_versions_are_capped_and_paginated(config: dict[str
     with app.extensions["webhooks"].engine.begin() as conn:
         import sqlalchemy as sa
 
-        conn.execute(sa.text("INSERT INTO rejection_counts (endpoint, reason, count, last_at) "
-                             "VALUES (:e, 'unknown_endpoint', 1, CURRENT_TIMESTAMP)"), [{"e": n} for n in names])
+        conn.execute(
+            sa.text(
+                "INSERT INTO rejection_counts (endpoint, reason, count, last_at) "
+                "VALUES (:e, 'unknown_endpoint', 1, CURRENT_TIMESTAMP)"
+            ),
+            [{"e": n} for n in names],
+        )
     first = api(app, "?limit=1")
     body = first.get_json()
     assert len(body["counts"]) == 100 and len(first.get_data()) < 20_000
@@ -130,15 +141,17 @@ def test_oversized_requests_are_kept_within_the_caps(config: dict[str, Any]) -> 
     app = make_app(dict(config, WEBHOOKS_QUARANTINE_BYTES=str(2 * 1024 * 1024)))  # 1 MiB per endpoint
     junk = {f"X-Junk-{i}": "j" * 15_000 for i in range(90)} | {"X-Small": "kept"}
     body = stripe_event("evt_big")
-    response = app.test_client().post("/webhooks/stripe?" + "q" * 8000, data=body,
-                                      headers=junk | stripe_headers(body, "whsec_other"))
+    response = app.test_client().post(
+        "/webhooks/stripe?" + "q" * 8000, data=body, headers=junk | stripe_headers(body, "whsec_other")
+    )
     assert response.get_json() == {"error": "signature_mismatch"}
     ((url, detail, size),) = rows(app, f"SELECT url, detail, {SIZE} FROM rejections")
     assert len(url) == 4096 and "URL cut" in detail and "90 headers not kept" in detail
     assert size < len(body) + 4096 + 16 * 1024 + 2000  # URL and headers capped
     (rejection,) = api(app, "").get_json()["rejections"]
-    headers = app.test_client().get(f"/admin/api/rejections/{rejection['id']}", headers=admin_headers()).get_json()[
-        "headers"]
+    headers = (
+        app.test_client().get(f"/admin/api/rejections/{rejection['id']}", headers=admin_headers()).get_json()["headers"]
+    )
     assert headers["X-Small"] == "kept" and "Stripe-Signature" in headers
 
 
@@ -170,8 +183,7 @@ def test_junk_to_one_endpoint_never_evicts_another_s_rejections(config: dict[str
         client.post("/webhooks/stripe", data=b'{"junk": %d}' % i)
     ((junk,),) = rows(app, "SELECT count(*) FROM rejections WHERE endpoint = 'stripe'")
     assert 45 <= junk <= 50  # its own share of 50 rows
-    assert [bytes(b) for (b,) in rows(app, "SELECT body FROM rejections WHERE endpoint = 'adyen'")] == [
-        genuine_failure]
+    assert [bytes(b) for (b,) in rows(app, "SELECT body FROM rejections WHERE endpoint = 'adyen'")] == [genuine_failure]
 
 
 REPLAY_KEYED = ["github", "shopify", "twilio", "paypal", "hmac_by_header"]
@@ -210,14 +222,16 @@ def test_a_hidden_signature_still_re_verifies_after_the_secret_fix(config: dict[
     broken = make_app(config)
     endpoint = broken.extensions["webhooks"].settings.endpoints["github"]
     rotated = dataclasses.replace(endpoint, secrets=("new-gh-secret",))
-    body, headers = providers.get("github").sign(rotated, (PAYLOADS / SENT["github"]).read_bytes(), now=time.time(),
-                                                 url=f"https://{HOST}/webhooks/github")
+    body, headers = providers.get("github").sign(
+        rotated, (PAYLOADS / SENT["github"]).read_bytes(), now=time.time(), url=f"https://{HOST}/webhooks/github"
+    )
     refused = broken.test_client().post("/webhooks/github", data=body, headers=headers)
     assert refused.get_json() == {"error": "signature_mismatch"}
     (rejection,) = api(broken, "").get_json()["rejections"]
     config["ENDPOINTS"]["github"] = dict(config["ENDPOINTS"]["github"], secrets=["new-gh-secret"])
     fixed = make_app(config)
-    result = fixed.test_client().post(f"/admin/api/rejections/{rejection['id']}/reverify", json={},
-                                      headers=admin_headers())
+    result = fixed.test_client().post(
+        f"/admin/api/rejections/{rejection['id']}/reverify", json={}, headers=admin_headers()
+    )
     assert result.status_code == 200, result.get_json()
     assert rows(fixed, "SELECT count(*) FROM events") == [(1,)]

@@ -33,7 +33,8 @@ def test_chunked_body_over_the_limit_is_413_not_truncated(sqlite_url: str) -> No
     body = stripe_event(obj={"id": "pi_big", "object": "payment_intent", "pad": "x" * 2000})
     environ = {"wsgi.input": io.BytesIO(body), "wsgi.input_terminated": True}
     response = app.test_client().post(
-        "/webhooks/stripe", headers=stripe_headers(body) | {"Transfer-Encoding": "chunked"},
+        "/webhooks/stripe",
+        headers=stripe_headers(body) | {"Transfer-Encoding": "chunked"},
         environ_overrides=environ,
     )
     assert (response.status_code, response.get_json()) == (413, {"error": "payload_too_large"})
@@ -92,7 +93,9 @@ def test_body_read_in_short_chunks_is_whole(app: Flask) -> None:
     body = stripe_event("evt_trickle")
     environ = {"wsgi.input": Trickle(body), "wsgi.input_terminated": True}
     response = app.test_client().post(
-        "/webhooks/stripe", headers=stripe_headers(body) | {"Transfer-Encoding": "chunked"}, environ_overrides=environ,
+        "/webhooks/stripe",
+        headers=stripe_headers(body) | {"Transfer-Encoding": "chunked"},
+        environ_overrides=environ,
     )
     assert response.status_code == 200
     assert rows(app, "SELECT event_id FROM events") == [("evt_trickle",)]
@@ -119,7 +122,8 @@ def test_the_wsgi_front_answers_as_flask_did(app: Flask) -> None:
 
 
 def test_an_unexpected_error_while_storing_is_json_503_never_a_500_page(
-        app: Flask, monkeypatch: pytest.MonkeyPatch) -> None:
+    app: Flask, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from webhooks import batch
 
     def bug(self: object, item: object) -> object:

@@ -62,21 +62,39 @@ def test_unreachable_redis_is_one_line(tmp_path: Path, monkeypatch: pytest.Monke
     assert "\n" not in line
 
 
-@pytest.mark.parametrize(("variable", "value", "expected"), [
-    ("WEBHOOKS_LOG_LEVEL", "LOUD", "Error: configuration: WEBHOOKS_LOG_LEVEL must be one of DEBUG, INFO, WARNING, ERROR, not 'LOUD'"),
-    ("WEBHOOKS_LOG_FORMAT", "xml", "Error: configuration: WEBHOOKS_LOG_FORMAT must be one of json, text, not 'xml'"),
-    ("WEBHOOKS_MAX_ATTEMPTS", "many", "Error: configuration: WEBHOOKS_MAX_ATTEMPTS must be a number, not 'many'"),
-])
+@pytest.mark.parametrize(
+    ("variable", "value", "expected"),
+    [
+        (
+            "WEBHOOKS_LOG_LEVEL",
+            "LOUD",
+            "Error: configuration: WEBHOOKS_LOG_LEVEL must be one of DEBUG, INFO, WARNING, ERROR, not 'LOUD'",
+        ),
+        (
+            "WEBHOOKS_LOG_FORMAT",
+            "xml",
+            "Error: configuration: WEBHOOKS_LOG_FORMAT must be one of json, text, not 'xml'",
+        ),
+        ("WEBHOOKS_MAX_ATTEMPTS", "many", "Error: configuration: WEBHOOKS_MAX_ATTEMPTS must be a number, not 'many'"),
+    ],
+)
 def test_bad_settings_are_one_line(tmp_path: Path, variable: str, value: str, expected: str) -> None:
     code, lines = run("events", "list", DATABASE_URL=f"sqlite:///{tmp_path}/wh.db", **{variable: value})
     assert (code, lines) == (1, [expected])
 
 
 def test_debug_adds_the_traceback(tmp_path: Path) -> None:
-    result = CliRunner().invoke(main, ["events", "list"], env={
-        "DATABASE_URL": f"sqlite:///{tmp_path}/fresh.db", "WEBHOOKS_LOG_LEVEL": "DEBUG", "WEBHOOKS_LOG_FORMAT": "text",
-        "WEBHOOKS_CONFIG": CONFIG["path"], "REDIS_URL": "",
-    })
+    result = CliRunner().invoke(
+        main,
+        ["events", "list"],
+        env={
+            "DATABASE_URL": f"sqlite:///{tmp_path}/fresh.db",
+            "WEBHOOKS_LOG_LEVEL": "DEBUG",
+            "WEBHOOKS_LOG_FORMAT": "text",
+            "WEBHOOKS_CONFIG": CONFIG["path"],
+            "REDIS_URL": "",
+        },
+    )
     assert result.exit_code == 1
     assert "Traceback (most recent call last)" in result.output
     assert result.output.rstrip().endswith("run `webhooks db upgrade`")

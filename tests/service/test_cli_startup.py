@@ -20,8 +20,10 @@ def loaded_after(code: str) -> list[str]:
 
 
 def test_help_loads_no_web_framework_database_or_queue() -> None:
-    code = ("from click.testing import CliRunner\nfrom webhooks.cli import main\n"
-            "result = CliRunner().invoke(main, ['--help'])\nassert result.exit_code == 0, result.output")
+    code = (
+        "from click.testing import CliRunner\nfrom webhooks.cli import main\n"
+        "result = CliRunner().invoke(main, ['--help'])\nassert result.exit_code == 0, result.output"
+    )
     assert loaded_after(code) == []
 
 

@@ -36,8 +36,7 @@ def test_toml_file_with_env_references(tmp_path: Path, monkeypatch: pytest.Monke
     )
     settings = load({"WEBHOOKS_CONFIG": str(path), "OLD_SECRET": "whsec_old"})
     endpoint = settings.endpoints["payments"]
-    assert (endpoint.kind, endpoint.secrets, endpoint.tolerance_seconds) == (
-        "stripe", ("whsec_old", "whsec_new"), 600)
+    assert (endpoint.kind, endpoint.secrets, endpoint.tolerance_seconds) == ("stripe", ("whsec_old", "whsec_new"), 600)
 
 
 @pytest.mark.parametrize(

@@ -22,18 +22,31 @@ def refusal(tmp_path: Path, table: str) -> str:
     return str(caught.value)
 
 
-@pytest.mark.parametrize(("table", "message"), [
-    ('provider = "stripe"\nsecrets = ["whsec_a"]\ntolerance_second = 600',
-     "endpoint 'pay': unknown key 'tolerance_second' (did you mean 'tolerance_seconds'?)"),
-    ('provider = "twilio"\nsecrets = ["tok"]\npublic_url = "https://x.example/t"\npublic_ulr = "https://y.example/t"',
-     "endpoint 'pay': unknown key 'public_ulr' (did you mean 'public_url'?)"),
-    ('provider = "adyen"\nsecrets = ["AB12"]\nbasicauth = "u:p"',
-     "endpoint 'pay': unknown key 'basicauth' (did you mean 'basic_auth'?)"),
-    ('provider = "github"\nsecret = "s"\nrate_limt = 5',
-     "endpoint 'pay': unknown key 'rate_limt' (did you mean 'rate_limit'?)"),
-    ('provider = "hmac"\nsecrets = ["s"]\nheader = "X-Sig"\nid_heder = "X-Id"',
-     "endpoint 'pay': unknown key 'id_heder' (did you mean 'id_header'?)"),
-])
+@pytest.mark.parametrize(
+    ("table", "message"),
+    [
+        (
+            'provider = "stripe"\nsecrets = ["whsec_a"]\ntolerance_second = 600',
+            "endpoint 'pay': unknown key 'tolerance_second' (did you mean 'tolerance_seconds'?)",
+        ),
+        (
+            'provider = "twilio"\nsecrets = ["tok"]\npublic_url = "https://x.example/t"\npublic_ulr = "https://y.example/t"',
+            "endpoint 'pay': unknown key 'public_ulr' (did you mean 'public_url'?)",
+        ),
+        (
+            'provider = "adyen"\nsecrets = ["AB12"]\nbasicauth = "u:p"',
+            "endpoint 'pay': unknown key 'basicauth' (did you mean 'basic_auth'?)",
+        ),
+        (
+            'provider = "github"\nsecret = "s"\nrate_limt = 5',
+            "endpoint 'pay': unknown key 'rate_limt' (did you mean 'rate_limit'?)",
+        ),
+        (
+            'provider = "hmac"\nsecrets = ["s"]\nheader = "X-Sig"\nid_heder = "X-Id"',
+            "endpoint 'pay': unknown key 'id_heder' (did you mean 'id_header'?)",
+        ),
+    ],
+)
 def test_a_misspelt_endpoint_key_stops_start_up(tmp_path: Path, table: str, message: str) -> None:
     assert refusal(tmp_path, table) == message
 
@@ -63,16 +76,22 @@ def test_the_cli_says_it_in_one_line(tmp_path: Path) -> None:
     result = CliRunner().invoke(main, ["events", "list"], env={"WEBHOOKS_CONFIG": str(path)})
     assert result.exit_code == 1
     assert result.output.strip().splitlines()[-1] == (
-        "Error: configuration: endpoint 'stripe': unknown key 'tolerance_second' (did you mean 'tolerance_seconds'?)")
+        "Error: configuration: endpoint 'stripe': unknown key 'tolerance_second' (did you mean 'tolerance_seconds'?)"
+    )
 
 
-@pytest.mark.parametrize(("table", "message"), [
-    ('refetch = "true"\napi_key = "sk_test"', "endpoint 'pay': refetch must be true or false"),
-    ("refetch = true", "endpoint 'pay': refetch and reconcile_every need api_key"),
-    ('reconcile_every = "15m"', "endpoint 'pay': refetch and reconcile_every need api_key"),
-    ('reconcile_every = "30s"\napi_key = "sk_test"', "endpoint 'pay': reconcile_every must be at least 60 s"),
-    ('reconcile_every = "often"\napi_key = "sk_test"',
-     "endpoint 'pay': reconcile_every: not a duration: 'often' (use e.g. 30d, 12h, 90m)"),
-])
+@pytest.mark.parametrize(
+    ("table", "message"),
+    [
+        ('refetch = "true"\napi_key = "sk_test"', "endpoint 'pay': refetch must be true or false"),
+        ("refetch = true", "endpoint 'pay': refetch and reconcile_every need api_key"),
+        ('reconcile_every = "15m"', "endpoint 'pay': refetch and reconcile_every need api_key"),
+        ('reconcile_every = "30s"\napi_key = "sk_test"', "endpoint 'pay': reconcile_every must be at least 60 s"),
+        (
+            'reconcile_every = "often"\napi_key = "sk_test"',
+            "endpoint 'pay': reconcile_every: not a duration: 'often' (use e.g. 30d, 12h, 90m)",
+        ),
+    ],
+)
 def test_stripe_api_options_are_checked_at_start_up(tmp_path: Path, table: str, message: str) -> None:
     assert refusal(tmp_path, f'provider = "stripe"\nsecrets = ["whsec_a"]\n{table}') == message

@@ -30,15 +30,18 @@ def test_readyz_names_an_unmigrated_database(sqlite_url: str) -> None:
     assert response.status_code == 503
     body = response.get_json()
     assert body["status"] == "unavailable"
-    assert body["failed"] == {"database": f"database schema never migrated, head is {revisions.head()}: "
-                                          "run `webhooks db upgrade`"}
+    assert body["failed"] == {
+        "database": f"database schema never migrated, head is {revisions.head()}: run `webhooks db upgrade`"
+    }
 
 
 def test_readyz_names_a_schema_behind_head(pg_url: str) -> None:
     app = make_app(base_config(pg_url))
     command.downgrade(alembic_config(pg_url), "0002")
     body = app.test_client().get("/readyz").get_json()
-    assert body["failed"]["database"] == f"database schema at 0002, head is {revisions.head()}: run `webhooks db upgrade`"
+    assert (
+        body["failed"]["database"] == f"database schema at 0002, head is {revisions.head()}: run `webhooks db upgrade`"
+    )
 
 
 def test_readyz_names_redis_while_it_is_down_and_recovers(pg_url: str) -> None:

@@ -53,8 +53,9 @@ def links(root: Path = ROOT) -> list[str]:
             found.append(folder)
             continue
         for directory, dirs, files in os.walk(base):
-            found += [str((Path(directory) / n).relative_to(root)) for n in dirs + files
-                      if (Path(directory) / n).is_symlink()]
+            found += [
+                str((Path(directory) / n).relative_to(root)) for n in dirs + files if (Path(directory) / n).is_symlink()
+            ]
     return sorted(found)
 
 
@@ -74,8 +75,12 @@ def aliases(known: dict[str, Path]) -> list[str]:
                 targets = [node.target]
             targets = [e for t in targets for e in (t.elts if isinstance(t, ast.Tuple | ast.List) else [t])]
             written = any(isinstance(t, ast.Subscript) and _is_sys_modules(t.value) for t in targets)
-            called = (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
-                      and node.func.attr in ("update", "setdefault", "__setitem__") and _is_sys_modules(node.func.value))
+            called = (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr in ("update", "setdefault", "__setitem__")
+                and _is_sys_modules(node.func.value)
+            )
             if written or called:
                 found.append(f"{name}:{node.lineno}")
     return found
@@ -87,8 +92,11 @@ def _runs(tree: ast.AST, *, types: bool = False) -> list[ast.AST]:
     while todo:
         node = todo.pop()
         nodes.append(node)
-        if (not types and isinstance(node, ast.If)
-                and ast.unparse(node.test) in ("TYPE_CHECKING", "typing.TYPE_CHECKING")):
+        if (
+            not types
+            and isinstance(node, ast.If)
+            and ast.unparse(node.test) in ("TYPE_CHECKING", "typing.TYPE_CHECKING")
+        ):
             todo.extend(node.orelse)
             continue
         todo.extend(ast.iter_child_nodes(node))
@@ -103,8 +111,9 @@ def _named(name: str) -> str:
     return name
 
 
-def imports(name: str, path: Path, known: dict[str, Path], *, top_level_only: bool = False,
-            types: bool = False) -> set[str]:
+def imports(
+    name: str, path: Path, known: dict[str, Path], *, top_level_only: bool = False, types: bool = False
+) -> set[str]:
     tree = ast.parse(path.read_text(encoding="utf-8"))
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     nodes = [n for n in tree.body if not isinstance(n, ast.If)] if top_level_only else _runs(tree, types=types)
@@ -171,8 +180,9 @@ def cycles(graph: dict[str, set[str]]) -> list[set[str]]:
 
 def graph(*, top_level_only: bool = False, types: bool = False, root: Path = ROOT) -> dict[str, set[str]]:
     known = modules(root)
-    return {name: imports(name, path, known, top_level_only=top_level_only, types=types)
-            for name, path in known.items()}
+    return {
+        name: imports(name, path, known, top_level_only=top_level_only, types=types) for name, path in known.items()
+    }
 
 
 def test_the_walk_sees_the_package_and_its_imports() -> None:
@@ -195,8 +205,10 @@ def test_an_import_inside_a_function_that_closes_a_cycle_is_seen(tmp_path: Path)
     """The check above would fail on the cycles it once listed: batch <-> receive, and
     runtime -> reconcile -> rows -> batch -> runtime, each re-made by one late import."""
     known = modules()
-    for module, late, through in (("webhooks.batch", "from webhooks.receive import deliver", "webhooks.receive"),
-                                  ("webhooks.runtime", "from webhooks import reconcile", "webhooks.rows")):
+    for module, late, through in (
+        ("webhooks.batch", "from webhooks.receive import deliver", "webhooks.receive"),
+        ("webhooks.runtime", "from webhooks import reconcile", "webhooks.rows"),
+    ):
         copy = tmp_path / f"{module}.py"
         copy.write_text(known[module].read_text(encoding="utf-8") + f"\n\ndef _late() -> None:\n    {late}\n")
         g = graph(top_level_only=False)
@@ -230,7 +242,12 @@ def test_webhooks_never_imports_the_jobs() -> None:
 
 
 def _tree(root: Path, files: dict[str, str]) -> Path:
-    for name, text in {"webhooks/__init__.py": "", "jobs/__init__.py": "", "migrations/__init__.py": "", **files}.items():
+    for name, text in {
+        "webhooks/__init__.py": "",
+        "jobs/__init__.py": "",
+        "migrations/__init__.py": "",
+        **files,
+    }.items():
         (root / name).parent.mkdir(parents=True, exist_ok=True)
         (root / name).write_text(textwrap.dedent(text))
     return root
@@ -250,49 +267,63 @@ def test_a_linked_package_or_module_is_reported(tmp_path: Path) -> None:
 
 
 def test_an_alias_in_sys_modules_is_reported(tmp_path: Path) -> None:
-    root = _tree(tmp_path, {
-        "jobs/__init__.py": """
+    root = _tree(
+        tmp_path,
+        {
+            "jobs/__init__.py": """
             import sys
             from webhooks import a
             if __name__ == "jobs":
                 sys.modules["jobs.a"] = a
         """,
-        "webhooks/a.py": """
+            "webhooks/a.py": """
             import sys
             def alias(x):
                 sys.modules["old"], sys.modules["older"] = x, x
                 sys.modules.setdefault("oldest", x)
             print(sys.modules["webhooks"])  # reading is fine
         """,
-    })
+        },
+    )
     assert aliases(modules(root)) == ["webhooks.a:4", "webhooks.a:5", "webhooks.jobs:5"]
 
 
 def test_a_reverse_import_is_reported_however_it_is_written(tmp_path: Path) -> None:
-    root = _tree(tmp_path, {
-        "jobs/process.py": "from webhooks import a\n",  # the allowed direction
-        "jobs/worker.py": "from . import process\n",
-        "webhooks/a.py": "def f():\n    from webhooks.jobs import process\n",
-        "webhooks/b.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import jobs.worker\n",
-        "webhooks/c.py": "from webhooks import jobs\n",
-        "webhooks/d.py": "from webhooks import a, b, c\n",
-    })
+    root = _tree(
+        tmp_path,
+        {
+            "jobs/process.py": "from webhooks import a\n",  # the allowed direction
+            "jobs/worker.py": "from . import process\n",
+            "webhooks/a.py": "def f():\n    from webhooks.jobs import process\n",
+            "webhooks/b.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import jobs.worker\n",
+            "webhooks/c.py": "from webhooks import jobs\n",
+            "webhooks/d.py": "from webhooks import a, b, c\n",
+        },
+    )
     assert reverse_imports(modules(root)) == [
-        "webhooks.a -> webhooks.jobs.process", "webhooks.b -> webhooks.jobs.worker", "webhooks.c -> webhooks.jobs"]
+        "webhooks.a -> webhooks.jobs.process",
+        "webhooks.b -> webhooks.jobs.worker",
+        "webhooks.c -> webhooks.jobs",
+    ]
 
 
 def test_a_cycle_across_the_packages_is_reported(tmp_path: Path) -> None:
-    root = _tree(tmp_path, {
-        "jobs/process.py": "from webhooks import a\n",
-        "migrations/env.py": "from webhooks import b\n",
-        "webhooks/a.py": "def f():\n    import jobs.process\n",  # also a reverse import
-        "webhooks/b.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from webhooks.c import C\n",
-        "webhooks/c.py": "from webhooks import b\n",
-    })
+    root = _tree(
+        tmp_path,
+        {
+            "jobs/process.py": "from webhooks import a\n",
+            "migrations/env.py": "from webhooks import b\n",
+            "webhooks/a.py": "def f():\n    import jobs.process\n",  # also a reverse import
+            "webhooks/b.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from webhooks.c import C\n",
+            "webhooks/c.py": "from webhooks import b\n",
+        },
+    )
     assert cycles(graph(root=root)) == [{"webhooks.a", "webhooks.jobs.process"}]
     assert cycles(graph(root=root, top_level_only=True)) == []
     assert sorted(map(sorted, cycles(graph(root=root, types=True)))) == [
-        ["webhooks.a", "webhooks.jobs.process"], ["webhooks.b", "webhooks.c"]]
+        ["webhooks.a", "webhooks.jobs.process"],
+        ["webhooks.b", "webhooks.c"],
+    ]
 
 
 def test_admin_modules_add_their_routes_only_when_the_package_registers_them() -> None:

@@ -34,8 +34,11 @@ Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 def scrape(base: str) -> Samples:
     response = requests.get(f"{base}/metrics", auth=("admin", ADMIN_PASSWORD), timeout=30)
     assert response.status_code == 200, response.text
-    return {(s.name, tuple(sorted(s.labels.items()))): s.value
-            for family in text_string_to_metric_families(response.text) for s in family.samples}
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(response.text)
+        for s in family.samples
+    }
 
 
 def value(samples: Samples, name: str, **labels: str) -> float:
@@ -47,10 +50,17 @@ def service(pg_url: str, redis_url: str, tmp_path: Path) -> Iterator[tuple[str, 
     upgrade(pg_url)
     port = free_port()
     env = clean_env(
-        DATABASE_URL=pg_url, REDIS_URL=redis_url, WEBHOOKS_ADMIN_PASSWORD=ADMIN_PASSWORD,
-        WEBHOOKS_HANDLERS="tests.metrics_handlers", STRIPE_WEBHOOK_SECRET=STRIPE_SECRET,
-        WEBHOOKS_MAX_ATTEMPTS="2", WEBHOOKS_RETRY_BASE_SECONDS="0", WEB_CONCURRENCY="2", WEB_THREADS="4",
-        PROMETHEUS_MULTIPROC_DIR=str(tmp_path / "metrics"), WEBHOOKS_LOG_LEVEL="WARNING",
+        DATABASE_URL=pg_url,
+        REDIS_URL=redis_url,
+        WEBHOOKS_ADMIN_PASSWORD=ADMIN_PASSWORD,
+        WEBHOOKS_HANDLERS="tests.metrics_handlers",
+        STRIPE_WEBHOOK_SECRET=STRIPE_SECRET,
+        WEBHOOKS_MAX_ATTEMPTS="2",
+        WEBHOOKS_RETRY_BASE_SECONDS="0",
+        WEB_CONCURRENCY="2",
+        WEB_THREADS="4",
+        PROMETHEUS_MULTIPROC_DIR=str(tmp_path / "metrics"),
+        WEBHOOKS_LOG_LEVEL="WARNING",
     )
     cmd = gunicorn_cmd(port, "--no-control-socket")
     with running(cmd, env, cwd=tmp_path):
@@ -89,10 +99,16 @@ def test_metrics_count_every_outcome_across_processes(service: tuple[str, dict[s
     wait_until(lambda: value(scrape(base), "webhooks_oldest_pending_age_seconds") >= age + 1, interval=0.5)
 
     with running([str(BIN / "webhooks"), "worker"], env, cwd=tmp_path):
+
         def drained() -> Samples | None:
             samples = scrape(base)
-            return samples if value(samples, "webhooks_events_failed") == 1 and value(
-                samples, "webhooks_oldest_pending_age_seconds") == 0 else None
+            return (
+                samples
+                if value(samples, "webhooks_events_failed") == 1
+                and value(samples, "webhooks_oldest_pending_age_seconds") == 0
+                else None
+            )
+
         after = wait_until(drained, interval=0.5)
     assert value(after, "webhooks_processing_attempts_total", endpoint="stripe", outcome="processed") == 2
     assert value(after, "webhooks_processing_attempts_total", endpoint="stripe", outcome="error") == 1
@@ -111,9 +127,13 @@ def test_metrics_need_the_admin_password_and_count_503(sqlite_url: str) -> None:
     down = make_app(base_config(sqlite_url))
     down.extensions["webhooks"].engine.dispose()
     before = metrics.DELIVERIES.labels("stripe", "unavailable")._value.get()
-    down.extensions["webhooks"].engine.url = down.extensions["webhooks"].engine.url.set(database="/nonexistent/dir/x.db")
+    down.extensions["webhooks"].engine.url = down.extensions["webhooks"].engine.url.set(
+        database="/nonexistent/dir/x.db"
+    )
     body = stripe_event("evt_down")
-    down_engine = __import__("webhooks.engines", fromlist=["make_engine"]).make_engine("sqlite:////nonexistent/dir/x.db")
+    down_engine = __import__("webhooks.engines", fromlist=["make_engine"]).make_engine(
+        "sqlite:////nonexistent/dir/x.db"
+    )
     down.extensions["webhooks"].engine = down_engine
     down.extensions["webhooks"].store = __import__("webhooks.store", fromlist=["open_store"]).open_store(down_engine)
     assert down.test_client().post("/webhooks/stripe", data=body, headers=stripe_headers(body)).status_code == 503

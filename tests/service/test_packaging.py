@@ -17,7 +17,7 @@ import pytest
 from tests.conftest import ROOT
 
 pytestmark = pytest.mark.slow
-APP = textwrap.dedent('''
+APP = textwrap.dedent("""
     import json, sys, time
     import jobs, migrations
     assert jobs.APP_JOBS and migrations.APP_MIGRATIONS, "the application's own packages"
@@ -43,13 +43,17 @@ APP = textwrap.dedent('''
     assert myapp.handlers.SEEN == ["evt_pkg"], myapp.handlers.SEEN
     assert sys.modules["jobs"].APP_JOBS
     print("ok")
-''')
+""")
 
 
 def test_the_wheel_leaves_jobs_and_migrations_to_the_application(tmp_path: Path) -> None:
     wheels = tmp_path / "wheels"
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(wheels), str(ROOT)],
-                   check=True, capture_output=True, timeout=300)
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(wheels), str(ROOT)],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
     wheel = next(wheels.glob("webhooks-*.whl"))
     names = zipfile.ZipFile(wheel).namelist()
     assert {n.split("/")[0] for n in names} == {"webhooks", wheel.name.split("-py3")[0] + ".dist-info"}
@@ -57,37 +61,60 @@ def test_the_wheel_leaves_jobs_and_migrations_to_the_application(tmp_path: Path)
     assert "webhooks/migrations/script.py.mako" in names
     # Every module of the checkout is in the wheel (a subpackage missing from pyproject's list is not).
     checkout = {f"webhooks/{p.relative_to(ROOT / 'webhooks')}" for p in (ROOT / "webhooks").rglob("*.py")}
-    checkout |= {f"webhooks/{p.relative_to(ROOT)}" for top in ("jobs", "migrations") for p in (ROOT / top).rglob("*.py")}
+    checkout |= {
+        f"webhooks/{p.relative_to(ROOT)}" for top in ("jobs", "migrations") for p in (ROOT / top).rglob("*.py")
+    }
     assert checkout - set(names) == set()
     site = tmp_path / "site"
-    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(site), str(wheel)],
-                   check=True, capture_output=True, timeout=300)
+    subprocess.run(
+        [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(site), str(wheel)],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
     app = tmp_path / "app"
     for package, marker in (("jobs", "APP_JOBS = True\n"), ("migrations", "APP_MIGRATIONS = True\n"), ("myapp", "")):
         (app / package).mkdir(parents=True)
         (app / package / "__init__.py").write_text(marker)
     (app / "myapp" / "handlers.py").write_text(
         "from webhooks import on\nSEEN = []\n\n@on('stripe', 'invoice.paid')\n"
-        "def paid(event, state):\n    SEEN.append(event.event_id)\n")
+        "def paid(event, state):\n    SEEN.append(event.event_id)\n"
+    )
     data = tmp_path / "data"
     data.mkdir()
-    result = subprocess.run([sys.executable, "-c", APP, str(site), str(data)], cwd=app, capture_output=True,
-                            text=True, timeout=300, env={"PYTHONPATH": str(site), "PATH": "/usr/bin:/bin"})
+    result = subprocess.run(
+        [sys.executable, "-c", APP, str(site), str(data)],
+        cwd=app,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={"PYTHONPATH": str(site), "PATH": "/usr/bin:/bin"},
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     assert result.stdout.strip().endswith("ok")
-    cli = subprocess.run([sys.executable, "-m", "webhooks", "db", "upgrade"], cwd=app, capture_output=True, text=True,
-                         timeout=300, env={"PYTHONPATH": str(site), "PATH": "/usr/bin:/bin",
-                                           "DATABASE_URL": f"sqlite:///{data}/cli.db"})
+    cli = subprocess.run(
+        [sys.executable, "-m", "webhooks", "db", "upgrade"],
+        cwd=app,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={"PYTHONPATH": str(site), "PATH": "/usr/bin:/bin", "DATABASE_URL": f"sqlite:///{data}/cli.db"},
+    )
     assert cli.returncode == 0, cli.stdout + cli.stderr
     assert (data / "cli.db").exists()
 
 
 def test_the_editable_install_maps_the_checkouts_jobs_and_migrations(tmp_path: Path) -> None:
-    probe = ("import json, webhooks.jobs.worker, webhooks.jobs.process, webhooks.migrations, webhooks.worker\n"
-             "from webhooks.revisions import migrations_dir\n"
-             "assert webhooks.jobs.worker.Worker is webhooks.worker.Worker\n"
-             "print(json.dumps([webhooks.jobs.process.__file__, webhooks.migrations.__file__, str(migrations_dir())]))")
+    probe = (
+        "import json, webhooks.jobs.worker, webhooks.jobs.process, webhooks.migrations, webhooks.worker\n"
+        "from webhooks.revisions import migrations_dir\n"
+        "assert webhooks.jobs.worker.Worker is webhooks.worker.Worker\n"
+        "print(json.dumps([webhooks.jobs.process.__file__, webhooks.migrations.__file__, str(migrations_dir())]))"
+    )
     result = subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
-    assert json.loads(result.stdout) == [str(ROOT / "jobs" / "process.py"), str(ROOT / "migrations" / "__init__.py"),
-                                         str(ROOT / "migrations")]
+    assert json.loads(result.stdout) == [
+        str(ROOT / "jobs" / "process.py"),
+        str(ROOT / "migrations" / "__init__.py"),
+        str(ROOT / "migrations"),
+    ]

@@ -20,8 +20,9 @@ from tests.support.processes import BIN, clean_env, event_status, wait_http
 def process_group(cmd: list[str], env: dict[str, str]) -> Iterator[subprocess.Popen[str]]:
     """honcho and every process it starts, in a session of their own: stopped together, whatever
     state they are in (a leftover worker would take jobs from later tests)."""
-    proc = subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True)
+    proc = subprocess.Popen(
+        cmd, env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
+    )
     try:
         yield proc
     finally:
@@ -42,9 +43,13 @@ def test_honcho_start_runs_release_web_and_worker(pg_url: str, redis_url: str, t
     # `honcho start -p 8000` (the README's local run) serves on 8000, not 8100.
     port = free_port()
     env = clean_env(
-        DATABASE_URL=pg_url, REDIS_URL=redis_url, STRIPE_WEBHOOK_SECRET=STRIPE_SECRET,
+        DATABASE_URL=pg_url,
+        REDIS_URL=redis_url,
+        STRIPE_WEBHOOK_SECRET=STRIPE_SECRET,
         WEBHOOKS_ADMIN_PASSWORD=ADMIN_PASSWORD,
-        WEB_CONCURRENCY="1", PROMETHEUS_MULTIPROC_DIR=str(tmp_path), PATH=f"{BIN}:{clean_env()['PATH']}",
+        WEB_CONCURRENCY="1",
+        PROMETHEUS_MULTIPROC_DIR=str(tmp_path),
+        PATH=f"{BIN}:{clean_env()['PATH']}",
     )
     cmd = [str(BIN / "honcho"), "start", "-f", str(ROOT / "Procfile"), "-d", str(ROOT), "-p", str(port)]
     with process_group(cmd, env) as honcho:

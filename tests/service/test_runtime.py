@@ -38,6 +38,7 @@ def test_two_apps_in_one_process_each_process_their_own_event(tmp_path: Path, em
     if embedded:
         wait_until(lambda: all(outcome(app)[0] == [(e, "processed")] for e, app in apps.items()))
     else:
+
         def work() -> None:  # the production worker class, in a context where nothing is bound
             for app in reversed(apps.values()):
                 rt = app.extensions["webhooks"]

@@ -26,8 +26,12 @@ def test_every_reason_code_raised_in_the_package_is_a_reason() -> None:
     raised = set()
     for path in [*ROOT.rglob("*.py"), *(CHECKOUT / "jobs").rglob("*.py")]:
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "VerificationError"
-                    and node.args):
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Name)
+                and node.func.id == "VerificationError"
+                and node.args
+            ):
                 code = node.args[0]
                 if isinstance(code, ast.Constant):
                     raised.add(code.value)
@@ -39,9 +43,15 @@ def test_every_reason_code_raised_in_the_package_is_a_reason() -> None:
 
 # Where events are stored, processed and counted, and where deliveries are refused, a status word
 # or reason code is spelled through its enum, never as a bare string (a typo would be a new word).
-SPELLED = ["jobs/process.py", "jobs/objects.py", "receive.py", "batch.py", "metrics.py",
-           *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "store").glob("*.py")),
-           *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "providers").glob("*.py"))]
+SPELLED = [
+    "jobs/process.py",
+    "jobs/objects.py",
+    "receive.py",
+    "batch.py",
+    "metrics.py",
+    *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "store").glob("*.py")),
+    *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "providers").glob("*.py")),
+]
 # The same strings meaning something else: Stripe's event-type suffixes (``invoice.payment.failed``).
 NOT_OURS = {("providers/stripe.py", "failed")}
 
@@ -58,9 +68,13 @@ def bare_words(module: str, source: str) -> list[tuple[str, int, str]]:
     tree = ast.parse(source)
     docstrings = {id(n.value) for n in ast.walk(tree) if isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant)}
     return sorted(
-        (module, node.lineno, node.value) for node in ast.walk(tree)
-        if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in words
-        and id(node) not in docstrings and (module, node.value) not in NOT_OURS
+        (module, node.lineno, node.value)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Constant)
+        and isinstance(node.value, str)
+        and node.value in words
+        and id(node) not in docstrings
+        and (module, node.value) not in NOT_OURS
     )
 
 
@@ -77,7 +91,9 @@ stmt = update(Event).where(Event.status == "processing").values(status="failed")
 raise VerificationError("payload_too_large", status=413)
 '''
     assert bare_words("receive.py", source) == [
-        ("receive.py", 3, "failed"), ("receive.py", 3, "processing"), ("receive.py", 4, "payload_too_large"),
+        ("receive.py", 3, "failed"),
+        ("receive.py", 3, "processing"),
+        ("receive.py", 4, "payload_too_large"),
     ]
     assert bare_words("providers/stripe.py", 'TERMINAL = ("paid", "failed")') == []
 

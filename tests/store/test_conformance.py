@@ -46,8 +46,10 @@ def state(app: Flask, event_id: str) -> tuple[str, int]:
 def set_row(app: Flask, event_id: str, status: str, attempts: int = 0) -> None:
     """The row as a crash left it (tests only: nothing in the package writes a status but the store)."""
     with runtime(app).engine.begin() as conn:
-        conn.execute(sa.text("UPDATE events SET status = :s, attempts = :a WHERE event_id = :e"),
-                     {"s": status, "a": attempts, "e": event_id})
+        conn.execute(
+            sa.text("UPDATE events SET status = :s, attempts = :a WHERE event_id = :e"),
+            {"s": status, "a": attempts, "e": event_id},
+        )
 
 
 def drop_job(app: Flask, event_id: str) -> None:
@@ -108,16 +110,20 @@ def test_a_single_replay_of_an_event_being_processed_is_refused_and_not_audited(
     assert (missing.value.reason, missing.value.status) == ("not_found", 404)
     assert state(any_app, "evt_busy") == ("processing", 1)
     assert rows(any_app, "SELECT count(*) FROM replays")[0][0] == 0
-    response = any_app.test_client().post("/admin/api/events/stripe/evt_busy/replay", json={"reason": "x"},
-                                          headers=admin_headers())
+    response = any_app.test_client().post(
+        "/admin/api/events/stripe/evt_busy/replay", json={"reason": "x"}, headers=admin_headers()
+    )
     assert (response.status_code, response.get_json()["error"]) == (409, "in_progress")
 
 
-@pytest.mark.parametrize(("status", "attempts", "job"), [
-    ("received", 0, False),  # its job never reached Redis
-    ("queued", 0, False),  # Redis lost its job
-    ("processing", 1, True),  # abandoned by a killed worker (no transaction holds it)
-])
+@pytest.mark.parametrize(
+    ("status", "attempts", "job"),
+    [
+        ("received", 0, False),  # its job never reached Redis
+        ("queued", 0, False),  # Redis lost its job
+        ("processing", 1, True),  # abandoned by a killed worker (no transaction holds it)
+    ],
+)
 def test_the_sweeper_requeues_each_stranded_state(any_app: Flask, status: str, attempts: int, job: bool) -> None:
     assert deliver(any_app, "evt_stranded") == 200
     set_row(any_app, "evt_stranded", status, attempts)
@@ -168,7 +174,6 @@ def test_the_sweeper_leaves_a_live_processing_row_alone(any_app: Flask, monkeypa
 # an event abandoned after its last attempt is failed ==========================================
 
 
-
 def _state(app: Flask, event_id: str) -> list[object]:
     """Everything processing may change for one event: its row, the objects, the attempts, the
     handlers' writes."""
@@ -213,8 +218,9 @@ def test_the_newest_version_wins_in_every_order(any_app: Flask) -> None:
     for n, order in enumerate(itertools.permutations(VERSIONS)):
         obj = f"pi_order_{n}"
         for name, created in order:
-            body = stripe_event(f"evt_{n}_{name}", created=created,
-                                obj={"id": obj, "object": "payment_intent", "status": name})
+            body = stripe_event(
+                f"evt_{n}_{name}", created=created, obj={"id": obj, "object": "payment_intent", "status": name}
+            )
             deliver_stripe(any_app, body)
             deliver_stripe(any_app, body)  # a duplicate delivery: no second row, no second job
         for name, _ in order:
@@ -234,7 +240,8 @@ def test_a_failure_under_the_claim_is_recorded_and_failed_after_the_last_try(any
     assert claimed is not None
     assert rt.store.fail("stripe", "evt_fails", claimed.attempts, last_try, "Boom: down", "trace", datetime.now(UTC))
     assert rows(any_app, "SELECT status, attempts, last_error FROM events") == [
-        ("failed" if last_try else "queued", 1, "Boom: down")]
+        ("failed" if last_try else "queued", 1, "Boom: down")
+    ]
     assert rows(any_app, "SELECT number, status, error FROM attempts") == [(1, "error", "Boom: down")]
 
 

@@ -42,18 +42,25 @@ def test_adyen_payments_stored_before_the_fold_take_later_notifications(sqlite_u
     state = dict(old, additionalData={})
     engine = sa.create_engine(sqlite_url)
     with engine.begin() as conn:
-        conn.execute(sa.text(
-            "INSERT INTO events (provider, event_id, kind, event_type, status, attempts, received_at, status_at,"
-            " payload, headers, scheme) VALUES ('adyen', 'PSP1:AUTHORISATION:true', 'adyen', 'AUTHORISATION',"
-            " 'processed', 1, '2024-01-01 00:00:00', '2024-01-01 00:00:00', x'7b7d', '{}', 'adyen-hmac-item')"))
-        conn.execute(sa.text(
-            "INSERT INTO objects (provider, object_type, object_id, version, state, last_event_id, updated_at)"
-            " VALUES ('adyen', 'payment', 'PSP1', :v, :s, 'PSP1:AUTHORISATION:true', '2024-01-01 00:00:00')"),
-            {"v": 1 * 10**14 + 1704099600000, "s": json.dumps(state)})
+        conn.execute(
+            sa.text(
+                "INSERT INTO events (provider, event_id, kind, event_type, status, attempts, received_at, status_at,"
+                " payload, headers, scheme) VALUES ('adyen', 'PSP1:AUTHORISATION:true', 'adyen', 'AUTHORISATION',"
+                " 'processed', 1, '2024-01-01 00:00:00', '2024-01-01 00:00:00', x'7b7d', '{}', 'adyen-hmac-item')"
+            )
+        )
+        conn.execute(
+            sa.text(
+                "INSERT INTO objects (provider, object_type, object_id, version, state, last_event_id, updated_at)"
+                " VALUES ('adyen', 'payment', 'PSP1', :v, :s, 'PSP1:AUTHORISATION:true', '2024-01-01 00:00:00')"
+            ),
+            {"v": 1 * 10**14 + 1704099600000, "s": json.dumps(state)},
+        )
     engine.dispose()
     app = make_app(base_config(sqlite_url))  # upgrades to head
-    capture = adyen_body(adyen_item(psp="CAP1", original="PSP1", code="CAPTURE", value=1000,
-                                    event_date="2024-01-01T11:00:00+01:00"))
+    capture = adyen_body(
+        adyen_item(psp="CAP1", original="PSP1", code="CAPTURE", value=1000, event_date="2024-01-01T11:00:00+01:00")
+    )
     response = app.test_client().post("/webhooks/adyen", data=capture, headers={"Content-Type": "application/json"})
     assert response.status_code == 200
     drain(app)
@@ -74,10 +81,12 @@ def test_status_check_survives_upgrade_downgrade_upgrade(db: str, request: pytes
     from sqlalchemy.exc import IntegrityError
 
     url = request.getfixturevalue(db)
+
     def store(event_id: str, status: str, endpoint_column: str = "endpoint") -> None:
         insert = sa.text(
             f"INSERT INTO events ({endpoint_column}, event_id, kind, event_type, status, attempts, received_at,"
-            " status_at, payload, headers, scheme) VALUES ('p', :id, 'stripe', 't', :status, 0, :at, :at, :body, '{}', 's')")
+            " status_at, payload, headers, scheme) VALUES ('p', :id, 'stripe', 't', :status, 0, :at, :at, :body, '{}', 's')"
+        )
         engine = sa.create_engine(url)
         try:
             with engine.begin() as conn:
@@ -127,33 +136,52 @@ def test_endpoint_columns_renamed_with_data_kept_both_ways(db: str, request: pyt
     engine = sa.create_engine(url)
     try:
         with engine.begin() as conn:
-            conn.execute(sa.text(
-                "INSERT INTO events (provider, event_id, kind, event_type, status, attempts, received_at, status_at,"
-                " payload, headers, scheme, replay_key) VALUES ('stripe_connect', 'evt_1', 'stripe', 't', 'processed',"
-                " 1, :at, :at, :body, '{}', 's', 'k1')"), {"at": at, "body": b"{}"})
-            conn.execute(sa.text(
-                "INSERT INTO objects (provider, object_type, object_id, version, state, last_event_id, updated_at)"
-                " VALUES ('stripe_connect', 'payment_intent', 'pi_1', 7, '{}', 'evt_1', :at)"), {"at": at})
-            conn.execute(sa.text(
-                "INSERT INTO attempts (provider, event_id, number, started_at, finished_at, status)"
-                " VALUES ('stripe_connect', 'evt_1', 1, :at, :at, 'processed')"), {"at": at})
+            conn.execute(
+                sa.text(
+                    "INSERT INTO events (provider, event_id, kind, event_type, status, attempts, received_at, status_at,"
+                    " payload, headers, scheme, replay_key) VALUES ('stripe_connect', 'evt_1', 'stripe', 't', 'processed',"
+                    " 1, :at, :at, :body, '{}', 's', 'k1')"
+                ),
+                {"at": at, "body": b"{}"},
+            )
+            conn.execute(
+                sa.text(
+                    "INSERT INTO objects (provider, object_type, object_id, version, state, last_event_id, updated_at)"
+                    " VALUES ('stripe_connect', 'payment_intent', 'pi_1', 7, '{}', 'evt_1', :at)"
+                ),
+                {"at": at},
+            )
+            conn.execute(
+                sa.text(
+                    "INSERT INTO attempts (provider, event_id, number, started_at, finished_at, status)"
+                    " VALUES ('stripe_connect', 'evt_1', 1, :at, :at, 'processed')"
+                ),
+                {"at": at},
+            )
 
         def stored(column: str) -> list[tuple[object, ...]]:
             with engine.connect() as conn:
-                return [tuple(conn.execute(sa.text(sql.format(column))).one()) for sql in (
-                    "SELECT {}, event_id, replay_key FROM events",
-                    "SELECT {}, object_id, version FROM objects",
-                    "SELECT {}, event_id, number FROM attempts",
-                )]
+                return [
+                    tuple(conn.execute(sa.text(sql.format(column))).one())
+                    for sql in (
+                        "SELECT {}, event_id, replay_key FROM events",
+                        "SELECT {}, object_id, version FROM objects",
+                        "SELECT {}, event_id, number FROM attempts",
+                    )
+                ]
 
         expected = [("stripe_connect", "evt_1", "k1"), ("stripe_connect", "pi_1", 7), ("stripe_connect", "evt_1", 1)]
         upgrade(url)
         assert stored("endpoint") == expected
         with pytest.raises(IntegrityError), engine.begin() as conn:  # the replay-key index followed the column
-            conn.execute(sa.text(
-                "INSERT INTO events (endpoint, event_id, kind, event_type, status, attempts, received_at, status_at,"
-                " payload, headers, scheme, replay_key) VALUES ('stripe_connect', 'evt_2', 'stripe', 't', 'queued',"
-                " 0, :at, :at, :body, '{}', 's', 'k1')"), {"at": at, "body": b"{}"})
+            conn.execute(
+                sa.text(
+                    "INSERT INTO events (endpoint, event_id, kind, event_type, status, attempts, received_at, status_at,"
+                    " payload, headers, scheme, replay_key) VALUES ('stripe_connect', 'evt_2', 'stripe', 't', 'queued',"
+                    " 0, :at, :at, :body, '{}', 's', 'k1')"
+                ),
+                {"at": at, "body": b"{}"},
+            )
         engine.dispose()  # SQLite's batch mode replaces the tables: no connection may hold the old ones
         command.downgrade(alembic_config(url), "0006")
         assert stored("provider") == expected
@@ -183,14 +211,35 @@ def test_batch_bodies_split_into_items_and_joined_back(db: str, request: pytest.
     insert = sa.text(
         "INSERT INTO events (endpoint, event_id, kind, event_type, status, attempts, received_at, status_at,"
         " payload, item_index, headers, scheme) VALUES (:endpoint, :id, :kind, 'open', 'processed', 1, :at, :at,"
-        " :body, :index, :headers, 's')")
+        " :body, :index, :headers, 's')"
+    )
     try:
         with engine.begin() as conn:
             for index, event_id in enumerate(("sg_a", "sg_b")):
-                conn.execute(insert, {"endpoint": "sendgrid", "id": event_id, "kind": "sendgrid", "at": at,
-                                      "body": body, "index": index, "headers": json.dumps(headers)})
-            conn.execute(insert, {"endpoint": "stripe", "id": "evt_1", "kind": "stripe", "at": at,
-                                  "body": b'{"id":"evt_1"}', "index": None, "headers": json.dumps(headers)})
+                conn.execute(
+                    insert,
+                    {
+                        "endpoint": "sendgrid",
+                        "id": event_id,
+                        "kind": "sendgrid",
+                        "at": at,
+                        "body": body,
+                        "index": index,
+                        "headers": json.dumps(headers),
+                    },
+                )
+            conn.execute(
+                insert,
+                {
+                    "endpoint": "stripe",
+                    "id": "evt_1",
+                    "kind": "stripe",
+                    "at": at,
+                    "body": b'{"id":"evt_1"}',
+                    "index": None,
+                    "headers": json.dumps(headers),
+                },
+            )
 
         def events() -> dict[str, tuple[bytes, object, object]]:
             with engine.connect() as conn:

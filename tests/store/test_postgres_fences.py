@@ -36,7 +36,8 @@ def _event(app: Flask, n: int) -> str:
 
 @pytest.mark.parametrize("reset", ["ROLLBACK", "DEALLOCATE ALL", "DISCARD ALL"])
 def test_statements_dropped_on_the_kept_connection_are_prepared_again(
-        pg_app: Flask, reset: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    pg_app: Flask, reset: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A ROLLBACK must keep the statements (psycopg's auto-prepare is off: with it on, psycopg
     sends ``DEALLOCATE ALL``); ``DEALLOCATE ALL`` / ``DISCARD ALL`` drop them, and the next
     event prepares them again and is processed."""
@@ -77,8 +78,10 @@ def test_a_handlers_session_write_commits_with_the_mark(pg_app: Flask) -> None:
     runtime(pg_app)
     assert process_event("stripe", _event(pg_app, 1)) == "processed"
     assert rows(pg_app, "SELECT event_id FROM test_handler_calls") == [("evt_f1",)]
-    assert rows(pg_app, "SELECT count(*) FROM pg_stat_activity WHERE state = 'idle in transaction'"
-                        " AND datname = current_database()") == [(0,)]
+    assert rows(
+        pg_app,
+        "SELECT count(*) FROM pg_stat_activity WHERE state = 'idle in transaction' AND datname = current_database()",
+    ) == [(0,)]
 
 
 def test_a_handlers_session_write_rolls_back_with_an_error(pg_app: Flask) -> None:
@@ -94,8 +97,9 @@ def test_a_handlers_session_write_rolls_back_with_an_error(pg_app: Flask) -> Non
     assert rows(pg_app, "SELECT status, attempts FROM events") == [("failed", 1)]
 
 
-def test_a_handlers_session_write_rolls_back_with_a_superseded_claim(pg_app: Flask,
-                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_handlers_session_write_rolls_back_with_a_superseded_claim(
+    pg_app: Flask, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The claim is superseded between the claim and the lock (a replay's claim): the lock step
     sees it, no handler runs, nothing is written, and the transaction ends."""
     rt = runtime(pg_app)
@@ -114,5 +118,7 @@ def test_a_handlers_session_write_rolls_back_with_a_superseded_claim(pg_app: Fla
     assert rows(pg_app, "SELECT count(*) FROM test_handler_calls") == [(0,)]
     assert rows(pg_app, "SELECT count(*) FROM objects") == [(0,)]
     assert rows(pg_app, "SELECT status, attempts FROM events") == [("processing", 2)]
-    assert rows(pg_app, "SELECT count(*) FROM pg_stat_activity WHERE state = 'idle in transaction'"
-                        " AND datname = current_database()") == [(0,)]
+    assert rows(
+        pg_app,
+        "SELECT count(*) FROM pg_stat_activity WHERE state = 'idle in transaction' AND datname = current_database()",
+    ) == [(0,)]

@@ -23,12 +23,17 @@ def deliver(app: Flask, event_id: str) -> int:
 
 def age(app: Flask, days: float, where: str = "1 = 1") -> None:
     with runtime(app).engine.begin() as conn:
-        conn.exec_driver_sql(f"UPDATE events SET received_at = ? WHERE {where}",
-                             (datetime.now(UTC) - timedelta(days=days),))
+        conn.exec_driver_sql(
+            f"UPDATE events SET received_at = ? WHERE {where}", (datetime.now(UTC) - timedelta(days=days),)
+        )
 
 
 def test_durations_and_horizons() -> None:
-    assert parse_age("30d") == 30 * DAY and parse_age("12h") == timedelta(hours=12) and parse_age("90") == timedelta(seconds=90)
+    assert (
+        parse_age("30d") == 30 * DAY
+        and parse_age("12h") == timedelta(hours=12)
+        and parse_age("90") == timedelta(seconds=90)
+    )
     assert horizon({"stripe", "slack"}) == (3 * DAY, "stripe")
     assert horizon({"adyen", "stripe"}) == (30 * DAY, "adyen")
     assert horizon({"hmac"}) == (30 * DAY, "hmac")  # unknown retry behaviour: assume the longest
@@ -58,10 +63,18 @@ def test_purges_in_batches_keeps_failed_and_unfinished_and_dedup_holds(app: Flas
         conn.exec_driver_sql("UPDATE events SET status = 'queued' WHERE event_id = 'evt_unfinished'")
     age(app, 40, "event_id IN ('evt_failed', 'evt_unfinished')")
     batches: list[int] = []
-    deleted = purge(runtime(app).sessions, Plan(30 * DAY, 60 * DAY, batch_size=10), kinds={"stripe", "adyen"},
-                    progress=batches.append)
+    deleted = purge(
+        runtime(app).sessions,
+        Plan(30 * DAY, 60 * DAY, batch_size=10),
+        kinds={"stripe", "adyen"},
+        progress=batches.append,
+    )
     assert (deleted, batches) == (25, [10, 10, 5])
-    assert sorted(r[0] for r in rows(app, "SELECT event_id FROM events")) == ["evt_failed", "evt_recent", "evt_unfinished"]
+    assert sorted(r[0] for r in rows(app, "SELECT event_id FROM events")) == [
+        "evt_failed",
+        "evt_recent",
+        "evt_unfinished",
+    ]
     # Inside the window, dedup holds: a retry of a kept event is a duplicate, no second effect.
     calls = len(rows(app, "SELECT 1 FROM test_handler_calls"))
     assert deliver(app, "evt_recent") == 200

@@ -27,8 +27,11 @@ EVENTS_ROW = {"status", "event_type"}  # the keys that make a dict an events row
 
 def modules() -> list[Path]:
     """Every module of webhooks/ (the store and linked folders excepted) and of jobs/."""
-    found = [p for p in ROOT.rglob("*.py")
-             if STORE not in p.parents and not any(d.is_symlink() for d in p.parents if ROOT in d.parents)]
+    found = [
+        p
+        for p in ROOT.rglob("*.py")
+        if STORE not in p.parents and not any(d.is_symlink() for d in p.parents if ROOT in d.parents)
+    ]
     jobs = ROOT.parent / "jobs"
     if not jobs.is_dir():
         jobs = (ROOT / "jobs").resolve()
@@ -40,8 +43,11 @@ def modules() -> list[Path]:
 def _targets_events(node: ast.AST) -> bool:
     """Whether a statement chain starts from ``update(Event)``, ``insert(Event)`` or ``upsert(…, Event)``."""
     for part in ast.walk(node):
-        if isinstance(part, ast.Call) and _name(part.func) in {"update", "insert", "upsert"} \
-                and any(isinstance(a, ast.Name) and a.id == "Event" for a in part.args):
+        if (
+            isinstance(part, ast.Call)
+            and _name(part.func) in {"update", "insert", "upsert"}
+            and any(isinstance(a, ast.Name) and a.id == "Event" for a in part.args)
+        ):
             return True
     return False
 
@@ -65,8 +71,11 @@ def _text(node: ast.AST) -> str | None:
 def _status_target(target: ast.AST) -> bool:
     if isinstance(target, ast.Tuple | ast.List):
         return any(_status_target(t) for t in target.elts)
-    return (isinstance(target, ast.Attribute) and target.attr == "status"
-            and not (isinstance(target.value, ast.Name) and target.value.id == "self"))
+    return (
+        isinstance(target, ast.Attribute)
+        and target.attr == "status"
+        and not (isinstance(target.value, ast.Name) and target.value.id == "self")
+    )
 
 
 def writes(source: str) -> list[str]:
@@ -83,7 +92,8 @@ def writes(source: str) -> list[str]:
         if isinstance(node, ast.Call):
             name = _name(node.func)
             sets = any(k.arg == "status" for k in node.keywords) or any(
-                isinstance(a, ast.Dict) and "status" in _keys(a) for a in node.args)
+                isinstance(a, ast.Dict) and "status" in _keys(a) for a in node.args
+            )
             if name == "values" and sets and _targets_events(node.func):
                 found.append(f"{node.lineno}: update/insert(Event).values(status=…)")
             elif name == "Event" and sets:
@@ -107,28 +117,34 @@ def test_no_module_outside_the_store_writes_an_event_status(path: Path) -> None:
     assert writes(path.read_text(encoding="utf-8")) == [], f"{path}: write the status through webhooks.store"
 
 
-@pytest.mark.parametrize("snippet", [
-    "def f(s):\n    s.execute(update(Event).where(x).values(status=Status.QUEUED, status_at=now))",
-    "def f(s):\n    s.execute(update(Event).values({'status': 'queued'}))",
-    "def f(s):\n    v = {'status': 'failed'}\n    s.execute(update(Event).where(w).values(**v))",
-    "def f(e):\n    e.status = 'queued'",
-    "def f(e):\n    e.status, e.status_at = 'queued', now",
-    "def f(e):\n    setattr(e, 'status', 'queued')",
-    "x = Event(endpoint='a', event_id='b', status='queued')",
-    "rows = [{'endpoint': p, 'event_type': t, 'status': 'queued'}]",
-    "SQL = 'UPDATE events SET attempts = 1,' ' status = %(s)s'",
-    "P = 1\nSQL = f'WITH m AS (UPDATE events SET status = {P} RETURNING 1) SELECT 1'",
-])
+@pytest.mark.parametrize(
+    "snippet",
+    [
+        "def f(s):\n    s.execute(update(Event).where(x).values(status=Status.QUEUED, status_at=now))",
+        "def f(s):\n    s.execute(update(Event).values({'status': 'queued'}))",
+        "def f(s):\n    v = {'status': 'failed'}\n    s.execute(update(Event).where(w).values(**v))",
+        "def f(e):\n    e.status = 'queued'",
+        "def f(e):\n    e.status, e.status_at = 'queued', now",
+        "def f(e):\n    setattr(e, 'status', 'queued')",
+        "x = Event(endpoint='a', event_id='b', status='queued')",
+        "rows = [{'endpoint': p, 'event_type': t, 'status': 'queued'}]",
+        "SQL = 'UPDATE events SET attempts = 1,' ' status = %(s)s'",
+        "P = 1\nSQL = f'WITH m AS (UPDATE events SET status = {P} RETURNING 1) SELECT 1'",
+    ],
+)
 def test_each_kind_of_status_write_is_caught(snippet: str) -> None:
     assert writes(snippet)
 
 
-@pytest.mark.parametrize("snippet", [
-    "class E(Exception):\n    def __init__(self, status):\n        self.status = status",
-    "def f(s):\n    s.execute(select(Event.status).where(Event.status == 'queued'))",
-    "def f(s):\n    s.execute(insert(Attempt).values(status='ok'))",
-    "SQL = 'SELECT status FROM events WHERE status = %(s)s'",
-    "def f():\n    return jsonify(status='ok')",
-])
+@pytest.mark.parametrize(
+    "snippet",
+    [
+        "class E(Exception):\n    def __init__(self, status):\n        self.status = status",
+        "def f(s):\n    s.execute(select(Event.status).where(Event.status == 'queued'))",
+        "def f(s):\n    s.execute(insert(Attempt).values(status='ok'))",
+        "SQL = 'SELECT status FROM events WHERE status = %(s)s'",
+        "def f():\n    return jsonify(status='ok')",
+    ],
+)
 def test_reads_and_other_statuses_are_not_writes(snippet: str) -> None:
     assert writes(snippet) == []

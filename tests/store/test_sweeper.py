@@ -55,11 +55,14 @@ def slow(event: HandlerEvent, state: Any) -> None:
 @pytest.fixture
 def pg_app(pg_url: str, redis_url: str) -> Flask:
     # Only handlers of the configured modules run: this module's `slow` too.
-    return make_app(base_config(pg_url, REDIS_URL=redis_url, WEBHOOKS_HANDLERS="tests.sample_handlers,tests.store.test_sweeper"))
+    return make_app(
+        base_config(pg_url, REDIS_URL=redis_url, WEBHOOKS_HANDLERS="tests.sample_handlers,tests.store.test_sweeper")
+    )
 
 
-def post(app: Flask, event_id: str, type_: str = "payment_intent.succeeded", obj_id: str = "pi_1",
-         created: int = 1700000000) -> None:
+def post(
+    app: Flask, event_id: str, type_: str = "payment_intent.succeeded", obj_id: str = "pi_1", created: int = 1700000000
+) -> None:
     body = stripe_event(event_id, type_, created, {"id": obj_id, "object": "payment_intent"})
     assert app.test_client().post("/webhooks/stripe", data=body, headers=stripe_headers(body)).status_code == 200
 
@@ -77,8 +80,10 @@ def strand(app: Flask, event_id: str, attempts: int = 1) -> None:
     rt.queue.queue.remove(job)
     job.set_status(JobStatus.STARTED)
     with rt.engine.begin() as conn:
-        conn.execute(sa.text("UPDATE events SET status = 'processing', attempts = :a WHERE event_id = :e"),
-                     {"a": attempts, "e": event_id})
+        conn.execute(
+            sa.text("UPDATE events SET status = 'processing', attempts = :a WHERE event_id = :e"),
+            {"a": attempts, "e": event_id},
+        )
 
 
 def test_abandoned_processing_row_is_requeued_and_processed_once(any_app: Flask) -> None:

@@ -38,19 +38,28 @@ def _pem_pair() -> tuple[str, str]:
     key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
     name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "messageverificationcerts.sandbox.paypal.com")])
     now = datetime.now(UTC)
-    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
-            .serial_number(x509.random_serial_number()).not_valid_before(now - timedelta(days=1))
-            .not_valid_after(now + timedelta(days=30)).sign(key, hashes.SHA256()))
-    key_pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                serialization.NoEncryption()).decode()
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - timedelta(days=1))
+        .not_valid_after(now + timedelta(days=30))
+        .sign(key, hashes.SHA256())
+    )
+    key_pem = key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    ).decode()
     return cert.public_bytes(serialization.Encoding.PEM).decode(), key_pem
 
 
 def _ec_pair() -> tuple[str, str]:
     key = ec.generate_private_key(ec.SECP256R1())
     public = key.public_key().public_bytes(serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
-    private = key.private_bytes(serialization.Encoding.DER, serialization.PrivateFormat.PKCS8,
-                                serialization.NoEncryption())
+    private = key.private_bytes(
+        serialization.Encoding.DER, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )
     return base64.b64encode(public).decode(), base64.b64encode(private).decode()
 
 
@@ -67,13 +76,26 @@ def endpoints() -> dict[str, dict[str, Any]]:
         "twilio": {"secrets": ["old-token", "12345"], "public_url": PUBLIC_TWILIO},
         "sendgrid": {"secrets": [sg_public], "signing_key": sg_private},
         "paypal": {"secrets": [], "webhook_id": "WH-1T2Y3", "certificate": cert, "signing_key": key},
-        "hmac": {"secrets": ["old-generic", "generic-secret"], "header": "X-Signature", "algorithm": "sha256",
-                 "encoding": "hex", "prefix": "sha256=", "id_path": "id", "type_path": "type"},
+        "hmac": {
+            "secrets": ["old-generic", "generic-secret"],
+            "header": "X-Signature",
+            "algorithm": "sha256",
+            "encoding": "hex",
+            "prefix": "sha256=",
+            "id_path": "id",
+            "type_path": "type",
+        },
     }
 
 
-HMAC_BY_HEADER = {"provider": "hmac", "secrets": ["generic-secret"], "header": "X-Signature",
-                  "prefix": "sha256=", "id_header": "X-Event-Id", "type_header": "X-Event-Type"}
+HMAC_BY_HEADER = {
+    "provider": "hmac",
+    "secrets": ["generic-secret"],
+    "header": "X-Signature",
+    "prefix": "sha256=",
+    "id_header": "X-Event-Id",
+    "type_header": "X-Event-Type",
+}
 
 
 def all_endpoints() -> dict[str, dict[str, Any]]:

@@ -12,8 +12,14 @@ from tests.conftest import admin_headers
 
 def admin_urls(app: Flask) -> list[tuple[str, str]]:
     """Every route under /admin (pages, API, static) with sample values, and its methods."""
-    values = {"provider": "stripe", "event_id": "evt_1", "object_type": "payment_intent", "object_id": "pi_1",
-              "filename": "console.css", "rejection_id": "1"}
+    values = {
+        "provider": "stripe",
+        "event_id": "evt_1",
+        "object_type": "payment_intent",
+        "object_id": "pi_1",
+        "filename": "console.css",
+        "rejection_id": "1",
+    }
     found = []
     for rule in app.url_map.iter_rules():
         if rule.rule.startswith("/admin"):

@@ -23,8 +23,11 @@ BIN = Path(sys.executable).parent
 
 def clean_env(**extra: str) -> dict[str, str]:
     """This environment without the service's variables (so the developer's own never leak in), plus ``extra``."""
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("WEBHOOKS_", "DATABASE_URL", "REDIS_URL", "STRIPE_", "ADYEN_"))}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("WEBHOOKS_", "DATABASE_URL", "REDIS_URL", "STRIPE_", "ADYEN_"))
+    }
     # Metrics files of this run's processes only: the default directory is one per user, shared
     # with another copy of the suite running at the same time.
     metrics = Path(tempfile.gettempdir()) / f"webhooks-test-metrics-{os.getpid()}"
@@ -36,8 +39,17 @@ def clean_env(**extra: str) -> dict[str, str]:
 
 def gunicorn_cmd(port: int, *extra: str) -> list[str]:
     """The production web command (as the Procfile runs it) bound to ``port`` on localhost."""
-    return [str(BIN / "gunicorn"), "webhooks:create_app()", "-c", "python:webhooks.gunicorn_conf",
-            "--bind", f"127.0.0.1:{port}", "--access-logfile", "/dev/null", *extra]
+    return [
+        str(BIN / "gunicorn"),
+        "webhooks:create_app()",
+        "-c",
+        "python:webhooks.gunicorn_conf",
+        "--bind",
+        f"127.0.0.1:{port}",
+        "--access-logfile",
+        "/dev/null",
+        *extra,
+    ]
 
 
 @contextlib.contextmanager
@@ -62,6 +74,7 @@ def wait_http(url: str) -> None:
             return True
         except requests.RequestException:  # not listening yet, or accepted while the app still imports
             return False
+
     wait_until(up, timeout=90)  # gunicorn imports the app first: seconds on a loaded machine
 
 

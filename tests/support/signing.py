@@ -17,26 +17,43 @@ from webhooks.providers.paypal import PayPal
 NOW = 1_700_000_000
 CERT_URL = "https://api.sandbox.paypal.com/v1/notifications/certs/CERT-fuzz"
 _SG_PRIVATE = ec.generate_private_key(ec.SECP256R1())
-SG_PUBLIC = base64.b64encode(_SG_PRIVATE.public_key().public_bytes(
-    serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)).decode()
-SG_PRIVATE = base64.b64encode(_SG_PRIVATE.private_bytes(
-    serialization.Encoding.DER, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())).decode()
+SG_PUBLIC = base64.b64encode(
+    _SG_PRIVATE.public_key().public_bytes(serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
+).decode()
+SG_PRIVATE = base64.b64encode(
+    _SG_PRIVATE.private_bytes(
+        serialization.Encoding.DER, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )
+).decode()
 
 ENDPOINTS: dict[str, Endpoint] = {
     "stripe": Endpoint("stripe", "stripe", ("whsec_fuzz",)),
     "adyen": Endpoint("adyen", "adyen", ("44782DEF547AAA06C910C43932B1EB0C71FC68D9D0C057550C48EC2ACF6BA056",)),
-    "standard": Endpoint("standard", "standard", ("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
-                                                  "whpk_A6EHv/POEL4dcN0Y50vAmWfk1jCbpQ1fHdyGZBJVMbg=")),
+    "standard": Endpoint(
+        "standard",
+        "standard",
+        ("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", "whpk_A6EHv/POEL4dcN0Y50vAmWfk1jCbpQ1fHdyGZBJVMbg="),
+    ),
     "github": Endpoint("github", "github", ("gh-secret",)),
     "shopify": Endpoint("shopify", "shopify", ("shop-secret",)),
     "slack": Endpoint("slack", "slack", ("slack-secret",)),
     "twilio": Endpoint("twilio", "twilio", ("12345",), options={"public_url": "https://example.com/webhooks/fuzz"}),
     "sendgrid": Endpoint("sendgrid", "sendgrid", (SG_PUBLIC,), options={"signing_key": SG_PRIVATE}),
-    "paypal": Endpoint("paypal", "paypal", (), options={"webhook_id": "WH-FUZZ", "signing_key": KEY_PEM,
-                                                        "cert_url": CERT_URL}),
-    "hmac": Endpoint("hmac", "hmac", ("s3cret",), options={
-        "header": "X-Signature", "prefix": "sha256=", "timestamp_header": "X-Timestamp",
-        "id_path": "data.id", "type_header": "X-Type"}),
+    "paypal": Endpoint(
+        "paypal", "paypal", (), options={"webhook_id": "WH-FUZZ", "signing_key": KEY_PEM, "cert_url": CERT_URL}
+    ),
+    "hmac": Endpoint(
+        "hmac",
+        "hmac",
+        ("s3cret",),
+        options={
+            "header": "X-Signature",
+            "prefix": "sha256=",
+            "timestamp_header": "X-Timestamp",
+            "id_path": "data.id",
+            "type_header": "X-Type",
+        },
+    ),
 }
 URL = "https://example.com/webhooks/fuzz"
 

@@ -22,8 +22,13 @@ from webhooks import providers
 from webhooks.providers import stripe_api
 
 STEPS = ["requires_payment_method", "requires_confirmation", "processing", "requires_capture", "succeeded"]
-TYPES = ["payment_intent.created", "payment_intent.requires_action", "payment_intent.processing",
-         "payment_intent.amount_capturable_updated", "payment_intent.succeeded"]
+TYPES = [
+    "payment_intent.created",
+    "payment_intent.requires_action",
+    "payment_intent.processing",
+    "payment_intent.amount_capturable_updated",
+    "payment_intent.succeeded",
+]
 
 
 def backend_config(request: pytest.FixtureRequest, **extra: Any) -> dict[str, Any]:
@@ -78,12 +83,17 @@ def test_every_order_of_five_events_sees_the_servers_current_state(refetching: F
         for obj, order in zip(objects, orders, strict=True):
             sent = order[step]
             snapshot = {"id": obj, "object": "payment_intent", "status": STEPS[sent], "amount_received": -1}
-            event = {"id": f"evt_{obj}_{sent}", "object": "event", "created": created + sent, "type": TYPES[sent],
-                     "data": {"object": snapshot}}
+            event = {
+                "id": f"evt_{obj}_{sent}",
+                "object": "event",
+                "created": created + sent,
+                "type": TYPES[sent],
+                "data": {"object": snapshot},
+            }
             body = json.dumps(event).encode()
             assert post(refetching, "/webhooks/stripe", body, stripe_headers(body)) == 200
         drain(refetching)
-        seen = {c["data"]["data"]["object"]["id"]: c["state"] for c in state_handlers.CALLS[-len(objects):]}
+        seen = {c["data"]["data"]["object"]["id"]: c["state"] for c in state_handlers.CALLS[-len(objects) :]}
         assert len(state_handlers.CALLS) == len(objects) * (step + 1)
         assert seen == {obj: SERVER[obj] for obj in objects}  # each handler saw the state as it is now
     stored = dict(rows(refetching, "SELECT object_id, state FROM objects WHERE object_type = 'payment_intent'"))
@@ -92,8 +102,13 @@ def test_every_order_of_five_events_sees_the_servers_current_state(refetching: F
 
 
 def test_deleted_object_is_stored_as_deleted(refetching: Flask) -> None:
-    event = {"id": "evt_gone", "object": "event", "created": int(time.time()) - 60, "type": "payment_intent.canceled",
-             "data": {"object": {"id": "pi_gone", "object": "payment_intent", "status": "canceled"}}}
+    event = {
+        "id": "evt_gone",
+        "object": "event",
+        "created": int(time.time()) - 60,
+        "type": "payment_intent.canceled",
+        "data": {"object": {"id": "pi_gone", "object": "payment_intent", "status": "canceled"}},
+    }
     body = json.dumps(event).encode()
     assert post(refetching, "/webhooks/stripe", body, stripe_headers(body)) == 200
     drain(refetching)
@@ -101,6 +116,7 @@ def test_deleted_object_is_stored_as_deleted(refetching: Flask) -> None:
 
 
 # -- Adyen: the payment fold ----------------------------------------------------------------------
+
 
 def notifications(prefix: str) -> list[dict[str, Any]]:
     payment = f"{prefix}PAY"
@@ -136,12 +152,33 @@ def test_all_24_orders_fold_to_the_same_payment(adyen_app: Flask) -> None:
         states.add(json.dumps(stored["state"], sort_keys=True).replace(prefix, "P"))
     (state,) = states  # one state for every order
     folded = json.loads(state)
-    assert {k: folded[k] for k in ("status", "authorised", "captured", "refunded", "chargedBack", "currency",
-                                   "merchantReference", "eventCode", "gap")} == {
-        "status": "refunded", "authorised": 1130, "captured": 1130, "refunded": 1130, "chargedBack": 0,
-        "currency": "EUR", "merchantReference": "TestPayment-1407325143704", "eventCode": "REFUND", "gap": False}
-    assert folded["applied"] == sorted(["PPAY:AUTHORISATION:true", "PCAP:CAPTURE:true", "PREF1:REFUND:true",
-                                        "PREF2:REFUND:true"])
+    assert {
+        k: folded[k]
+        for k in (
+            "status",
+            "authorised",
+            "captured",
+            "refunded",
+            "chargedBack",
+            "currency",
+            "merchantReference",
+            "eventCode",
+            "gap",
+        )
+    } == {
+        "status": "refunded",
+        "authorised": 1130,
+        "captured": 1130,
+        "refunded": 1130,
+        "chargedBack": 0,
+        "currency": "EUR",
+        "merchantReference": "TestPayment-1407325143704",
+        "eventCode": "REFUND",
+        "gap": False,
+    }
+    assert folded["applied"] == sorted(
+        ["PPAY:AUTHORISATION:true", "PCAP:CAPTURE:true", "PREF1:REFUND:true", "PREF2:REFUND:true"]
+    )
 
 
 def test_partial_refund_shows_totals_not_the_refund_amount(adyen_app: Flask) -> None:
@@ -150,8 +187,12 @@ def test_partial_refund_shows_totals_not_the_refund_amount(adyen_app: Flask) -> 
         assert post(adyen_app, "/webhooks/adyen", adyen_body(adyen_item(**item)), {}) == 200
     drain(adyen_app)
     state = payment(adyen_app, "XPAY")["state"]
-    assert (state["status"], state["authorised"], state["captured"], state["refunded"]) == \
-        ("partially_refunded", 1130, 1130, 300)
+    assert (state["status"], state["authorised"], state["captured"], state["refunded"]) == (
+        "partially_refunded",
+        1130,
+        1130,
+        300,
+    )
 
 
 def test_payments_with_gaps_are_listed_until_their_authorisation_arrives(adyen_app: Flask) -> None:
@@ -159,7 +200,9 @@ def test_payments_with_gaps_are_listed_until_their_authorisation_arrives(adyen_a
     assert post(adyen_app, "/webhooks/adyen", adyen_body(adyen_item(**items[1]), adyen_item(**items[2])), {}) == 200
     drain(adyen_app)
     listed = adyen_app.test_client().get("/admin/api/gaps", headers=admin_headers()).get_json()
-    assert [(g["object_id"], g["applied"]) for g in listed["gaps"]] == [("GPAY", ["GCAP:CAPTURE:true", "GREF1:REFUND:true"])]
+    assert [(g["object_id"], g["applied"]) for g in listed["gaps"]] == [
+        ("GPAY", ["GCAP:CAPTURE:true", "GREF1:REFUND:true"])
+    ]
     assert [(g["provider"], g["endpoint"]) for g in listed["gaps"]] == [("adyen", "adyen")]
     page = adyen_app.test_client().get("/admin/gaps", headers=admin_headers())
     assert page.status_code == 200 and b"GPAY" in page.data and b"<td>adyen</td>" in page.data
@@ -198,8 +241,9 @@ def paypal_app(request: pytest.FixtureRequest) -> Iterator[Flask]:
     PAYPAL_SEEN.clear()
     with serve(fake_paypal) as base:
         config = backend_config(request)
-        config["ENDPOINTS"]["paypal"] = dict(endpoints()["paypal"], provider="paypal", client_id="client-1",
-                                             client_secret="secret-1", api_base=base)
+        config["ENDPOINTS"]["paypal"] = dict(
+            endpoints()["paypal"], provider="paypal", client_id="client-1", client_secret="secret-1", api_base=base
+        )
         yield make_app(config)
 
 

@@ -32,8 +32,11 @@ def blocking(event: HandlerEvent) -> None:
     RUNS.append(event.event_id)
     STARTED.set()
     RELEASE.wait(60)
-    event.session.execute(sample_handlers.calls.insert().values(
-        endpoint=event.endpoint, event_id=event.event_id, idempotency_key="blocking"))
+    event.session.execute(
+        sample_handlers.calls.insert().values(
+            endpoint=event.endpoint, event_id=event.event_id, idempotency_key="blocking"
+        )
+    )
 
 
 @on("stripe", "test.read_then_write")
@@ -43,8 +46,11 @@ def read_then_write(event: HandlerEvent) -> None:
     event.session.execute(sa.select(sample_handlers.calls)).all()
     STARTED.set()
     RELEASE.wait(60)
-    event.session.execute(sample_handlers.calls.insert().values(
-        endpoint=event.endpoint, event_id=event.event_id, idempotency_key="read_then_write"))
+    event.session.execute(
+        sample_handlers.calls.insert().values(
+            endpoint=event.endpoint, event_id=event.event_id, idempotency_key="read_then_write"
+        )
+    )
 
 
 @pytest.fixture
@@ -53,8 +59,11 @@ def embedded(sqlite_url: str) -> Iterator[Flask]:
     STARTED.clear()
     RELEASE.clear()
     RUNS.clear()
-    app = make_app(base_config(sqlite_url, WEBHOOKS_EMBEDDED_WORKER="true",
-                               WEBHOOKS_HANDLERS="tests.worker.test_embedded_concurrency"))
+    app = make_app(
+        base_config(
+            sqlite_url, WEBHOOKS_EMBEDDED_WORKER="true", WEBHOOKS_HANDLERS="tests.worker.test_embedded_concurrency"
+        )
+    )
     yield app
     RELEASE.set()  # never leave the worker thread waiting
 
@@ -122,8 +131,13 @@ def test_a_superseded_claim_rolls_back_the_handlers_writes(embedded: Flask) -> N
     with runtime(embedded).engine.begin() as conn:
         conn.execute(sa.text("UPDATE events SET attempts = attempts + 1 WHERE event_id = 'evt_raced'"))
     RELEASE.set()
-    wait_until(lambda: len(rows(embedded, "SELECT * FROM attempts")) == 0 and RUNS == ["evt_raced"]
-               and not runtime(embedded).queue.live([("stripe", "evt_raced")])[0])
+    wait_until(
+        lambda: (
+            len(rows(embedded, "SELECT * FROM attempts")) == 0
+            and RUNS == ["evt_raced"]
+            and not runtime(embedded).queue.live([("stripe", "evt_raced")])[0]
+        )
+    )
     found = event(embedded, "evt_raced")
     assert (found["status"], found["attempts"]) == ("processing", 2)
     assert handler_rows(embedded, "evt_raced") == []

@@ -39,10 +39,12 @@ def test_ledger_books_stripe_and_adyen_payments_once(ledger_app: Flask) -> None:
 
     created = int(time.time()) - 600
     charge = {"id": "ch_ledger", "object": "charge", "amount": 5000, "amount_refunded": 0, "currency": "eur"}
-    for n, (kind, obj) in enumerate([("charge.succeeded", charge),
-                                     ("charge.refunded", dict(charge, amount_refunded=1500))]):
-        body = json.dumps({"id": f"evt_ledger{n}", "object": "event", "created": created + n, "type": kind,
-                           "data": {"object": obj}}).encode()
+    for n, (kind, obj) in enumerate(
+        [("charge.succeeded", charge), ("charge.refunded", dict(charge, amount_refunded=1500))]
+    ):
+        body = json.dumps(
+            {"id": f"evt_ledger{n}", "object": "event", "created": created + n, "type": kind, "data": {"object": obj}}
+        ).encode()
         post(ledger_app, "/webhooks/stripe", body, stripe_headers(body))
     items = [
         adyen_item(psp="LREF", code="REFUND", original="LPAY", value=400, event_date="2024-01-01T12:00:00+01:00"),
@@ -53,8 +55,9 @@ def test_ledger_books_stripe_and_adyen_payments_once(ledger_app: Flask) -> None:
         post(ledger_app, "/webhooks/adyen", adyen_body(item), {})
         drain(ledger_app)
     drain(ledger_app)
-    replay = ledger_app.test_client().post("/admin/api/events/stripe/evt_ledger0/replay", json={"reason": "audit"},
-                                           headers=admin_headers())
+    replay = ledger_app.test_client().post(
+        "/admin/api/events/stripe/evt_ledger0/replay", json={"reason": "audit"}, headers=admin_headers()
+    )
     assert replay.status_code == 202
     drain(ledger_app)
     with ledger_app.extensions["webhooks"].engine.connect() as conn:

@@ -16,13 +16,16 @@ from webhooks.cli import upgrade
 from webhooks.sweeper import sweep
 
 MISSING = "myapp_that_is_not_there.handlers"
-EXPECTED = (f"Error: configuration: WEBHOOKS_HANDLERS: cannot import '{MISSING}' "
-            "(ModuleNotFoundError: No module named 'myapp_that_is_not_there')")
+EXPECTED = (
+    f"Error: configuration: WEBHOOKS_HANDLERS: cannot import '{MISSING}' "
+    "(ModuleNotFoundError: No module named 'myapp_that_is_not_there')"
+)
 
 
 @pytest.mark.parametrize("command", ["serve", "worker"])
-def test_service_refuses_a_handler_module_it_cannot_import(command: str, pg_url: str, redis_url: str,
-                                                         tmp_path: Path) -> None:
+def test_service_refuses_a_handler_module_it_cannot_import(
+    command: str, pg_url: str, redis_url: str, tmp_path: Path
+) -> None:
     upgrade(pg_url)
     extra = {"REDIS_URL": redis_url, "DATABASE_URL": pg_url} if command == "worker" else {}
     env = clean_env(WEBHOOKS_HANDLERS=MISSING, STRIPE_WEBHOOK_SECRET="whsec_x", **extra)

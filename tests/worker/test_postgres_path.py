@@ -33,7 +33,8 @@ def count_messages(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, ...]]:
 
 @pytest.mark.parametrize("handlers", ["tests.sample_handlers", ""])
 def test_an_event_takes_three_messages_with_handlers_and_two_without(
-        pg_url: str, redis_url: str, handlers: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    pg_url: str, redis_url: str, handlers: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     app = make_app(base_config(pg_url, REDIS_URL=redis_url, WEBHOOKS_HANDLERS=handlers))
     deliver_stripe(app, stripe_event("evt_trips"))
     sent = count_messages(monkeypatch)
@@ -82,8 +83,10 @@ def test_a_failing_handler_leaves_no_transaction_open(pg_url: str, redis_url: st
     assert rows(app, "SELECT status, attempts FROM events") == [("failed", 1)]
     assert rows(app, "SELECT status FROM attempts") == [("error",)]
     assert rows(app, "SELECT count(*) FROM objects") == [(0,)]  # the state rolled back with the attempt
-    assert rows(app, "SELECT count(*) FROM pg_stat_activity WHERE state = 'idle in transaction'"
-                     " AND datname = current_database()") == [(0,)]
+    assert rows(
+        app,
+        "SELECT count(*) FROM pg_stat_activity WHERE state = 'idle in transaction' AND datname = current_database()",
+    ) == [(0,)]
 
 
 def test_row_lookups_use_the_primary_key_before_any_statistics(pg_url: str) -> None:
@@ -93,14 +96,22 @@ def test_row_lookups_use_the_primary_key_before_any_statistics(pg_url: str) -> N
     engine = sa.create_engine(pg_url)
     try:
         with engine.begin() as conn:
-            conn.execute(sa.text(
-                "INSERT INTO events (endpoint, event_id, kind, event_type, status, attempts, received_at,"
-                " status_at, payload, headers, scheme) SELECT 'stripe', 'evt_' || i, 'stripe', 't', 'queued', 0,"
-                " now(), now(), '', '{}', 'stripe' FROM generate_series(1, 300) i"))
-            plan = "\n".join(r[0] for r in conn.execute(sa.text(
-                "EXPLAIN SELECT 1 FROM events WHERE endpoint = 'stripe' AND event_id = 'evt_7' FOR UPDATE")))
-            indexes = dict(conn.execute(sa.text("SELECT indexname, indexdef FROM pg_indexes WHERE tablename = 'events'"))
-                           .all())
+            conn.execute(
+                sa.text(
+                    "INSERT INTO events (endpoint, event_id, kind, event_type, status, attempts, received_at,"
+                    " status_at, payload, headers, scheme) SELECT 'stripe', 'evt_' || i, 'stripe', 't', 'queued', 0,"
+                    " now(), now(), '', '{}', 'stripe' FROM generate_series(1, 300) i"
+                )
+            )
+            plan = "\n".join(
+                r[0]
+                for r in conn.execute(
+                    sa.text("EXPLAIN SELECT 1 FROM events WHERE endpoint = 'stripe' AND event_id = 'evt_7' FOR UPDATE")
+                )
+            )
+            indexes = dict(
+                conn.execute(sa.text("SELECT indexname, indexdef FROM pg_indexes WHERE tablename = 'events'")).all()
+            )
     finally:
         engine.dispose()
     assert "pk_events" in plan, plan
@@ -138,8 +149,9 @@ def test_a_rested_connection_is_pinged_a_fresh_one_is_not(pg_url: str, monkeypat
         engine.dispose()
 
 
-def test_statements_deallocated_under_the_worker_are_prepared_again(pg_url: str, redis_url: str,
-                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+def test_statements_deallocated_under_the_worker_are_prepared_again(
+    pg_url: str, redis_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Something ran ``DEALLOCATE ALL`` on the worker's pooled connection (psycopg itself does on
     a ROLLBACK once it has prepared statements of its own): the next event still processes."""
     app = make_app(base_config(pg_url, REDIS_URL=redis_url))
@@ -158,11 +170,14 @@ def test_statements_deallocated_under_the_worker_are_prepared_again(pg_url: str,
     drain(app)
     assert prepares == [1]  # the claim failed on the missing statement, and was sent again
     assert rows(app, "SELECT event_id, status, attempts FROM events ORDER BY event_id") == [
-        ("evt_after", "processed", 1), ("evt_before", "processed", 1)]
+        ("evt_after", "processed", 1),
+        ("evt_before", "processed", 1),
+    ]
 
 
-def test_a_worker_loop_keeps_one_connection_and_replaces_a_dead_one(pg_url: str, redis_url: str,
-                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_worker_loop_keeps_one_connection_and_replaces_a_dead_one(
+    pg_url: str, redis_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Inside ``keep`` (``webhooks worker``'s loop) events share one connection instead of a pool
     check-out each; one found dead after resting is replaced, and it goes back at the end."""
     app = make_app(base_config(pg_url, REDIS_URL=redis_url))

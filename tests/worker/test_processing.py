@@ -44,8 +44,12 @@ def obj(app: Flask, path: str) -> dict:  # type: ignore[type-arg]
 @pytest.mark.parametrize("order", ORDERS)
 def test_stripe_versions_in_any_order_leave_the_newest(any_app: Flask, order: tuple[int, ...]) -> None:
     versions = [
-        stripe_event(f"evt_{i}", "payment_intent.updated", 1700000000 + 60 * i,
-                     {"id": "pi_ord", "object": "payment_intent", "amount": 100 * (i + 1)})
+        stripe_event(
+            f"evt_{i}",
+            "payment_intent.updated",
+            1700000000 + 60 * i,
+            {"id": "pi_ord", "object": "payment_intent", "amount": 100 * (i + 1)},
+        )
         for i in range(3)
     ]
     for i in order:
@@ -58,10 +62,18 @@ def test_stripe_versions_in_any_order_leave_the_newest(any_app: Flask, order: tu
 
 
 def test_stripe_same_second_ties_rank_terminal_over_update(any_app: Flask) -> None:
-    succeeded = stripe_event("evt_s", "payment_intent.succeeded", 1700000000,
-                             {"id": "pi_tie", "object": "payment_intent", "status": "succeeded"})
-    updated = stripe_event("evt_u", "payment_intent.updated", 1700000000,
-                           {"id": "pi_tie", "object": "payment_intent", "status": "processing"})
+    succeeded = stripe_event(
+        "evt_s",
+        "payment_intent.succeeded",
+        1700000000,
+        {"id": "pi_tie", "object": "payment_intent", "status": "succeeded"},
+    )
+    updated = stripe_event(
+        "evt_u",
+        "payment_intent.updated",
+        1700000000,
+        {"id": "pi_tie", "object": "payment_intent", "status": "processing"},
+    )
     for body in (succeeded, updated):
         deliver_stripe(any_app, body)
         drain(any_app)
@@ -108,8 +120,15 @@ def test_event_without_object_or_handler_is_ignored(sqlite_url: str) -> None:
     from tests.conftest import base_config, make_app
 
     app = make_app(base_config(sqlite_url, WEBHOOKS_HANDLERS=""))  # sample handlers imported, not enabled
-    body = json.dumps({"id": "evt_nobj", "object": "event", "created": 1700000000, "type": "balance.available",
-                       "data": {"object": {"available": []}}}).encode()
+    body = json.dumps(
+        {
+            "id": "evt_nobj",
+            "object": "event",
+            "created": 1700000000,
+            "type": "balance.available",
+            "data": {"object": {"available": []}},
+        }
+    ).encode()
     deliver_stripe(app, body)
     drain(app)
     assert rows(app, "SELECT status FROM events") == [("ignored",)]
@@ -129,7 +148,9 @@ def test_failing_handler_ends_failed_then_replay_runs_once_more_without_duplicat
     assert len(set(sample_handlers.DOWNSTREAM_CALLS)) == 1  # every retry used one idempotency key
 
     sample_handlers.FAIL_TYPES.clear()  # the fix
-    response = client.post("/admin/api/events/stripe/evt_fail/replay", json={"reason": "fixed"}, headers=admin_headers())
+    response = client.post(
+        "/admin/api/events/stripe/evt_fail/replay", json={"reason": "fixed"}, headers=admin_headers()
+    )
     assert response.status_code == 202
     drain(any_app)
     event = client.get("/admin/api/events/stripe/evt_fail", headers=admin_headers()).get_json()
@@ -153,8 +174,11 @@ def test_retries_with_backoff_are_run_by_the_scheduler(sqlite_url: str) -> None:
     would wait there forever. The embedded worker's ticker promotes it."""
     from tests.conftest import base_config, make_app, wait_until
 
-    app = make_app(base_config(sqlite_url, WEBHOOKS_EMBEDDED_WORKER="true", WEBHOOKS_RETRY_BASE_SECONDS="2",
-                               WEBHOOKS_MAX_ATTEMPTS="3"))
+    app = make_app(
+        base_config(
+            sqlite_url, WEBHOOKS_EMBEDDED_WORKER="true", WEBHOOKS_RETRY_BASE_SECONDS="2", WEBHOOKS_MAX_ATTEMPTS="3"
+        )
+    )
     sample_handlers.FAIL_TYPES.add("charge.refunded")
     body = stripe_event("evt_backoff", "charge.refunded", obj={"id": "ch_2", "object": "charge"})
     deliver_stripe(app, body)
@@ -169,8 +193,9 @@ def test_retries_with_backoff_are_run_by_the_scheduler(sqlite_url: str) -> None:
     assert len(sample_handlers.DOWNSTREAM_CALLS) == 3
 
 
-def test_only_the_claim_commits_without_waiting_for_the_disk(pg_url: str, redis_url: str,
-                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+def test_only_the_claim_commits_without_waiting_for_the_disk(
+    pg_url: str, redis_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """PostgreSQL: the claim is bookkeeping (its commit skips the WAL flush), the processing
     transaction that marks the event processed waits for the disk as every other commit does."""
     from tests.conftest import base_config, make_app
@@ -204,7 +229,9 @@ def test_a_handler_sees_the_endpoint_name_and_the_provider_kind(sqlite_url: str)
     state_handlers.reset()
     app = make_app(config)
     body = stripe_event("evt_h1")
-    assert app.test_client().post("/webhooks/stripe_connect", data=body, headers=stripe_headers(body)).status_code == 200
+    assert (
+        app.test_client().post("/webhooks/stripe_connect", data=body, headers=stripe_headers(body)).status_code == 200
+    )
     drain(app)
     (call,) = state_handlers.CALLS
     assert (call["endpoint"], call["provider"], call["kind"]) == ("stripe_connect", "stripe_connect", "stripe")

@@ -35,7 +35,9 @@ class FakeEvents:
         self.pages: list[dict[str, list[str]]] = []
         self.on_page: Callable[[], None] | None = None
 
-    def __call__(self, method: str, path: str, query: dict[str, list[str]], headers: Any, body: bytes) -> tuple[int, Any]:
+    def __call__(
+        self, method: str, path: str, query: dict[str, list[str]], headers: Any, body: bytes
+    ) -> tuple[int, Any]:
         if headers.get("Authorization") != f"Bearer {API_KEY}" or path != "/v1/events":
             return 404, {"error": {"type": "invalid_request_error", "message": "no"}}
         self.pages.append(query)
@@ -48,8 +50,12 @@ class FakeEvents:
             if self.on_page is not None:
                 self.on_page()
         limit = int(query["limit"][0])
-        return 200, {"object": "list", "url": "/v1/events", "data": found[start:start + limit],
-                     "has_more": start + limit < len(found)}
+        return 200, {
+            "object": "list",
+            "url": "/v1/events",
+            "data": found[start : start + limit],
+            "has_more": start + limit < len(found),
+        }
 
 
 @pytest.fixture(autouse=True)
@@ -81,8 +87,16 @@ def both(request: pytest.FixtureRequest, fake: tuple[FakeEvents, str]) -> Flask:
 
 
 def charge_events(count: int, now: int) -> list[dict[str, Any]]:
-    return [{"id": f"evt_rec{i:03}", "object": "event", "created": now - 60 * i, "type": "charge.succeeded",
-             "data": {"object": {"id": f"ch_{i:03}", "object": "charge", "amount": i}}} for i in range(count)]
+    return [
+        {
+            "id": f"evt_rec{i:03}",
+            "object": "event",
+            "created": now - 60 * i,
+            "type": "charge.succeeded",
+            "data": {"object": {"id": f"ch_{i:03}", "object": "charge", "amount": i}},
+        }
+        for i in range(count)
+    ]
 
 
 def deliver(app: Flask, event: dict[str, Any]) -> None:
@@ -125,7 +139,8 @@ def test_reconcile_stores_and_processes_exactly_the_missed_events(both: Flask, f
 
 
 def test_cli_reconciles_only_undelivered_events_and_prints_a_summary(
-        sqlite_url: str, fake: tuple[FakeEvents, str], tmp_path: Path) -> None:
+    sqlite_url: str, fake: tuple[FakeEvents, str], tmp_path: Path
+) -> None:
     events, base = fake
     now = int(time.time())
     events.events = charge_events(30, now) + charge_events(300, now - 5 * 86400)[29:]  # 29 older than 3 days
@@ -133,10 +148,16 @@ def test_cli_reconciles_only_undelivered_events_and_prints_a_summary(
     events.undelivered = {e["id"] for e in events.events[:12]}
     app = make_app(stripe_config(base_config(sqlite_url), base))
     config = tmp_path / "webhooks.toml"
-    config.write_text(f'[endpoints.stripe]\nprovider = "stripe"\nsecrets = ["{STRIPE_SECRET}"]\n'
-                      f'api_key = "{API_KEY}"\napi_base = "{base}"\n')
-    env = {"DATABASE_URL": sqlite_url, "WEBHOOKS_CONFIG": str(config), "WEBHOOKS_HANDLERS": "tests.state_handlers",
-           "REDIS_URL": ""}
+    config.write_text(
+        f'[endpoints.stripe]\nprovider = "stripe"\nsecrets = ["{STRIPE_SECRET}"]\n'
+        f'api_key = "{API_KEY}"\napi_base = "{base}"\n'
+    )
+    env = {
+        "DATABASE_URL": sqlite_url,
+        "WEBHOOKS_CONFIG": str(config),
+        "WEBHOOKS_HANDLERS": "tests.state_handlers",
+        "REDIS_URL": "",
+    }
     result = CliRunner().invoke(main, ["reconcile", "stripe", "--since", "3d", "--undelivered"], env=env)
     assert result.exit_code == 0, result.output
     assert "seen 12, already stored 0, added 12" in result.output
@@ -154,13 +175,15 @@ def test_cli_reconciles_only_undelivered_events_and_prints_a_summary(
 def test_cli_refuses_an_endpoint_without_api_key(sqlite_url: str, tmp_path: Path) -> None:
     config = tmp_path / "webhooks.toml"
     config.write_text(f'[endpoints.stripe]\nprovider = "stripe"\nsecrets = ["{STRIPE_SECRET}"]\n')
-    result = CliRunner().invoke(main, ["reconcile", "stripe"], env={"DATABASE_URL": sqlite_url,
-                                                                      "WEBHOOKS_CONFIG": str(config)})
+    result = CliRunner().invoke(
+        main, ["reconcile", "stripe"], env={"DATABASE_URL": sqlite_url, "WEBHOOKS_CONFIG": str(config)}
+    )
     assert result.exit_code == 2 and "needs a stripe endpoint with an api_key" in result.output
 
 
 def test_idempotency_key_is_the_same_across_a_retry_a_replay_and_a_reconciled_copy(
-        sqlite_url: str, tmp_path: Path, fake: tuple[FakeEvents, str]) -> None:
+    sqlite_url: str, tmp_path: Path, fake: tuple[FakeEvents, str]
+) -> None:
     events, base = fake
     event = charge_events(1, int(time.time()))[0]
     events.events = [event]
@@ -168,8 +191,9 @@ def test_idempotency_key_is_the_same_across_a_retry_a_replay_and_a_reconciled_co
     state_handlers.FAIL_ONCE.add(event["id"])
     deliver(app, event)
     drain(app)  # attempt 1 fails, the retry succeeds
-    replayed = app.test_client().post(f"/admin/api/events/stripe/{event['id']}/replay", json={"reason": "test"},
-                                      headers=admin_headers())
+    replayed = app.test_client().post(
+        f"/admin/api/events/stripe/{event['id']}/replay", json={"reason": "test"}, headers=admin_headers()
+    )
     assert replayed.status_code == 202
     drain(app)
     delivered = [(c["attempt"], c["key"]) for c in state_handlers.CALLS]
@@ -183,7 +207,8 @@ def test_idempotency_key_is_the_same_across_a_retry_a_replay_and_a_reconciled_co
 
 
 def test_scheduled_reconciliation_runs_once_per_interval_across_workers(
-        sqlite_url: str, fake: tuple[FakeEvents, str]) -> None:
+    sqlite_url: str, fake: tuple[FakeEvents, str]
+) -> None:
     import threading
 
     from tests.conftest import wait_until

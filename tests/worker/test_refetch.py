@@ -58,7 +58,9 @@ def deliver_thin(app: Flask) -> None:
 
 def test_thin_event_state_is_fetched_from_the_api(refetch_app: Flask) -> None:
     deliver_thin(refetch_app)
-    obj = refetch_app.test_client().get(f"/admin/api/objects/stripe/billing.meter/{METER['id']}", headers=admin_headers())
+    obj = refetch_app.test_client().get(
+        f"/admin/api/objects/stripe/billing.meter/{METER['id']}", headers=admin_headers()
+    )
     assert obj.get_json()["state"] == METER
     assert FakeStripe.seen == [(f"/v1/billing/meters/{METER['id']}", "Bearer sk_test_123")]
 
@@ -74,5 +76,7 @@ def test_api_errors_are_retried_then_failed(refetch_app: Flask) -> None:
 def test_without_api_key_the_thin_reference_is_stored(app: Flask) -> None:
     deliver_thin(app)
     ((state,),) = rows(app, "SELECT state FROM objects")
-    assert json.loads(state) == {"related_object": {"id": METER["id"], "type": "billing.meter",
-                                                    "url": f"/v1/billing/meters/{METER['id']}"}, "snapshot": False}
+    assert json.loads(state) == {
+        "related_object": {"id": METER["id"], "type": "billing.meter", "url": f"/v1/billing/meters/{METER['id']}"},
+        "snapshot": False,
+    }

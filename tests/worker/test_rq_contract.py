@@ -54,9 +54,16 @@ def _rqs_own(settings: config.Settings, seed: int) -> fakeredis.FakeRedis:
     retries = settings.max_attempts - 1
     for endpoint, event_id in EVENTS:
         intervals = retry_intervals(settings, rng)
-        queue.enqueue(queue_module.JOB, args=(endpoint, event_id), job_id=job_id(endpoint, event_id),
-                      retry=Retry(max=retries, interval=intervals) if retries else None,
-                      job_timeout=settings.job_timeout, result_ttl=500, failure_ttl=7 * 24 * 3600, unique=True)
+        queue.enqueue(
+            queue_module.JOB,
+            args=(endpoint, event_id),
+            job_id=job_id(endpoint, event_id),
+            retry=Retry(max=retries, interval=intervals) if retries else None,
+            job_timeout=settings.job_timeout,
+            result_ttl=500,
+            failure_ttl=7 * 24 * 3600,
+            unique=True,
+        )
     with pytest.raises(DuplicateJobError):  # RQ's unique enqueue leaves an existing job alone
         queue.enqueue(queue_module.JOB, args=EVENTS[0], job_id=job_id(*EVENTS[0]), unique=True)
     return connection

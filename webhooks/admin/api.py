@@ -91,19 +91,36 @@ def detail(event: Event, delivery: queries.Received) -> dict[str, Any]:
 
 
 def attempt_json(attempt: Attempt) -> dict[str, Any]:
-    return {"number": attempt.number, "status": attempt.status, "started_at": iso(attempt.started_at),
-            "finished_at": iso(attempt.finished_at), "error": attempt.error, "traceback": attempt.traceback,
-            "handlers": attempt.handlers}
+    return {
+        "number": attempt.number,
+        "status": attempt.status,
+        "started_at": iso(attempt.started_at),
+        "finished_at": iso(attempt.finished_at),
+        "error": attempt.error,
+        "traceback": attempt.traceback,
+        "handlers": attempt.handlers,
+    }
 
 
 def object_json(obj: Object) -> dict[str, Any]:
-    return {"version": obj.version, "state": obj.state, "last_event_id": obj.last_event_id,
-            "updated_at": iso(obj.updated_at)}
+    return {
+        "version": obj.version,
+        "state": obj.state,
+        "last_event_id": obj.last_event_id,
+        "updated_at": iso(obj.updated_at),
+    }
 
 
 def replay_json(entry: Replay) -> dict[str, Any]:
-    return {"id": entry.id, "at": iso(entry.at), "who": entry.who, "reason": entry.reason,
-            "filter": entry.filter, "count": entry.count, "event_ids": entry.event_ids}
+    return {
+        "id": entry.id,
+        "at": iso(entry.at),
+        "who": entry.who,
+        "reason": entry.reason,
+        "filter": entry.filter,
+        "count": entry.count,
+        "event_ids": entry.event_ids,
+    }
 
 
 def _error(reason: str, status: int) -> tuple[Response, int]:
@@ -128,8 +145,9 @@ def list_events() -> Any:
     limit = queries.parse_limit(request.args.get("limit"))
     rt = runtime()
     with rt.sessions() as session:
-        events, cursor = queries.page(session, filters, limit=limit, cursor=request.args.get("cursor") or None,
-                                      endpoints=rt.settings.endpoints)
+        events, cursor = queries.page(
+            session, filters, limit=limit, cursor=request.args.get("cursor") or None, endpoints=rt.settings.endpoints
+        )
         return jsonify(events=[summary(e) for e in events], next_cursor=cursor)
 
 
@@ -156,11 +174,14 @@ def show_event(provider: str, event_id: str) -> Any:
         if event is None:
             return _error("not_found", 404)
         obj, moved = queries.object_history(session, event)
-        return jsonify(detail(event, queries.received(session, event)) | {
-            "attempt_log": [attempt_json(a) for a in queries.attempts(session, provider, event_id)],
-            "object": object_json(obj) if obj else None,
-            "object_events": [summary(e) | {"object_version": e.object_version} for e in moved],
-        })
+        return jsonify(
+            detail(event, queries.received(session, event))
+            | {
+                "attempt_log": [attempt_json(a) for a in queries.attempts(session, provider, event_id)],
+                "object": object_json(obj) if obj else None,
+                "object_events": [summary(e) | {"object_version": e.object_version} for e in moved],
+            }
+        )
 
 
 @bp.get("/objects/<provider>/<object_type>/<path:object_id>", merge_slashes=False)
@@ -187,8 +208,14 @@ def replay_event(provider: str, event_id: str) -> Any:
     reason = _body().get("reason")
     outcome = replay_one(runtime(), provider, event_id, who=WHO, reason=str(reason) if reason else None)
     status = Status.QUEUED if outcome.queued else Status.RECEIVED
-    return jsonify(provider=provider, endpoint=provider, event_id=event_id, status=status,
-                   replay_id=outcome.replay_id, **_queued(outcome.queued)), 202
+    return jsonify(
+        provider=provider,
+        endpoint=provider,
+        event_id=event_id,
+        status=status,
+        replay_id=outcome.replay_id,
+        **_queued(outcome.queued),
+    ), 202
 
 
 def _queued(queued: bool) -> dict[str, Any]:
@@ -205,12 +232,16 @@ def replay_bulk() -> Any:
     body = _body()
     filters = queries.parse_filters(body)
     reason = body.get("reason")
-    outcome = replay_matching(runtime(), filters, who=WHO, reason=str(reason) if reason else None,
-                              dry_run=bool(body.get("dry_run")))
+    outcome = replay_matching(
+        runtime(), filters, who=WHO, reason=str(reason) if reason else None, dry_run=bool(body.get("dry_run"))
+    )
     answer: dict[str, Any] = {"count": outcome.count, "dry_run": outcome.dry_run, "filter": filters.as_dict()}
     if not outcome.dry_run:
-        answer |= {"event_ids": [list(pair) for pair in outcome.event_ids], "replay_id": outcome.replay_id,
-                   **_queued(outcome.queued)}
+        answer |= {
+            "event_ids": [list(pair) for pair in outcome.event_ids],
+            "replay_id": outcome.replay_id,
+            **_queued(outcome.queued),
+        }
     return jsonify(answer), 200 if outcome.dry_run else 202
 
 

@@ -37,8 +37,10 @@ def _who() -> str:
 # What each reason code of ``queries`` means on the command line: (option, valid values).
 UNUSABLE = "holds a character that cannot be stored (NUL or an unpaired surrogate)"
 OPTION_ERRORS = {
-    "bad_time": ("--since/--until", "takes an ISO 8601 time in the years 1 to 9999, UTC unless it has an "
-                                    "offset, e.g. 2024-01-31T00:00:00Z"),
+    "bad_time": (
+        "--since/--until",
+        "takes an ISO 8601 time in the years 1 to 9999, UTC unless it has an offset, e.g. 2024-01-31T00:00:00Z",
+    ),
     "bad_cursor": ("--cursor", "takes the next_cursor printed by the previous page"),
     "bad_limit": ("--limit", "takes a number"),
     "bad_reason": ("--reason", UNUSABLE),
@@ -69,12 +71,16 @@ def _filters(**options: Any) -> queries.Filters:
 
 
 def filter_options(func: Any) -> Any:
-    for name, kind, text in reversed([
-        ("--endpoint", None, "endpoint (provider) name"), ("--status", click.Choice(STATUSES), "status"),
-        ("--type", None, "event type"), ("--since", None, "ISO time, inclusive"),
-        ("--until", None, "ISO time, exclusive"),
-        ("--q", None, "event id, object id or provider reference (pspReference, merchantReference)"),
-    ]):
+    for name, kind, text in reversed(
+        [
+            ("--endpoint", None, "endpoint (provider) name"),
+            ("--status", click.Choice(STATUSES), "status"),
+            ("--type", None, "event type"),
+            ("--since", None, "ISO time, inclusive"),
+            ("--until", None, "ISO time, exclusive"),
+            ("--q", None, "event id, object id or provider reference (pspReference, merchantReference)"),
+        ]
+    ):
         func = click.option(name, type=kind, default=None, help=text)(func)
     return func
 
@@ -94,8 +100,13 @@ def list_events(limit: int, cursor: str | None, as_json: bool, **options: Any) -
     rt = _runtime()
     with rt.sessions() as session:
         try:
-            found, next_cursor = queries.page(session, _filters(**options), limit=queries.parse_limit(limit),
-                                              cursor=cursor, endpoints=rt.settings.endpoints)
+            found, next_cursor = queries.page(
+                session,
+                _filters(**options),
+                limit=queries.parse_limit(limit),
+                cursor=cursor,
+                endpoints=rt.settings.endpoints,
+            )
         except FilterError as exc:
             raise option_error(exc) from exc
     if as_json:
@@ -104,8 +115,13 @@ def list_events(limit: int, cursor: str | None, as_json: bool, **options: Any) -
     if not found:
         click.echo("no events match")
         return
-    for line in table(HEADER, [(queries.iso(e.received_at) or "", e.status, e.endpoint, str(e.attempts),
-                                e.event_type, e.event_id) for e in found]):
+    for line in table(
+        HEADER,
+        [
+            (queries.iso(e.received_at) or "", e.status, e.endpoint, str(e.attempts), e.event_type, e.event_id)
+            for e in found
+        ],
+    ):
         click.echo(line)
     if next_cursor:
         click.echo(f"more: --cursor {next_cursor}")
@@ -117,8 +133,10 @@ HEADER = ("RECEIVED", "STATUS", "ENDPOINT", "TRIES", "TYPE", "EVENT ID")
 def table(header: tuple[str, ...], body: list[tuple[str, ...]]) -> list[str]:
     """Columns padded to their widest cell, two spaces apart; the last one unpadded."""
     widths = [max(len(row[n]) for row in (header, *body)) for n in range(len(header) - 1)]
-    return ["  ".join([*(cell.ljust(width) for cell, width in zip(row, widths, strict=False)), row[-1]])
-            for row in (header, *body)]
+    return [
+        "  ".join([*(cell.ljust(width) for cell, width in zip(row, widths, strict=False)), row[-1]])
+        for row in (header, *body)
+    ]
 
 
 @events.command("show")
@@ -146,15 +164,19 @@ def show(endpoint: str, event_id: str) -> None:
 @click.option("--reason", default=None, help="why (written to the audit log); required for a bulk replay")
 @click.option("--dry-run", is_flag=True, help="only count what a bulk replay would queue")
 @click.option("--yes", is_flag=True, help="do not ask for confirmation")
-def replay(endpoint_name: str | None, event_id: str | None, reason: str | None, dry_run: bool, yes: bool,
-           **options: Any) -> None:
+def replay(
+    endpoint_name: str | None, event_id: str | None, reason: str | None, dry_run: bool, yes: bool, **options: Any
+) -> None:
     """Replay one event (ENDPOINT EVENT_ID) or every event matching the filter options."""
     rt = _runtime()
     try:
         if endpoint_name and event_id:
             single = replay_one(rt, endpoint_name, event_id, who=_who(), reason=reason)
-            click.echo(f"queued {endpoint_name}/{event_id}" if single.queued
-                       else f"recorded {endpoint_name}/{event_id} (audit #{single.replay_id}); {NOT_QUEUED}")
+            click.echo(
+                f"queued {endpoint_name}/{event_id}"
+                if single.queued
+                else f"recorded {endpoint_name}/{event_id} (audit #{single.replay_id}); {NOT_QUEUED}"
+            )
             return
         if endpoint_name:
             raise click.UsageError("give ENDPOINT and EVENT_ID, or filter options only")
@@ -168,14 +190,18 @@ def replay(endpoint_name: str | None, event_id: str | None, reason: str | None, 
         if not yes:
             click.confirm(f"replay {count} event(s)?", abort=True)
         outcome = replay_matching(rt, filters, who=_who(), reason=reason, dry_run=False)
-        click.echo(f"queued {outcome.count} event(s) (audit #{outcome.replay_id})" if outcome.queued
-                   else f"recorded {outcome.count} event(s) (audit #{outcome.replay_id}); {NOT_QUEUED}")
+        click.echo(
+            f"queued {outcome.count} event(s) (audit #{outcome.replay_id})"
+            if outcome.queued
+            else f"recorded {outcome.count} event(s) (audit #{outcome.replay_id}); {NOT_QUEUED}"
+        )
     except ReplayError as exc:
         if exc.reason == "bad_reason":
             raise option_error(FilterError("bad_reason")) from exc
-        words = {"not_found": f"no event {endpoint_name}/{event_id}",
-                 "in_progress": f"{endpoint_name}/{event_id} is being processed right now; try again in a moment",
-                 "filter_required": "give at least one filter option (--endpoint, --status, --type, --since, "
-                                    "--until, --q)",
-                 "too_many": "too many events match: narrow the filter (--since/--until) and replay in steps"}
+        words = {
+            "not_found": f"no event {endpoint_name}/{event_id}",
+            "in_progress": f"{endpoint_name}/{event_id} is being processed right now; try again in a moment",
+            "filter_required": "give at least one filter option (--endpoint, --status, --type, --since, --until, --q)",
+            "too_many": "too many events match: narrow the filter (--since/--until) and replay in steps",
+        }
         raise click.ClickException(f"{words.get(exc.reason, 'not replayed')} ({exc.reason})") from exc

@@ -88,12 +88,19 @@ def api_answer(service: str | None, status: int) -> Answer:
 
 def page_answer(service: str | None, status: int) -> Answer:
     if service is None:
-        title, message = "Internal error", ("Something went wrong on our side; the details are in the server "
-                                            "log. Try again, and report it if it persists.")
+        title, message = (
+            "Internal error",
+            (
+                "Something went wrong on our side; the details are in the server "
+                "log. Try again, and report it if it persists."
+            ),
+        )
     else:
         title = f"{SERVICES[service][0].upper()}{SERVICES[service][1:]} is unavailable"
-        message = (f"{SERVICES[service][0].upper()}{SERVICES[service][1:]} is not answering right now, so this "
-                   f"page cannot be shown. Try again in a moment.")
+        message = (
+            f"{SERVICES[service][0].upper()}{SERVICES[service][1:]} is not answering right now, so this "
+            f"page cannot be shown. Try again in a moment."
+        )
     try:
         html = render_template("message.html", title=title, message=message)
     except Exception:  # the page itself failed to render: plain words still beat a traceback

@@ -55,9 +55,15 @@ def _gaps() -> list[dict[str, Any]]:
     with runtime().sessions() as session:
         rows = session.scalars(query).all()
         return [
-            {"provider": r.endpoint, "endpoint": r.endpoint, "object_id": r.object_id, "updated_at": iso(r.updated_at),
-             "status": r.state.get("status"), "applied": r.state.get("applied", []),
-             "merchant_reference": r.state.get("merchantReference")}
+            {
+                "provider": r.endpoint,
+                "endpoint": r.endpoint,
+                "object_id": r.object_id,
+                "updated_at": iso(r.updated_at),
+                "status": r.state.get("status"),
+                "applied": r.state.get("applied", []),
+                "merchant_reference": r.state.get("merchantReference"),
+            }
             for r in rows
         ]
 

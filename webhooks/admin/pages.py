@@ -26,15 +26,23 @@ from webhooks.models import STATUSES, Attempt, Event, Object, Replay
 from webhooks.timestamps import aware
 from webhooks.vocabulary import Status
 
-bp = Blueprint("admin_pages", __name__, url_prefix="/admin", template_folder="templates",
-               static_folder="static", static_url_path="/static")
+bp = Blueprint(
+    "admin_pages",
+    __name__,
+    url_prefix="/admin",
+    template_folder="templates",
+    static_folder="static",
+    static_url_path="/static",
+)
 bp.before_request(check_auth)
 errors.init(bp, errors.page_answer)
 PAGE_SIZE = 50
 REJECTED_WINDOW = timedelta(hours=24)  # "recent" rejections on the events page
 # No inline script or style, nothing from elsewhere; forms post only here; never framed.
-CSP = ("default-src 'none'; style-src 'self'; img-src 'self' data:; form-action 'self'; "
-       "frame-ancestors 'none'; base-uri 'none'")
+CSP = (
+    "default-src 'none'; style-src 'self'; img-src 'self' data:; form-action 'self'; "
+    "frame-ancestors 'none'; base-uri 'none'"
+)
 
 
 @bp.before_request
@@ -48,7 +56,7 @@ def _usable_input() -> None:
 # The 400 page's words for each reason code (the JSON API answers the code itself).
 REASONS = {
     "bad_time": "since and until take an ISO 8601 time in the years 1 to 9999, UTC unless it has an offset "
-                "(2024-01-31T00:00:00Z).",
+    "(2024-01-31T00:00:00Z).",
     "bad_cursor": "This page link is damaged or out of date: start again from the newest events.",
     "bad_before": "before takes a row number (digits 0-9, at most 2^63 - 1).",
     "bad_status": "status takes one of: " + ", ".join(STATUSES) + ".",
@@ -59,17 +67,21 @@ REASONS = {
 
 @bp.errorhandler(FilterError)
 def _bad_filter(exc: FilterError) -> tuple[str, int]:
-    text = REASONS.get(exc.reason, "A parameter holds a character that cannot be stored "
-                                   "(NUL or an unpaired surrogate).")
+    text = REASONS.get(
+        exc.reason, "A parameter holds a character that cannot be stored (NUL or an unpaired surrogate)."
+    )
     return render_template("message.html", title="Bad request", message=f"{text} ({exc.reason})"), 400
 
 
 @bp.before_request
 def _csrf_on_posts() -> tuple[str, int] | None:
     if request.method == "POST" and not csrf.valid():
-        return render_template("message.html", title="Refused",
-                               message="This form has expired or came from another site (CSRF check failed). "
-                                       "Reload the page and try again."), 403
+        return render_template(
+            "message.html",
+            title="Refused",
+            message="This form has expired or came from another site (CSRF check failed). "
+            "Reload the page and try again.",
+        ), 403
     return None
 
 
@@ -95,8 +107,15 @@ def _pretty(value: Any) -> str:
 
 @bp.context_processor
 def _context() -> dict[str, Any]:
-    return {"csrf_token": csrf.token, "csrf_field": csrf.FIELD, "statuses": STATUSES, "link": _link,
-            "event_url": event_url, "version_text": versions.describe, "unix_time": versions.unix_time}
+    return {
+        "csrf_token": csrf.token,
+        "csrf_field": csrf.FIELD,
+        "statuses": STATUSES,
+        "link": _link,
+        "event_url": event_url,
+        "version_text": versions.describe,
+        "unix_time": versions.unix_time,
+    }
 
 
 def _filters() -> Filters:
@@ -154,14 +173,25 @@ def _events_page(filters: Filters, title: str) -> str:
     with rt.sessions() as session:
         # The rejections kept from the last day, counted in the same query as the statuses.
         counts = queries.status_counts(session, filters, rejected_since=datetime.now(UTC) - REJECTED_WINDOW)
-        found, next_cursor = queries.page(session, filters, limit=PAGE_SIZE, cursor=cursor,
-                                          endpoints=rt.settings.endpoints)
+        found, next_cursor = queries.page(
+            session, filters, limit=PAGE_SIZE, cursor=cursor, endpoints=rt.settings.endpoints
+        )
         rejected = counts.pop(queries.REJECTED, 0)
         return render_template(
-            "events.html", title=title, events=found, counts=counts, cap=queries.COUNT_CAP,
-            amounts={(e.endpoint, e.event_id): amounts.of(e) for e in found}, rejected=rejected,
-            filters=filters, shown=filters.as_dict(), next_cursor=next_cursor, cursor=cursor,
-            refresh=refresh, endpoints=sorted(rt.settings.endpoints), dead=title == "Dead letter",
+            "events.html",
+            title=title,
+            events=found,
+            counts=counts,
+            cap=queries.COUNT_CAP,
+            amounts={(e.endpoint, e.event_id): amounts.of(e) for e in found},
+            rejected=rejected,
+            filters=filters,
+            shown=filters.as_dict(),
+            next_cursor=next_cursor,
+            cursor=cursor,
+            refresh=refresh,
+            endpoints=sorted(rt.settings.endpoints),
+            dead=title == "Dead letter",
         )
 
 
@@ -184,18 +214,30 @@ def event(provider: str, event_id: str) -> Any:
         if request.args.get("format") == "raw":
             # The exact signed bytes, as a download: never rendered, never sniffed.
             filename = hashlib.sha256(f"{provider}/{event_id}".encode()).hexdigest()[:16] + ".bin"
-            return Response(delivery.body, content_type="application/octet-stream",
-                            headers={"Content-Disposition": f'attachment; filename="{filename}"'})
+            return Response(
+                delivery.body,
+                content_type="application/octet-stream",
+                headers={"Content-Disposition": f'attachment; filename="{filename}"'},
+            )
         obj, moved = queries.object_history(session, found)
         endpoint = rt.settings.endpoints.get(provider)
         attempts = queries.attempts(session, provider, event_id)
         replays = queries.replays_of(session, found)
         return render_template(
-            "event.html", title=f"{provider} {event_id}", event=found, obj=obj, moved=moved,
+            "event.html",
+            title=f"{provider} {event_id}",
+            event=found,
+            obj=obj,
+            moved=moved,
             superseded=_superseded(found, obj),
-            attempts=attempts, replays=replays, since_replay=_since(attempts, replays),
-            payload=_payload(found, delivery.body), headers=delivery.headers, size=len(delivery.body),
-            sha256=hashlib.sha256(delivery.body).hexdigest(), skew=queries.skew_seconds(found),
+            attempts=attempts,
+            replays=replays,
+            since_replay=_since(attempts, replays),
+            payload=_payload(found, delivery.body),
+            headers=delivery.headers,
+            size=len(delivery.body),
+            sha256=hashlib.sha256(delivery.body).hexdigest(),
+            skew=queries.skew_seconds(found),
             secrets_configured=len(endpoint.secrets) if endpoint else None,
             replayed=request.args.get("replayed"),
         )
@@ -203,8 +245,12 @@ def event(provider: str, event_id: str) -> Any:
 
 def _superseded(event: Event, obj: Object | None) -> bool:
     """Whether a newer version of the event's object than the event's own was applied since."""
-    return (obj is not None and obj.last_event_id != event.event_id and event.object_version is not None
-            and obj.version > event.object_version)
+    return (
+        obj is not None
+        and obj.last_event_id != event.event_id
+        and event.object_version is not None
+        and obj.version > event.object_version
+    )
 
 
 @bp.get("/overview")
@@ -213,8 +259,14 @@ def overview_page() -> str:
     rt = runtime()
     with rt.sessions() as session:
         found = overview.build(session, rt.settings.endpoints, datetime.now(UTC))
-    return render_template("overview.html", title="Overview", overview=found, bars=overview.bars,
-                           chart_w=overview.CHART_W, chart_h=overview.CHART_H)
+    return render_template(
+        "overview.html",
+        title="Overview",
+        overview=found,
+        bars=overview.bars,
+        chart_w=overview.CHART_W,
+        chart_h=overview.CHART_H,
+    )
 
 
 def _since(attempts: list[Attempt], replays: list[Replay]) -> int:
@@ -250,13 +302,16 @@ def _replay_event_by_query(provider: str) -> Any:
 def replay_event(provider: str, event_id: str) -> Any:
     reason = request.form.get("reason", "").strip()
     if not reason:
-        return render_template("message.html", title="Reason required",
-                               message="Say why you replay this event; it goes to the audit log."), 400
+        return render_template(
+            "message.html", title="Reason required", message="Say why you replay this event; it goes to the audit log."
+        ), 400
     try:
         outcome = replay_one(runtime(), provider, event_id, who=WHO, reason=reason)
     except ReplayError as exc:
-        message = {"in_progress": "It is being processed right now; try again in a moment.",
-                   "bad_reason": REASONS["bad_reason"]}.get(exc.reason, exc.reason)
+        message = {
+            "in_progress": "It is being processed right now; try again in a moment.",
+            "bad_reason": REASONS["bad_reason"],
+        }.get(exc.reason, exc.reason)
         return render_template("message.html", title="Not replayed", message=message), exc.status
     return redirect(event_url(provider, event_id, replayed="1" if outcome.queued else "pending"), 303)
 
@@ -265,8 +320,15 @@ def replay_event(provider: str, event_id: str) -> Any:
 def replay_form() -> str:
     """The bulk replay's dry run: how many events the filter matches now, then confirm."""
     filters = _filters()
-    return render_template("replay.html", title="Replay events", filters=filters, shown=filters.as_dict(),
-                           count=matching_count(runtime(), filters), limit=BULK_LIMIT, error=None)
+    return render_template(
+        "replay.html",
+        title="Replay events",
+        filters=filters,
+        shown=filters.as_dict(),
+        count=matching_count(runtime(), filters),
+        limit=BULK_LIMIT,
+        error=None,
+    )
 
 
 @bp.post("/replay")
@@ -275,12 +337,21 @@ def replay_bulk() -> Any:
     try:
         outcome = replay_matching(runtime(), filters, who=WHO, reason=request.form.get("reason"), dry_run=False)
     except ReplayError as exc:
-        errors = {"reason_required": "A reason is required.", "filter_required": "Choose a filter first.",
-                  "too_many": f"More than {BULK_LIMIT} events match: narrow the filter.",
-                  "bad_reason": REASONS["bad_reason"]}
-        return render_template("replay.html", title="Replay events", filters=filters, shown=filters.as_dict(),
-                               count=matching_count(runtime(), filters), limit=BULK_LIMIT,
-                               error=errors.get(exc.reason, exc.reason)), exc.status
+        errors = {
+            "reason_required": "A reason is required.",
+            "filter_required": "Choose a filter first.",
+            "too_many": f"More than {BULK_LIMIT} events match: narrow the filter.",
+            "bad_reason": REASONS["bad_reason"],
+        }
+        return render_template(
+            "replay.html",
+            title="Replay events",
+            filters=filters,
+            shown=filters.as_dict(),
+            count=matching_count(runtime(), filters),
+            limit=BULK_LIMIT,
+            error=errors.get(exc.reason, exc.reason),
+        ), exc.status
     return redirect(url_for(".audit", done=outcome.replay_id, pending=None if outcome.queued else "1"), 303)
 
 
@@ -289,5 +360,10 @@ def audit() -> str:
     before = queries.parse_id(request.args.get("before"))
     with runtime().sessions() as session:
         entries = queries.replays(session, before=before)
-        return render_template("audit.html", title="Replay audit", entries=entries,
-                               done=request.args.get("done"), pending=request.args.get("pending") == "1")
+        return render_template(
+            "audit.html",
+            title="Replay audit",
+            entries=entries,
+            done=request.args.get("done"),
+            pending=request.args.get("pending") == "1",
+        )

@@ -24,9 +24,17 @@ def rejections() -> str:
     with runtime().sessions() as session:
         rows = session.scalars(query).all()
         counts, counts_next = quarantine.count_page(session, counts_after, COUNTS_PAGE)
-        return render_template("rejections.html", title="Rejected requests", rows=rows, counts=counts,
-                               counts_next=counts_next, counts_after=counts_after, unknown=quarantine.UNKNOWN,
-                               shown=shown, page_size=PAGE_SIZE)
+        return render_template(
+            "rejections.html",
+            title="Rejected requests",
+            rows=rows,
+            counts=counts,
+            counts_next=counts_next,
+            counts_after=counts_after,
+            unknown=quarantine.UNKNOWN,
+            shown=shown,
+            page_size=PAGE_SIZE,
+        )
 
 
 def rejection(rejection_id: int) -> str:
@@ -34,9 +42,14 @@ def rejection(rejection_id: int) -> str:
         row = session.get(Rejection, rejection_id)
         if row is None:
             abort(404)
-        return render_template("rejection.html", title=f"Rejected request #{row.id}", row=row,
-                               headers=quarantine.shown_headers(runtime(), row),
-                               body=row.body.decode("utf-8", errors="replace"), result=request.args.get("result"))
+        return render_template(
+            "rejection.html",
+            title=f"Rejected request #{row.id}",
+            row=row,
+            headers=quarantine.shown_headers(runtime(), row),
+            body=row.body.decode("utf-8", errors="replace"),
+            result=request.args.get("result"),
+        )
 
 
 def reverify(rejection_id: int) -> Any:

@@ -269,8 +269,9 @@ def object_history(session: Session, event: Event, limit: int = 50) -> tuple[Obj
     obj = session.get(Object, (event.endpoint, event.object_type, event.object_id))
     moved = session.scalars(
         select(Event)
-        .where(Event.object_id == event.object_id, Event.endpoint == event.endpoint,
-               Event.object_type == event.object_type)
+        .where(
+            Event.object_id == event.object_id, Event.endpoint == event.endpoint, Event.object_type == event.object_type
+        )
         .order_by(Event.object_version.desc().nulls_last(), Event.received_at.desc())
         .limit(limit)
     ).all()
@@ -295,9 +296,11 @@ def received(session: Session, event: Event) -> Received:
 
 
 def attempts(session: Session, endpoint: str, event_id: str) -> list[Attempt]:
-    return list(session.scalars(
-        select(Attempt).where(Attempt.endpoint == endpoint, Attempt.event_id == event_id).order_by(Attempt.number)
-    ))
+    return list(
+        session.scalars(
+            select(Attempt).where(Attempt.endpoint == endpoint, Attempt.event_id == event_id).order_by(Attempt.number)
+        )
+    )
 
 
 def replays_of(session: Session, event: Event, limit: int = 100) -> list[Replay]:
@@ -310,10 +313,16 @@ def replays_of(session: Session, event: Event, limit: int = 100) -> list[Replay]
         query = query.where(type_coerce(Replay.event_ids, JSONB).contains([pair]))
     elif dialect == "sqlite":
         item = func.json_each(Replay.event_ids).table_valued("value").alias("item")
-        query = query.where(exists(select(1).select_from(item).where(
-            func.json_extract(item.c.value, "$[0]") == event.endpoint,
-            func.json_extract(item.c.value, "$[1]") == event.event_id,
-        )))
+        query = query.where(
+            exists(
+                select(1)
+                .select_from(item)
+                .where(
+                    func.json_extract(item.c.value, "$[0]") == event.endpoint,
+                    func.json_extract(item.c.value, "$[1]") == event.event_id,
+                )
+            )
+        )
     else:  # any other database: read the candidates and match here
         return [r for r in session.scalars(query) if pair in r.event_ids][:limit]
     return list(session.scalars(query.limit(limit)))
@@ -324,4 +333,3 @@ def replays(session: Session, limit: int = 100, before: int | None = None) -> li
     if before is not None:
         query = query.where(Replay.id < before)
     return list(session.scalars(query))
-

@@ -57,20 +57,28 @@ def replay_one(rt: Runtime, endpoint: str, event_id: str, *, who: str, reason: s
     _check_reason(reason)
     if not (storable(endpoint) and storable(event_id)):
         raise ReplayError("not_found", 404)  # no database could hold it, so no such event
-    audit = {"who": who, "reason": (reason or "").strip() or NO_REASON,
-             "filter": {"provider": endpoint, "event_id": event_id}}  # the filter as the API lists it
+    audit = {
+        "who": who,
+        "reason": (reason or "").strip() or NO_REASON,
+        "filter": {"provider": endpoint, "event_id": event_id},
+    }  # the filter as the API lists it
     ids, replay_id = rt.store.replay([(endpoint, event_id)], audit, datetime.now(UTC), every=True)
     if not ids:  # nothing changed: no such event, or it is being processed
-        raise ReplayError("not_found", 404) if rt.store.status((endpoint, event_id)) is None \
+        raise (
+            ReplayError("not_found", 404)
+            if rt.store.status((endpoint, event_id)) is None
             else ReplayError("in_progress", 409)
+        )
     return Outcome(1, False, ids, replay_id, queued=outbox.enqueue(rt, ids, fresh=True))
 
 
 def matching_count(rt: Runtime, filters: Filters) -> int:
     """How many events a bulk replay of ``filters`` would replay now (the dry run)."""
     with rt.sessions() as session:
-        query = select(func.count()).select_from(Event).where(
-            *conditions(filters, rt.settings.endpoints), Event.status.in_(REPLAY.sources)
+        query = (
+            select(func.count())
+            .select_from(Event)
+            .where(*conditions(filters, rt.settings.endpoints), Event.status.in_(REPLAY.sources))
         )
         return int(session.scalar(query) or 0)
 
@@ -88,12 +96,15 @@ def replay_matching(rt: Runtime, filters: Filters, *, who: str, reason: str | No
     if not filters.as_dict():
         raise ReplayError("filter_required", 400)  # "replay everything" is never a misclick away
     with rt.sessions() as session:
-        ids = [(p, e) for p, e in session.execute(
-            select(Event.endpoint, Event.event_id)
-            .where(*conditions(filters, rt.settings.endpoints), Event.status.in_(REPLAY.sources))
-            .order_by(Event.received_at, Event.endpoint, Event.event_id)  # oldest first, as they came
-            .limit(BULK_LIMIT + 1)
-        )]
+        ids = [
+            (p, e)
+            for p, e in session.execute(
+                select(Event.endpoint, Event.event_id)
+                .where(*conditions(filters, rt.settings.endpoints), Event.status.in_(REPLAY.sources))
+                .order_by(Event.received_at, Event.endpoint, Event.event_id)  # oldest first, as they came
+                .limit(BULK_LIMIT + 1)
+            )
+        ]
     if len(ids) > BULK_LIMIT:
         raise ReplayError("too_many", 400)
     audit = {"who": who, "reason": str(reason).strip(), "filter": filters.as_dict()}

@@ -18,7 +18,16 @@ from webhooks.providers.twilio import Twilio
 PROVIDERS: dict[str, Provider] = {
     p.kind: p
     for p in (
-        Stripe(), Adyen(), Standard(), GitHub(), Shopify(), Slack(), Twilio(), SendGrid(), PayPal(), GenericHmac()
+        Stripe(),
+        Adyen(),
+        Standard(),
+        GitHub(),
+        Shopify(),
+        Slack(),
+        Twilio(),
+        SendGrid(),
+        PayPal(),
+        GenericHmac(),
     )
 }
 

@@ -180,8 +180,9 @@ class Provider:
         ``folds``. A ``latest`` key in the merged state names the event the fold counts as newest."""
         raise NotImplementedError(f"{self.kind} does not fold its events")
 
-    def refetch(self, endpoint: Endpoint, event_type: str, data: Any,
-                ref: ObjectRef | None) -> tuple[Any, ObjectRef | None]:
+    def refetch(
+        self, endpoint: Endpoint, event_type: str, data: Any, ref: ObjectRef | None
+    ) -> tuple[Any, ObjectRef | None]:
         """The data and object handlers see, re-fetched from the provider's API when the endpoint
         asks for it (worker side, before any lock; see ``jobs.fetch``): raise ``api.FetchError``
         to retry, ``api.MismatchError`` to fail at once. Default: as delivered."""
@@ -348,9 +349,7 @@ def replay_key(*parts: bytes | str) -> str:
     return digest.hexdigest()
 
 
-def first_match(
-    secrets: Iterable[str], expected: Callable[[str], bytes], candidates: Iterable[bytes]
-) -> int:
+def first_match(secrets: Iterable[str], expected: Callable[[str], bytes], candidates: Iterable[bytes]) -> int:
     """Index of the first secret whose expected signature equals any candidate (constant time).
 
     An empty digest or a candidate of another length never matches, whatever the caller passed:

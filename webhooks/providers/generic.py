@@ -38,8 +38,18 @@ from webhooks.vocabulary import Reason
 
 ALGORITHMS = ("sha1", "sha256", "sha512")
 ENCODINGS = ("hex", "base64")
-KNOWN = {"header", "algorithm", "encoding", "prefix", "timestamp_header", "template",
-         "id_header", "id_path", "type_header", "type_path"}
+KNOWN = {
+    "header",
+    "algorithm",
+    "encoding",
+    "prefix",
+    "timestamp_header",
+    "template",
+    "id_header",
+    "id_path",
+    "type_header",
+    "type_path",
+}
 
 
 def _template(options: Any) -> str:
@@ -104,7 +114,7 @@ class GenericHmac(Provider):
         prefix = str(o.get("prefix", ""))
         if not raw.startswith(prefix):
             raise VerificationError(Reason.MALFORMED_SIGNATURE, f"{o['header']} does not start with {prefix!r}")
-        signature = _decode(raw[len(prefix):], str(o.get("encoding", "hex")))
+        signature = _decode(raw[len(prefix) :], str(o.get("encoding", "hex")))
         timestamp = require(request, o["timestamp_header"]) if o.get("timestamp_header") else ""
         # The window before the HMAC: a stale delivery costs no pass over its body.
         ts = check_timestamp(timestamp, now, endpoint.tolerance_seconds) if timestamp else None
@@ -116,8 +126,11 @@ class GenericHmac(Provider):
         if event_id is None:
             event_id = content_id(request.body)
         event_type = self._field(request, body, o.get("type_header"), o.get("type_path")) or "event"
-        return Verified([VerifiedEvent(event_id, event_type, secret_index=index, signed_at=ts)], f"hmac-{algorithm}",
-                        replay_key=replay_key(f"hmac-{algorithm}", signature))
+        return Verified(
+            [VerifiedEvent(event_id, event_type, secret_index=index, signed_at=ts)],
+            f"hmac-{algorithm}",
+            replay_key=replay_key(f"hmac-{algorithm}", signature),
+        )
 
     @staticmethod
     def _field(request: Request, body: Any, header: str | None, path: str | None) -> str | None:

@@ -39,8 +39,13 @@ from webhooks.providers.base import (
 )
 
 EVENT_KEYS = (
-    ("zen", "ping"), ("comment", "issue_comment"), ("pull_request", "pull_request"),
-    ("issue", "issues"), ("release", "release"), ("workflow_run", "workflow_run"), ("pusher", "push"),
+    ("zen", "ping"),
+    ("comment", "issue_comment"),
+    ("pull_request", "pull_request"),
+    ("issue", "issues"),
+    ("release", "release"),
+    ("workflow_run", "workflow_run"),
+    ("pusher", "push"),
 )
 
 
@@ -74,8 +79,11 @@ class GitHub(Provider):
         body = parse_body(request.body)
         action = body.get("action") if isinstance(body, dict) else None
         event_type = f"{event}.{action}" if isinstance(action, str) and action else event
-        return Verified([VerifiedEvent(delivery, event_type, secret_index=index)], "github-sha256",
-                        replay_key=replay_key("github-sha256", signature))
+        return Verified(
+            [VerifiedEvent(delivery, event_type, secret_index=index)],
+            "github-sha256",
+            replay_key=replay_key("github-sha256", signature),
+        )
 
     def event_data(self, payload: bytes, index: int | None) -> Any:
         return parse_body(payload)

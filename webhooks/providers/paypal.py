@@ -88,10 +88,18 @@ def _verifies(key: rsa.RSAPublicKey, signature: bytes, message: bytes) -> bool:
 class PayPal(Provider):
     kind = "paypal"
     retry_horizon = 3 * DAY  # up to 25 times over 3 days
-    option_names = frozenset({
-        "webhook_id", "certificate", "cert_file", "cert_url", "signing_key",
-        "client_id", "client_secret", "api_base",
-    })
+    option_names = frozenset(
+        {
+            "webhook_id",
+            "certificate",
+            "cert_file",
+            "cert_url",
+            "signing_key",
+            "client_id",
+            "client_secret",
+            "api_base",
+        }
+    )
     signature_header_names = ("PAYPAL-TRANSMISSION-SIG",)
 
     def __init__(self, cert_loader: Loader | None = None, pinned_reader: Loader | None = None) -> None:
@@ -151,11 +159,15 @@ class PayPal(Provider):
         if not isinstance(event, dict) or not event.get("id") or not isinstance(event.get("event_type"), str):
             raise PayloadError("no event id or event_type")
         event_id, event_type = str(event["id"]), event["event_type"]
-        return Verified([VerifiedEvent(event_id, event_type, secret_index=index, signed_at=signed_at)],
-                        "paypal-rsa-sha256", replay_key=replay_key("paypal", transmission_id))
+        return Verified(
+            [VerifiedEvent(event_id, event_type, secret_index=index, signed_at=signed_at)],
+            "paypal-rsa-sha256",
+            replay_key=replay_key("paypal", transmission_id),
+        )
 
-    def refetch(self, endpoint: Endpoint, event_type: str, data: Any,
-                ref: ObjectRef | None) -> tuple[Any, ObjectRef | None]:
+    def refetch(
+        self, endpoint: Endpoint, event_type: str, data: Any, ref: ObjectRef | None
+    ) -> tuple[Any, ObjectRef | None]:
         """With ``client_id`` and ``client_secret``: only PayPal's own copy of the event is acted on."""
         if not (endpoint.options.get("client_id") and endpoint.options.get("client_secret")):
             return data, ref

@@ -81,7 +81,10 @@ def _token(endpoint: Endpoint, base: str, timeout: float) -> str:
     basic = base64.b64encode(f"{key[1]}:{endpoint.options['client_secret']}".encode()).decode()
     try:
         answer = outbound.call(
-            f"{base}/v1/oauth2/token", method="POST", data=b"grant_type=client_credentials", timeout=timeout,
+            f"{base}/v1/oauth2/token",
+            method="POST",
+            data=b"grant_type=client_credentials",
+            timeout=timeout,
             headers={"Authorization": f"Basic {basic}", "Content-Type": "application/x-www-form-urlencoded"},
         )
     except outbound.Unreachable as exc:

@@ -54,9 +54,17 @@ class CertLoader:
     """A callable ``url -> PEM`` for ``PayPal(cert_loader=...)``; thread-safe, caching."""
 
     def __init__(
-        self, *, ca_file: str | None = None, timeout: float = 5.0, check_chain: bool = True,
-        fetch: Callable[[str], bytes] | None = None, clock: Callable[[], float] = time.monotonic,
-        failure_ttl: float = 60.0, max_fetches: int = 120, per_seconds: float = 60.0, per_sender: int = 10,
+        self,
+        *,
+        ca_file: str | None = None,
+        timeout: float = 5.0,
+        check_chain: bool = True,
+        fetch: Callable[[str], bytes] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        failure_ttl: float = 60.0,
+        max_fetches: int = 120,
+        per_seconds: float = 60.0,
+        per_sender: int = 10,
     ) -> None:
         self.ca_file, self.timeout, self.check_chain = ca_file, timeout, check_chain
         self.fetch, self.clock = fetch or self._fetch, clock

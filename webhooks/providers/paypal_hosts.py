@@ -22,6 +22,13 @@ def is_paypal_cert_url(url: str) -> bool:
         port = p.port
     except ValueError:  # "host:abc", "[::1": not a URL at all
         return False
-    return (p.scheme == "https" and p.hostname in CERT_HOSTS and port in (None, 443) and not p.username
-            and p.path.startswith(CERT_PATH) and CERT_ID.fullmatch(p.path[len(CERT_PATH):]) is not None
-            and not p.query and not p.fragment)
+    return (
+        p.scheme == "https"
+        and p.hostname in CERT_HOSTS
+        and port in (None, 443)
+        and not p.username
+        and p.path.startswith(CERT_PATH)
+        and CERT_ID.fullmatch(p.path[len(CERT_PATH) :]) is not None
+        and not p.query
+        and not p.fragment
+    )

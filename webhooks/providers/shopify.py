@@ -63,8 +63,11 @@ class Shopify(Provider):
         webhook_id, topic = _header(request, "Webhook-Id"), _header(request, "Topic")
         if not webhook_id or not topic:
             raise PayloadError("no Shopify webhook id or topic header")
-        return Verified([VerifiedEvent(webhook_id.strip(), topic.strip(), secret_index=index)], "shopify-hmac",
-                        replay_key=replay_key("shopify-hmac", signature))
+        return Verified(
+            [VerifiedEvent(webhook_id.strip(), topic.strip(), secret_index=index)],
+            "shopify-hmac",
+            replay_key=replay_key("shopify-hmac", signature),
+        )
 
     def extract(self, event_type: str, data: Any) -> ObjectRef | None:
         if not isinstance(data, dict) or data.get("id") is None:

@@ -122,9 +122,7 @@ class Standard(Provider):
         event = VerifiedEvent(msg_id, event_type, secret_index=index, signed_at=ts)
         return Verified([event], f"{'svix' if svix else 'standard'}-{scheme}")
 
-    def _match(
-        self, secrets: tuple[str, ...], signed: bytes, v1: list[bytes], v1a: list[bytes]
-    ) -> tuple[int, str]:
+    def _match(self, secrets: tuple[str, ...], signed: bytes, v1: list[bytes], v1a: list[bytes]) -> tuple[int, str]:
         # Split by type, keeping each secret's position: an HMAC is never made with a public key.
         macs = [(i, s) for i, s in enumerate(secrets) if not s.startswith(PUBLIC_PREFIX)]
         if v1 and macs:

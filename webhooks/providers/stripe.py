@@ -50,8 +50,20 @@ RECONCILED = "stripe-reconcile"  # the scheme of events listed by the API: our k
 RANKS = {0: "created", 1: "update", 2: "terminal"}
 
 TERMINAL = (
-    "succeeded", "canceled", "deleted", "paid", "failed", "payment_failed", "refunded",
-    "voided", "marked_uncollectible", "closed", "expired", "completed", "won", "lost",
+    "succeeded",
+    "canceled",
+    "deleted",
+    "paid",
+    "failed",
+    "payment_failed",
+    "refunded",
+    "voided",
+    "marked_uncollectible",
+    "closed",
+    "expired",
+    "completed",
+    "won",
+    "lost",
 )
 
 
@@ -71,8 +83,9 @@ def _event(event: Any, **known: Any) -> VerifiedEvent | None:
     data = event.get("data")
     obj = data.get("object") if isinstance(data, dict) else event.get("related_object")
     object_id = obj.get("id") if isinstance(obj, dict) else None
-    return VerifiedEvent(event["id"], event["type"], object_id=object_id if isinstance(object_id, str) else None,
-                         **known)
+    return VerifiedEvent(
+        event["id"], event["type"], object_id=object_id if isinstance(object_id, str) else None, **known
+    )
 
 
 def _created_ms(created: Any) -> int:
@@ -137,9 +150,7 @@ class Stripe(Provider):
             raise VerificationError(reason, "Stripe-Signature has no usable v1 signature")
         ts = check_timestamp(timestamp, now, endpoint.tolerance_seconds)  # before the HMAC: cheapest first
         signed = timestamp.encode() + b"." + request.body
-        index = first_match(
-            endpoint.secrets, lambda s: hmac_digest(s.encode(), signed), signatures
-        )
+        index = first_match(endpoint.secrets, lambda s: hmac_digest(s.encode(), signed), signatures)
         event = parse_json(request.body)
         if not isinstance(event, dict) or not isinstance(event.get("id"), str) or not event["id"]:
             raise PayloadError("no event id")
@@ -148,8 +159,9 @@ class Stripe(Provider):
             raise PayloadError("no event type")
         return Verified([verified], "stripe-v1")
 
-    def refetch(self, endpoint: Endpoint, event_type: str, data: Any,
-                ref: ObjectRef | None) -> tuple[Any, ObjectRef | None]:
+    def refetch(
+        self, endpoint: Endpoint, event_type: str, data: Any, ref: ObjectRef | None
+    ) -> tuple[Any, ObjectRef | None]:
         """With ``api_key``: a thin event's object, or every object with ``refetch = true``."""
         if not endpoint.options.get("api_key") or ref is None:
             return data, ref

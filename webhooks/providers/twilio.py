@@ -177,8 +177,11 @@ class Twilio(Provider):
             event_id = content_id(url.encode() + b"\n" + request.body)
         event_type = next((f"{kind}.{params[name][0]}" for name, kind in STATUS if params.get(name)), "request")
         scheme = "twilio-sharedkey" if request.header(SETTINGS) else "twilio-authtoken"
-        return Verified([VerifiedEvent(event_id.strip(), event_type, secret_index=index)], f"{scheme}-{alg}",
-                        replay_key=replay_key("twilio", signature))
+        return Verified(
+            [VerifiedEvent(event_id.strip(), event_type, secret_index=index)],
+            f"{scheme}-{alg}",
+            replay_key=replay_key("twilio", signature),
+        )
 
     def event_data(self, payload: bytes, index: int | None) -> Any:
         if looks_like_json(payload):

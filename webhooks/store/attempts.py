@@ -22,27 +22,50 @@ log = logging.getLogger(__name__)
 _ADD = insert(Attempt.__table__)  # type: ignore[arg-type]  # a Table: a plain Core INSERT
 
 
-def add(session: Session, endpoint: str, event_id: str, number: int, started_at: datetime,
-        status: str, handlers: list[str]) -> None:
+def add(
+    session: Session, endpoint: str, event_id: str, number: int, started_at: datetime, status: str, handlers: list[str]
+) -> None:
     """Add the row of attempt ``number`` (``processed`` or ``ignored``, and the ``handlers`` that
     ran) to the session's transaction (a plain INSERT: nothing reads the row back, so no ORM
     object and no fetched id)."""
-    session.connection().execute(_ADD, {
-        "endpoint": endpoint, "event_id": event_id, "number": number, "started_at": started_at,
-        "finished_at": datetime.now(UTC), "status": status, "handlers": handlers,
-    })
+    session.connection().execute(
+        _ADD,
+        {
+            "endpoint": endpoint,
+            "event_id": event_id,
+            "number": number,
+            "started_at": started_at,
+            "finished_at": datetime.now(UTC),
+            "status": status,
+            "handlers": handlers,
+        },
+    )
 
 
 def record(
-    sessions: sessionmaker[Session], endpoint: str, event_id: str, number: int, started_at: datetime, status: str,
-    error: str | None = None, traceback: str | None = None,
+    sessions: sessionmaker[Session],
+    endpoint: str,
+    event_id: str,
+    number: int,
+    started_at: datetime,
+    status: str,
+    error: str | None = None,
+    traceback: str | None = None,
 ) -> None:
     """Store attempt ``number`` of the event: ``processed``, ``ignored`` or ``error``."""
     try:
         with sessions.begin() as session:
-            session.add(Attempt(
-                endpoint=endpoint, event_id=event_id, number=number, started_at=started_at,
-                finished_at=datetime.now(UTC), status=status, error=error, traceback=traceback,
-            ))
+            session.add(
+                Attempt(
+                    endpoint=endpoint,
+                    event_id=event_id,
+                    number=number,
+                    started_at=started_at,
+                    finished_at=datetime.now(UTC),
+                    status=status,
+                    error=error,
+                    traceback=traceback,
+                )
+            )
     except SQLAlchemyError:
         log.exception("could not record attempt %s of %s/%s", number, endpoint, event_id)

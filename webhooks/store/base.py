@@ -96,8 +96,9 @@ class Store(Protocol):
         ...
 
     # --- the operator: replay ----------------------------------------------------------------
-    def replay(self, keys: Sequence[Key], audit: dict[str, Any], now: datetime, *,
-               every: bool = False) -> tuple[list[Key], int | None]:
+    def replay(
+        self, keys: Sequence[Key], audit: dict[str, Any], now: datetime, *, every: bool = False
+    ) -> tuple[list[Key], int | None]:
         """``REPLAY`` each key not ``processing`` and add the audit record (``replays``: ``audit``
         plus the keys marked) in one transaction; the keys marked, in order, and the record's id.
         ``every``: all or nothing (a key missing or ``processing`` leaves all unchanged: ``[], None``)."""
@@ -133,8 +134,9 @@ class Store(Protocol):
         ``skipped`` (the claim was superseded: nothing changed). Errors propagate, nothing kept."""
         ...
 
-    def fail(self, endpoint: str, event_id: str, attempt: int, last_try: bool, error: str, trace: str,
-             started_at: datetime) -> bool:
+    def fail(
+        self, endpoint: str, event_id: str, attempt: int, last_try: bool, error: str, trace: str, started_at: datetime
+    ) -> bool:
         """``FAIL`` under the token ``attempt`` with the error, and its attempt's row (best effort);
         False when the claim was superseded (then nothing changed)."""
         ...

@@ -63,8 +63,10 @@ def abandon(rt: Runtime, thread: int, timeout: float) -> bool:
     claim = _RUNNING.get(thread)
     recorded = False
     if claim is not None:
-        error = (f"JobTimeoutException: Task exceeded maximum timeout value ({timeout:g} seconds), blocked"
-                 " in a call that cannot be interrupted; its thread was abandoned")
+        error = (
+            f"JobTimeoutException: Task exceeded maximum timeout value ({timeout:g} seconds), blocked"
+            " in a call that cannot be interrupted; its thread was abandoned"
+        )
         frame = sys._current_frames().get(thread)
         stack = "".join(traceback.format_stack(frame)) if frame is not None else ""
         trace = storable_text(("Stack of the abandoned thread:\n" + stack)[-TRACEBACK_LIMIT:])
@@ -76,12 +78,19 @@ def abandon(rt: Runtime, thread: int, timeout: float) -> bool:
     return recorded
 
 
-def measure(endpoint: str, outcome: str, clock: float, event_id: str, attempt: int,
-            exc: Exception | None = None) -> None:
+def measure(
+    endpoint: str, outcome: str, clock: float, event_id: str, attempt: int, exc: Exception | None = None
+) -> None:
     """Count the attempt and log its one line (never the payload or the error's message)."""
     duration = time.monotonic() - clock
     metrics.ATTEMPTS.labels(endpoint, outcome).inc()
     metrics.DURATION.labels(endpoint).observe(duration)
-    fields = {"endpoint": endpoint, "event_id": event_id, "attempt": attempt, "outcome": outcome,
-              "duration_ms": round(duration * 1000, 1), "error": exc.__class__.__name__ if exc else None}
+    fields = {
+        "endpoint": endpoint,
+        "event_id": event_id,
+        "attempt": attempt,
+        "outcome": outcome,
+        "duration_ms": round(duration * 1000, 1),
+        "error": exc.__class__.__name__ if exc else None,
+    }
     log.log(logging.WARNING if exc else logging.INFO, "attempt %s", outcome, extra={"fields": fields})

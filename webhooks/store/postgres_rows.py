@@ -55,7 +55,7 @@ class PostgresInserts:
 
         stored(rows)
         names = tuple(rows[0])
-        chunks = [rows[i:i + CHUNK_ROWS] for i in range(0, len(rows), CHUNK_ROWS)]
+        chunks = [rows[i : i + CHUNK_ROWS] for i in range(0, len(rows), CHUNK_ROWS)]
         texts = [self._text(names, len(chunk)) for chunk in chunks]
         try:
             if self._raw is None:
@@ -75,8 +75,10 @@ class PostgresInserts:
                     if kept:
                         body_names = tuple(kept[0])
                         table: Table = Body.__table__  # type: ignore[assignment]
-                        cursor.executemany(_insert_text(table, body_names, 1, returning=False),
-                                           [_params([b], body_names, _json_columns(table, body_names)) for b in kept])
+                        cursor.executemany(
+                            _insert_text(table, body_names, 1, returning=False),
+                            [_params([b], body_names, _json_columns(table, body_names)) for b in kept],
+                        )
                     return created
         except psycopg.Error as exc:  # answered like any database error (503, batch stored alone)
             raise DBAPIError.instance("INSERT INTO events", None, exc, psycopg.Error) from exc
@@ -96,8 +98,10 @@ def _insert_text(table: Table, names: tuple[str, ...], count: int, *, returning:
     width = len(names)
     values = ", ".join(f"({', '.join(f'${r * width + c + 1}' for c in range(width))})" for r in range(count))
     keys = ", ".join(c.name for c in table.primary_key.columns)
-    return (f"INSERT INTO {table.name} ({', '.join(table.c[n].name for n in names)}) VALUES {values}"
-            f" ON CONFLICT DO NOTHING" + (f" RETURNING {keys}" if returning else ""))
+    return (
+        f"INSERT INTO {table.name} ({', '.join(table.c[n].name for n in names)}) VALUES {values}"
+        f" ON CONFLICT DO NOTHING" + (f" RETURNING {keys}" if returning else "")
+    )
 
 
 def _json_columns(table: Table, names: tuple[str, ...]) -> tuple[bool, ...]:
@@ -107,5 +111,8 @@ def _json_columns(table: Table, names: tuple[str, ...]) -> tuple[bool, ...]:
 def _params(rows: list[dict[str, Any]], names: tuple[str, ...], json: tuple[bool, ...]) -> list[Any]:
     from psycopg.types.json import Jsonb
 
-    return [Jsonb(v) if j and v is not None else v
-            for row in rows for v, j in zip((row[n] for n in names), json, strict=True)]
+    return [
+        Jsonb(v) if j and v is not None else v
+        for row in rows
+        for v, j in zip((row[n] for n in names), json, strict=True)
+    ]

@@ -70,47 +70,64 @@ def _moved(move: Move, to: Status, now: datetime) -> dict[str, object]:
 
 
 ASYNC_COMMIT = "SET LOCAL synchronous_commit TO off"
-CLAIM_ROW = Statement("claim", (
-    f"UPDATE {EVENTS.name} SET status = %(status)s, attempts = attempts + 1, status_at = %(status_at)s"
-    f" WHERE {_key(EVENTS)} AND status IN ({_sources(CLAIM)}) RETURNING {_names(CLAIMED)}"
-))
+CLAIM_ROW = Statement(
+    "claim",
+    (
+        f"UPDATE {EVENTS.name} SET status = %(status)s, attempts = attempts + 1, status_at = %(status_at)s"
+        f" WHERE {_key(EVENTS)} AND status IN ({_sources(CLAIM)}) RETURNING {_names(CLAIMED)}"
+    ),
+)
 # The row as it is now (FOR UPDATE reads the latest committed version): ours while it is still
 # processing under our claim's attempt number.
 LOCK_ROW = Statement("lock_row", f"SELECT status, attempts FROM {EVENTS.name} WHERE {_key(EVENTS)} FOR UPDATE")
 LOCK_OBJECT = Statement("lock_object", "SELECT pg_advisory_xact_lock(hashtextextended(%(lock)s, 0))")
 READ_OBJECT = Statement("read_object", f"SELECT state FROM {OBJECTS.name} WHERE {_key(OBJECTS)}")
 # The claim is still ours (after LOCK_ROW, which waited for any other holder of the row).
-_MINE = (f"EXISTS (SELECT FROM {EVENTS.name} WHERE {_key(EVENTS)} AND status IN ({_sources(MARK)})"
-         " AND attempts = %(attempt)s)")
+_MINE = (
+    f"EXISTS (SELECT FROM {EVENTS.name} WHERE {_key(EVENTS)} AND status IN ({_sources(MARK)})"
+    " AND attempts = %(attempt)s)"
+)
 _KEPT = [c for c in OBJECTS.c if not c.primary_key]  # what a newer version replaces
 # The stored state moves only to a strictly newer version; either way the stored row comes back
 # (the second branch's snapshot is taken after the advisory lock: no writer of it is in flight).
 # Nothing is written or returned if the claim is no longer ours.
-UPSERT = Statement("upsert", (
-    f"WITH offered AS (INSERT INTO {OBJECTS.name} ({_names(OBJECTS.c)})"
-    f" SELECT {', '.join(_cast(c) for c in OBJECTS.c)} WHERE {_MINE}"
-    f" ON CONFLICT ({_names(OBJECTS.primary_key)}) DO UPDATE SET"
-    f" {', '.join(f'{c.name} = excluded.{c.name}' for c in _KEPT)}"
-    f" WHERE {OBJECTS.name}.version < excluded.version RETURNING version, state)"
-    f" SELECT version, state FROM offered UNION ALL SELECT version, state FROM {OBJECTS.name}"
-    f" WHERE {_key(OBJECTS)} AND NOT EXISTS (SELECT FROM offered) AND {_MINE}"
-))
+UPSERT = Statement(
+    "upsert",
+    (
+        f"WITH offered AS (INSERT INTO {OBJECTS.name} ({_names(OBJECTS.c)})"
+        f" SELECT {', '.join(_cast(c) for c in OBJECTS.c)} WHERE {_MINE}"
+        f" ON CONFLICT ({_names(OBJECTS.primary_key)}) DO UPDATE SET"
+        f" {', '.join(f'{c.name} = excluded.{c.name}' for c in _KEPT)}"
+        f" WHERE {OBJECTS.name}.version < excluded.version RETURNING version, state)"
+        f" SELECT version, state FROM offered UNION ALL SELECT version, state FROM {OBJECTS.name}"
+        f" WHERE {_key(OBJECTS)} AND NOT EXISTS (SELECT FROM offered) AND {_MINE}"
+    ),
+)
 # The attempt's row, from the marked event's: its column → the value it gets.
-_ATTEMPT = {ATTEMPTS.c.endpoint: "endpoint", ATTEMPTS.c.event_id: "event_id", ATTEMPTS.c.number: "attempts",
-            ATTEMPTS.c.started_at: _cast(ATTEMPTS.c.started_at), ATTEMPTS.c.finished_at: "%(status_at)s",
-            ATTEMPTS.c.status: "%(status)s", ATTEMPTS.c.handlers: _cast(ATTEMPTS.c.handlers)}
+_ATTEMPT = {
+    ATTEMPTS.c.endpoint: "endpoint",
+    ATTEMPTS.c.event_id: "event_id",
+    ATTEMPTS.c.number: "attempts",
+    ATTEMPTS.c.started_at: _cast(ATTEMPTS.c.started_at),
+    ATTEMPTS.c.finished_at: "%(status_at)s",
+    ATTEMPTS.c.status: "%(status)s",
+    ATTEMPTS.c.handlers: _cast(ATTEMPTS.c.handlers),
+}
 _OBJECT_OF_EVENT = ("object_type", "object_id", "object_version")  # events' columns, kept when NULL
 # The mark re-checks the claim, and the attempt's row exists only if the mark happened:
 # RETURNING says whether it did.
-MARK_ROW = Statement("mark", (
-    f"WITH marked AS (UPDATE {EVENTS.name} SET status = %(status)s, status_at = %(status_at)s,"
-    " processed_at = %(status_at)s, last_error = NULL, last_traceback = NULL, "
-    + ", ".join(f"{EVENTS.c[n].name} = coalesce(%({n})s, {n})" for n in _OBJECT_OF_EVENT)
-    + f" WHERE {_key(EVENTS)} AND status IN ({_sources(MARK)}) AND attempts = %(attempt)s"
-    f" RETURNING {_names(EVENTS.primary_key)}, attempts)"
-    f" INSERT INTO {ATTEMPTS.name} ({_names(_ATTEMPT)}) SELECT {', '.join(_ATTEMPT.values())} FROM marked"
-    " RETURNING number"
-))
+MARK_ROW = Statement(
+    "mark",
+    (
+        f"WITH marked AS (UPDATE {EVENTS.name} SET status = %(status)s, status_at = %(status_at)s,"
+        " processed_at = %(status_at)s, last_error = NULL, last_traceback = NULL, "
+        + ", ".join(f"{EVENTS.c[n].name} = coalesce(%({n})s, {n})" for n in _OBJECT_OF_EVENT)
+        + f" WHERE {_key(EVENTS)} AND status IN ({_sources(MARK)}) AND attempts = %(attempt)s"
+        f" RETURNING {_names(EVENTS.primary_key)}, attempts)"
+        f" INSERT INTO {ATTEMPTS.name} ({_names(_ATTEMPT)}) SELECT {', '.join(_ATTEMPT.values())} FROM marked"
+        " RETURNING number"
+    ),
+)
 
 
 def claim(wire: Wire, endpoint: str, event_id: str, now: datetime) -> Claimed | None:
@@ -128,9 +145,15 @@ def process(sessions: sessionmaker[Session], wire: Wire, claimed: Claimed, work:
     endpoint, event_id, attempt = claimed.endpoint, claimed.event_id, claimed.attempts
     status = Status.PROCESSED if ref is not None or work.handlers else Status.IGNORED
     params: dict[str, Any] = {
-        "endpoint": endpoint, "event_id": event_id, "attempt": attempt, "started_at": started_at,
-        **_moved(MARK, status, datetime.now(UTC)), "object_type": None, "object_id": None,
-        "object_version": None, "handlers": Jsonb(work.handlers),
+        "endpoint": endpoint,
+        "event_id": event_id,
+        "attempt": attempt,
+        "started_at": started_at,
+        **_moved(MARK, status, datetime.now(UTC)),
+        "object_type": None,
+        "object_id": None,
+        "object_version": None,
+        "handlers": Jsonb(work.handlers),
     }
     lock: list[Step] = [BEGIN, LOCK_ROW]
     if ref is not None:
@@ -144,8 +167,13 @@ def process(sessions: sessionmaker[Session], wire: Wire, claimed: Claimed, work:
             stored = got[READ_OBJECT]
             ref, latest = work.fold(stored[0][0] if stored else None, ref)
             lock = []
-        params |= {"version": ref.version, "object_version": ref.version, "state": Jsonb(ref.state),
-                   "last_event_id": storable_key(latest or event_id, 255), "updated_at": params["status_at"]}
+        params |= {
+            "version": ref.version,
+            "object_version": ref.version,
+            "state": Jsonb(ref.state),
+            "last_event_id": storable_key(latest or event_id, 255),
+            "updated_at": params["status_at"],
+        }
         lock.append(UPSERT)
     if not work.handlers:  # nothing runs between the lock and the mark
         return status if wire.send(*lock, MARK_ROW, COMMIT, **params)[MARK_ROW] else "skipped"
@@ -158,8 +186,17 @@ def process(sessions: sessionmaker[Session], wire: Wire, claimed: Claimed, work:
         [(version, state)] = got[UPSERT]
         is_latest = version == ref.version
     with sessions(bind=wire.connection) as session:  # the handlers' writes join the transaction
-        work.run(Seen(data, params["object_type"] or claimed.object_type, params["object_id"] or claimed.object_id,
-                      claimed.object_version if ref is None else ref.version, is_latest, state, session))
+        work.run(
+            Seen(
+                data,
+                params["object_type"] or claimed.object_type,
+                params["object_id"] or claimed.object_id,
+                claimed.object_version if ref is None else ref.version,
+                is_latest,
+                state,
+                session,
+            )
+        )
         session.flush()
         params["status_at"] = datetime.now(UTC)
         return status if wire.send(MARK_ROW, COMMIT, **params)[MARK_ROW] else "skipped"

@@ -54,10 +54,18 @@ def bound(moved: dict[str, object]) -> dict[str, object]:
 
 _FAIL = (
     update(Event)
-    .where(Event.endpoint == bindparam("b_endpoint"), Event.event_id == bindparam("b_event_id"),
-           Event.status.in_(FAIL.sources), Event.attempts == bindparam("b_attempt"))
-    .values(status=bindparam("b_status"), status_at=bindparam("b_status_at"), last_error=bindparam("b_error"),
-            last_traceback=bindparam("b_trace"))
+    .where(
+        Event.endpoint == bindparam("b_endpoint"),
+        Event.event_id == bindparam("b_event_id"),
+        Event.status.in_(FAIL.sources),
+        Event.attempts == bindparam("b_attempt"),
+    )
+    .values(
+        status=bindparam("b_status"),
+        status_at=bindparam("b_status_at"),
+        last_error=bindparam("b_error"),
+        last_traceback=bindparam("b_trace"),
+    )
     .returning(Event.attempts)
 )
 
@@ -68,18 +76,26 @@ class SqlStore:
         # The runtime's sessionmakers when given (its handlers' sessions are the same kind).
         self.sessions: sessionmaker[Session] = parts.get("sessions") or make_sessionmaker(engine)
         # SQLite transactions that wait for no writer until they write (PostgreSQL: the same).
-        self.deferred_sessions: sessionmaker[Session] = (parts.get("deferred_sessions")
-                                                         or make_sessionmaker(deferred(engine)))
+        self.deferred_sessions: sessionmaker[Session] = parts.get("deferred_sessions") or make_sessionmaker(
+            deferred(engine)
+        )
         self.reads = self.deferred_sessions  # the sweeper's and the replay check's reads
 
     # ===== the worker's shared part (claim / process / fail helpers) ==========================
-    def fail(self, endpoint: str, event_id: str, attempt: int, last_try: bool, error: str, trace: str,
-             started_at: datetime) -> bool:
+    def fail(
+        self, endpoint: str, event_id: str, attempt: int, last_try: bool, error: str, trace: str, started_at: datetime
+    ) -> bool:
         """``FAIL`` under the token ``attempt`` (``failed`` after the last try), then the attempt's
         row (best effort, ``attempts.record``); False, and nothing written, when superseded."""
         moved = values(FAIL, Status.FAILED if last_try else Status.QUEUED, datetime.now(UTC))
-        params = {"b_endpoint": endpoint, "b_event_id": event_id, "b_attempt": attempt, "b_error": error,
-                  "b_trace": trace, **bound(moved)}
+        params = {
+            "b_endpoint": endpoint,
+            "b_event_id": event_id,
+            "b_attempt": attempt,
+            "b_error": error,
+            "b_trace": trace,
+            **bound(moved),
+        }
         with self.sessions.begin() as session:
             marked = session.execute(_FAIL, params).first() is not None
         if marked:
@@ -90,8 +106,7 @@ class SqlStore:
         """The attempt of a job stuck past its timeout, failed under its token: the thread's own
         failure path must then record nothing (``claim.abandoned``, set first)."""
         claim.abandoned = True
-        return self.fail(claim.endpoint, claim.event_id, claim.attempt, claim.last_try, error, trace,
-                         claim.started_at)
+        return self.fail(claim.endpoint, claim.event_id, claim.attempt, claim.last_try, error, trace, claim.started_at)
 
     def keep(self) -> contextlib.AbstractContextManager[None]:
         """No connection is kept (SQLite's pool is cheap); PostgreSQL overrides it."""
@@ -107,10 +122,12 @@ class SqlStore:
         counted under ``replayed_signature`` (the check reads; only a replay writes)."""
         with self.reads() as session:
             holder = session.scalar(
-                select(Event.event_id).where(Event.endpoint == endpoint, Event.replay_key == replay_key))
+                select(Event.event_id).where(Event.endpoint == endpoint, Event.replay_key == replay_key)
+            )
             if holder is None:  # purged: its tombstone still holds the key
-                holder = session.scalar(select(Tombstone.event_id).where(
-                    Tombstone.endpoint == endpoint, Tombstone.replay_key == replay_key))
+                holder = session.scalar(
+                    select(Tombstone.event_id).where(Tombstone.endpoint == endpoint, Tombstone.replay_key == replay_key)
+                )
         if holder is None or holder in event_ids:
             return False
         with self.sessions.begin() as session:
@@ -124,15 +141,18 @@ class SqlStore:
                 for start in range(0, len(keys), CHUNK):
                     session.execute(
                         update(Event)
-                        .where(tuple_(Event.endpoint, Event.event_id).in_(keys[start:start + CHUNK]),
-                               Event.status.in_(LEAVE.sources))
+                        .where(
+                            tuple_(Event.endpoint, Event.event_id).in_(keys[start : start + CHUNK]),
+                            Event.status.in_(LEAVE.sources),
+                        )
                         .values(values(LEAVE, Status.RECEIVED, now))
                     )
         except SQLAlchemyError:
             log.warning("could not mark events received; the sweeper finds them queued", exc_info=True)
 
-    def replay(self, keys: Sequence[Key], audit: dict[str, Any], now: datetime, *,
-               every: bool = False) -> tuple[list[Key], int | None]:
+    def replay(
+        self, keys: Sequence[Key], audit: dict[str, Any], now: datetime, *, every: bool = False
+    ) -> tuple[list[Key], int | None]:
         """``REPLAY`` the keys not ``processing`` and write the audit record, in one transaction."""
         try:
             with self.sessions.begin() as session:
@@ -140,17 +160,23 @@ class SqlStore:
         except _Refused:  # rolled back: nothing marked, no record
             return [], None
 
-    def _replay(self, session: Session, keys: Sequence[Key], audit: dict[str, Any], now: datetime,
-                every: bool) -> tuple[list[Key], int | None]:
+    def _replay(
+        self, session: Session, keys: Sequence[Key], audit: dict[str, Any], now: datetime, every: bool
+    ) -> tuple[list[Key], int | None]:
         marked: list[Key] = []
         for start in range(0, len(keys), CHUNK):
-            marked += [(p, e) for p, e in session.execute(
-                update(Event)
-                .where(tuple_(Event.endpoint, Event.event_id).in_(keys[start:start + CHUNK]),
-                       Event.status.in_(REPLAY.sources))
-                .values(values(REPLAY, Status.QUEUED, now))
-                .returning(Event.endpoint, Event.event_id)
-            )]
+            marked += [
+                (p, e)
+                for p, e in session.execute(
+                    update(Event)
+                    .where(
+                        tuple_(Event.endpoint, Event.event_id).in_(keys[start : start + CHUNK]),
+                        Event.status.in_(REPLAY.sources),
+                    )
+                    .values(values(REPLAY, Status.QUEUED, now))
+                    .returning(Event.endpoint, Event.event_id)
+                )
+            ]
         if every and len(set(marked)) < len(set(keys)):
             raise _Refused
         order = {pair: n for n, pair in enumerate(keys)}
@@ -181,9 +207,14 @@ class SqlStore:
                 else:
                     requeue.append((endpoint, event_id))
                 session.execute(
-                    update(Event).where(Event.endpoint == endpoint, Event.event_id == event_id).values(change))
-                log.warning("sweeper: %s/%s abandoned by its worker, %s", endpoint, event_id,
-                            Status.FAILED if exhausted else "requeued")
+                    update(Event).where(Event.endpoint == endpoint, Event.event_id == event_id).values(change)
+                )
+                log.warning(
+                    "sweeper: %s/%s abandoned by its worker, %s",
+                    endpoint,
+                    event_id,
+                    Status.FAILED if exhausted else "requeued",
+                )
         return requeue
 
     def stranded(self, cutoff: datetime, limit: int) -> Iterator[list[tuple[Key, str]]]:

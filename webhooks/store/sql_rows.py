@@ -45,7 +45,7 @@ class SqlInserts:
         with conn.begin():
             created: set[Key] = set()
             for start in range(0, len(rows), CHUNK_ROWS):  # SQLAlchemy's executemany holds a whole call's rows
-                created.update((p, e) for p, e in conn.execute(self._insert, rows[start:start + CHUNK_ROWS]))
+                created.update((p, e) for p, e in conn.execute(self._insert, rows[start : start + CHUNK_ROWS]))
             kept = bodies(created)
             if kept:
                 conn.execute(upsert(conn, Body).on_conflict_do_nothing(), kept)

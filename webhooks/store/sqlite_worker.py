@@ -33,19 +33,27 @@ from webhooks.vocabulary import Status
 # The statements every event runs, built once (building them cost more than running them).
 _CLAIM = (
     update(Event)
-    .where(Event.endpoint == bindparam("b_endpoint"), Event.event_id == bindparam("b_event_id"),
-           Event.status.in_(CLAIM.sources))
+    .where(
+        Event.endpoint == bindparam("b_endpoint"),
+        Event.event_id == bindparam("b_event_id"),
+        Event.status.in_(CLAIM.sources),
+    )
     .values(status=bindparam("b_status"), attempts=Event.attempts + 1, status_at=bindparam("b_status_at"))
     .returning(*CLAIMED)
 )
 _MINE = (
     select(Event)
-    .where(Event.endpoint == bindparam("b_endpoint"), Event.event_id == bindparam("b_event_id"),
-           Event.status.in_(MARK.sources), Event.attempts == bindparam("b_attempt"))
+    .where(
+        Event.endpoint == bindparam("b_endpoint"),
+        Event.event_id == bindparam("b_event_id"),
+        Event.status.in_(MARK.sources),
+        Event.attempts == bindparam("b_attempt"),
+    )
     .with_for_update()
 )
 _OBJECT = select(Object).where(
-    Object.endpoint == bindparam("b_endpoint"), Object.object_type == bindparam("b_type"),
+    Object.endpoint == bindparam("b_endpoint"),
+    Object.object_type == bindparam("b_type"),
     Object.object_id == bindparam("b_id"),
 )
 _UPSERTS: dict[str, Any] = {}  # per dialect: apply_state's conditional upsert
@@ -75,15 +83,20 @@ def _folded(session: Session, endpoint: str, fold: Fold | None, ref: ObjectRef) 
     return fold(None if stored is None else stored.state, ref)
 
 
-def apply_state(session: Session, endpoint: str, event_id: str, ref: ObjectRef,
-                fold: Fold | None = None) -> tuple[Object, ObjectRef]:
+def apply_state(
+    session: Session, endpoint: str, event_id: str, ref: ObjectRef, fold: Fold | None = None
+) -> tuple[Object, ObjectRef]:
     """Conditional upsert: the stored state moves only to a strictly newer version; returns the
     stored object and the state offered. With ``fold`` a folding provider's state is merged
     first (the caller holds the object's lock)."""
     ref, latest = _folded(session, endpoint, fold, ref)
     key = {"b_endpoint": endpoint, "b_type": ref.type, "b_id": ref.id}
-    state = {"b_version": ref.version, "b_state": ref.state, "b_now": datetime.now(UTC),
-             "b_last": storable_key(latest or event_id, 255)}
+    state = {
+        "b_version": ref.version,
+        "b_state": ref.state,
+        "b_now": datetime.now(UTC),
+        "b_last": storable_key(latest or event_id, 255),
+    }
     # The row written comes back; nothing comes back when a newer version is stored: read it.
     current = session.scalars(_upsert(session), key | state, execution_options=_FRESH).first()
     if current is None:
@@ -97,8 +110,12 @@ def _upsert(session: Session) -> Any:
     stmt = _UPSERTS.get(name)
     if stmt is None:
         insert = upsert(session, Object).values(
-            endpoint=bindparam("b_endpoint"), object_type=bindparam("b_type"), object_id=bindparam("b_id"),
-            version=bindparam("b_version"), state=bindparam("b_state"), last_event_id=bindparam("b_last"),
+            endpoint=bindparam("b_endpoint"),
+            object_type=bindparam("b_type"),
+            object_id=bindparam("b_id"),
+            version=bindparam("b_version"),
+            state=bindparam("b_state"),
+            last_event_id=bindparam("b_last"),
             updated_at=bindparam("b_now"),
         )
         stmt = _UPSERTS[name] = insert.on_conflict_do_update(
@@ -136,8 +153,9 @@ def _mark(session: Session, event: Event, status: Status, started_at: datetime, 
     attempts.add(session, event.endpoint, event.event_id, event.attempts, started_at, status, ran)
 
 
-def _process_locked(sessions: sessionmaker[Session], claimed: Claimed, work: Work, started_at: datetime,
-                    prepared: Prepared) -> str:
+def _process_locked(
+    sessions: sessionmaker[Session], claimed: Claimed, work: Work, started_at: datetime, prepared: Prepared
+) -> str:
     """SQLite, when the unlocked path met a busy database: one transaction holding the write lock
     throughout (the provider's API, if any, was called before it)."""
     with sessions.begin() as session:
@@ -149,8 +167,16 @@ def _process_locked(sessions: sessionmaker[Session], claimed: Claimed, work: Wor
     return status
 
 
-def _finish(session: Session, endpoint: str, event_id: str, attempt: int, ref: ObjectRef | None,
-            work: Work, status: Status, started_at: datetime) -> bool:
+def _finish(
+    session: Session,
+    endpoint: str,
+    event_id: str,
+    attempt: int,
+    ref: ObjectRef | None,
+    work: Work,
+    status: Status,
+    started_at: datetime,
+) -> bool:
     """Apply the state and mark the row, if the claim is still ours."""
     event = mine(session, endpoint, event_id, attempt)
     if event is None:
@@ -171,8 +197,13 @@ def _changes(session: Session) -> int:
     return int(dbapi.total_changes)
 
 
-def process(sessions: sessionmaker[Session], deferred_sessions: sessionmaker[Session], claimed: Claimed,
-            work: Work, started_at: datetime) -> str:
+def process(
+    sessions: sessionmaker[Session],
+    deferred_sessions: sessionmaker[Session],
+    claimed: Claimed,
+    work: Work,
+    started_at: datetime,
+) -> str:
     """The handlers run without holding the write lock (see the module's doc)."""
     endpoint, event_id, attempt = claimed.endpoint, claimed.event_id, claimed.attempts
     with deferred_sessions() as session:
@@ -193,8 +224,15 @@ def process(sessions: sessionmaker[Session], deferred_sessions: sessionmaker[Ses
             else:
                 state = view.state
         status = _status(work, ref)
-        seen = Seen(data, ref.type if ref else event.object_type, ref.id if ref else event.object_id,
-                    ref.version if ref else event.object_version, latest, state, session)
+        seen = Seen(
+            data,
+            ref.type if ref else event.object_type,
+            ref.id if ref else event.object_id,
+            ref.version if ref else event.object_version,
+            latest,
+            state,
+            session,
+        )
         try:
             with session.begin():
                 before = _changes(session)  # BEGIN (deferred): no lock, no snapshot yet

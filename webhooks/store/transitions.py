@@ -32,19 +32,43 @@ class Move(NamedTuple):
 
 
 STORE = Move("store", (), (Status.QUEUED,), "receiver: a new event, its job on the way")
-LEAVE = Move("leave", (Status.QUEUED,), (Status.RECEIVED,),
-             "receiver or replay: Redis refused the job; the sweeper queues it later")
-CLAIM = Move("claim", CLAIMABLE, (Status.PROCESSING,),
-             "worker: attempts + 1 becomes the claim's token (processing: a claim abandoned, superseded)")
+LEAVE = Move(
+    "leave",
+    (Status.QUEUED,),
+    (Status.RECEIVED,),
+    "receiver or replay: Redis refused the job; the sweeper queues it later",
+)
+CLAIM = Move(
+    "claim",
+    CLAIMABLE,
+    (Status.PROCESSING,),
+    "worker: attempts + 1 becomes the claim's token (processing: a claim abandoned, superseded)",
+)
 MARK = Move("mark", (Status.PROCESSING,), (Status.PROCESSED, Status.IGNORED), "worker, under its claim's token")
-FAIL = Move("fail", (Status.PROCESSING,), (Status.QUEUED, Status.FAILED),
-            "worker, under its claim's token: failed after the last try")
-REQUEUE = Move("requeue", (Status.RECEIVED, Status.QUEUED), (Status.QUEUED,),
-               "sweeper: the job never reached Redis, or Redis lost it")
-ABANDON = Move("abandon", (Status.PROCESSING,), (Status.QUEUED, Status.FAILED),
-               "sweeper: no transaction holds the row; failed once its attempts are spent")
-REPLAY = Move("replay", tuple(s for s in Status if s != Status.PROCESSING), (Status.QUEUED,),
-              "operator: a replay (audited); a row being processed is left alone")
+FAIL = Move(
+    "fail",
+    (Status.PROCESSING,),
+    (Status.QUEUED, Status.FAILED),
+    "worker, under its claim's token: failed after the last try",
+)
+REQUEUE = Move(
+    "requeue",
+    (Status.RECEIVED, Status.QUEUED),
+    (Status.QUEUED,),
+    "sweeper: the job never reached Redis, or Redis lost it",
+)
+ABANDON = Move(
+    "abandon",
+    (Status.PROCESSING,),
+    (Status.QUEUED, Status.FAILED),
+    "sweeper: no transaction holds the row; failed once its attempts are spent",
+)
+REPLAY = Move(
+    "replay",
+    tuple(s for s in Status if s != Status.PROCESSING),
+    (Status.QUEUED,),
+    "operator: a replay (audited); a row being processed is left alone",
+)
 
 TABLE = (STORE, LEAVE, CLAIM, MARK, FAIL, REQUEUE, ABANDON, REPLAY)
 
@@ -62,5 +86,4 @@ def values(move: Move, to: Status, now: datetime) -> dict[str, object]:
 
 def allowed(source: Status | None, target: Status) -> bool:
     """Whether some move takes a row from ``source`` (None: a new row) to ``target``."""
-    return any((source in m.sources if source is not None else not m.sources) and target in m.targets
-               for m in TABLE)
+    return any((source in m.sources if source is not None else not m.sources) and target in m.targets for m in TABLE)
