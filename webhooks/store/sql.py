@@ -10,7 +10,7 @@ from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import Column, Engine, Table, bindparam, select, tuple_, update
+from sqlalchemy import Column, ColumnElement, Engine, Table, bindparam, select, tuple_, update
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -20,7 +20,7 @@ from webhooks.quarantine import count as count_rejection
 from webhooks.store import attempts
 from webhooks.store.base import Claimed, Inserts, Key
 from webhooks.store.sql_rows import SqlInserts
-from webhooks.store.transitions import ABANDON, FAIL, LEAVE, REPLAY, REQUEUE, values
+from webhooks.store.transitions import ABANDON, FAIL, LEAVE, REPLAY, REQUEUE, Move, values
 from webhooks.vocabulary import Reason, Status
 
 log = logging.getLogger(__name__)
@@ -52,14 +52,20 @@ def bound(moved: dict[str, object]) -> dict[str, object]:
     return {f"b_{k}": v for k, v in moved.items()}
 
 
-_FAIL = (
-    update(Event)
-    .where(
+def under_claim(move: Move) -> tuple[ColumnElement[bool], ...]:
+    """The row of ``b_endpoint`` / ``b_event_id`` still held by the claim whose token is
+    ``b_attempt``, in a status ``move`` leaves: only the latest claim's holder may move it."""
+    return (
         Event.endpoint == bindparam("b_endpoint"),
         Event.event_id == bindparam("b_event_id"),
-        Event.status.in_(FAIL.sources),
+        Event.status.in_(move.sources),
         Event.attempts == bindparam("b_attempt"),
     )
+
+
+_FAIL = (
+    update(Event)
+    .where(*under_claim(FAIL))
     .values(
         status=bindparam("b_status"),
         status_at=bindparam("b_status_at"),

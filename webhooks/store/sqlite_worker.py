@@ -26,7 +26,7 @@ from webhooks.providers.base import ObjectRef
 from webhooks.storable import storable_key
 from webhooks.store import attempts
 from webhooks.store.base import Claimed, Fold, Prepared, Seen, Work
-from webhooks.store.sql import CLAIMED, bound
+from webhooks.store.sql import CLAIMED, bound, under_claim
 from webhooks.store.transitions import CLAIM, MARK, values
 from webhooks.vocabulary import Status
 
@@ -41,16 +41,7 @@ _CLAIM = (
     .values(status=bindparam("b_status"), attempts=Event.attempts + 1, status_at=bindparam("b_status_at"))
     .returning(*CLAIMED)
 )
-_MINE = (
-    select(Event)
-    .where(
-        Event.endpoint == bindparam("b_endpoint"),
-        Event.event_id == bindparam("b_event_id"),
-        Event.status.in_(MARK.sources),
-        Event.attempts == bindparam("b_attempt"),
-    )
-    .with_for_update()
-)
+_MINE = select(Event).where(*under_claim(MARK)).with_for_update()
 _OBJECT = select(Object).where(
     Object.endpoint == bindparam("b_endpoint"),
     Object.object_type == bindparam("b_type"),
