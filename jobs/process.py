@@ -38,7 +38,9 @@ from datetime import UTC, datetime
 from rq import get_current_job
 
 from webhooks import handlers, metrics, providers, runtime
+from webhooks.forward.dispatcher import nudge
 from webhooks.storable import storable_text
+from webhooks.store import deliveries
 from webhooks.store.base import Claimed, Seen, Work
 from webhooks.store.claims import TRACEBACK_LIMIT, Claim, abandon, measure, running
 from webhooks.vocabulary import Status
@@ -56,10 +58,21 @@ def _fail(rt: runtime.Runtime, claim: Claim, last_try: bool, exc: Exception) -> 
     rt.store.fail(claim.endpoint, claim.event_id, claim.attempt, last_try, error, trace, claim.started_at)
 
 
+FORWARD = "forward → "  # an attempt's ``handlers`` entry for each destination the event went to
+
+
+def destinations_for(rt: runtime.Runtime, endpoint: str, event_type: str) -> list[str]:
+    """The destinations an event of ``endpoint`` and ``event_type`` is forwarded to."""
+    configured = rt.settings.destinations
+    return [name for name in rt.settings.forwards.get(endpoint, ()) if configured[name].wants(event_type)]
+
+
 def work(rt: runtime.Runtime, claimed: Claimed) -> Work:
     """What processing ``claimed`` runs (``webhooks.store.base.Work``): its provider's data and
-    object, its fold, and the handlers registered for it."""
+    object, its fold, the handlers registered for it, and the deliveries to its destinations
+    (created in the transaction that marks the event)."""
     found = handlers.handlers_for(claimed.endpoint, claimed.kind, claimed.event_type, rt.settings.handler_modules)
+    forward = destinations_for(rt, claimed.endpoint, claimed.event_type)
     provider = providers.get(claimed.kind)
     fold = provider.fold if provider.folds else None  # the declared capability
 
@@ -79,11 +92,13 @@ def work(rt: runtime.Runtime, claimed: Claimed) -> Work:
         )
         for handler in found:
             handlers.call(handler, context, seen.state)
+        if forward:
+            deliveries.create(seen.session, context, forward, datetime.now(UTC))
 
     return Work(
         functools.partial(prepare, claimed, rt.settings),
         None if fold is None else functools.partial(merge, fold),
-        handlers.names(found),
+        handlers.names(found) + [FORWARD + name for name in forward],
         run,
     )
 
@@ -121,4 +136,6 @@ def process_event(endpoint: str, event_id: str) -> str:
                 raise
     if status != "skipped":
         measure(label, status, clock, event_id, attempt)
+        if rt.settings.forwards.get(endpoint):
+            nudge()  # this process's forwarder sends them now
     return status

@@ -19,6 +19,8 @@ from typing import Any
 
 from webhooks import providers
 from webhooks.errors import ConfigError
+from webhooks.forward.destinations import FIELDS as DESTINATION_FIELDS
+from webhooks.forward.destinations import Destination, destination, forwards
 from webhooks.providers.base import Endpoint
 
 
@@ -31,7 +33,7 @@ def shorthands() -> dict[str, tuple[str, str, str]]:
     }
 
 
-ENDPOINT_FIELDS = ("provider", "secrets", "tolerance_seconds", "basic_auth", "rate_limit")
+ENDPOINT_FIELDS = ("provider", "secrets", "tolerance_seconds", "basic_auth", "rate_limit", "forward")
 
 
 @dataclass(frozen=True)
@@ -40,6 +42,8 @@ class Settings:
     redis_url: str | None = None
     admin_password: str | None = None
     endpoints: Mapping[str, Endpoint] = field(default_factory=dict)
+    destinations: Mapping[str, Destination] = field(default_factory=dict)
+    forwards: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # endpoint → destination names
     handler_modules: tuple[str, ...] = ()
     queue_name: str = "default"  # what a plain `rq worker` listens to
     max_body_bytes: int = 1024 * 1024
@@ -149,6 +153,11 @@ def _endpoint(name: str, raw: Mapping[str, Any], environ: Mapping[str, str]) -> 
     return endpoint
 
 
+def _destination(name: str, raw: Mapping[str, Any], environ: Mapping[str, Any]) -> Destination:
+    _refuse_unknown(f"destination {name!r}", raw, set(DESTINATION_FIELDS))
+    return destination(name, raw, lambda value, where: _resolve(value, where, environ))
+
+
 def _refuse_unknown(where: str, raw: Mapping[str, Any], known: set[str]) -> None:
     """A key nobody reads is a typo that would silently fall back to a default: stop start-up."""
     for key in sorted(set(raw) - known):
@@ -157,8 +166,11 @@ def _refuse_unknown(where: str, raw: Mapping[str, Any], known: set[str]) -> None
         raise ConfigError(f"{where}: unknown key {key!r} ({hint})")
 
 
-def _raw_endpoints(environ: Mapping[str, str]) -> dict[str, dict[str, Any]]:
-    raw: dict[str, dict[str, Any]] = {}
+def _tables(environ: Mapping[str, Any]) -> tuple[dict[str, dict[str, Any]], dict[str, dict[str, Any]]]:
+    """The ``[endpoints.*]`` and ``[destinations.*]`` tables of the config file, then of a test
+    mapping's ``ENDPOINTS`` and ``DESTINATIONS`` entries."""
+    endpoints: dict[str, dict[str, Any]] = {}
+    destinations: dict[str, dict[str, Any]] = {}
     path = environ.get("WEBHOOKS_CONFIG")
     if path or Path("webhooks.toml").is_file():
         file = Path(path or "webhooks.toml")
@@ -166,11 +178,23 @@ def _raw_endpoints(environ: Mapping[str, str]) -> dict[str, dict[str, Any]]:
             data = tomllib.loads(file.read_text())
         except (OSError, tomllib.TOMLDecodeError) as exc:
             raise ConfigError(f"config file {file}: {exc}") from exc
-        _refuse_unknown(f"config file {file}", data, {"endpoints"})
-        raw.update({k: dict(v) for k, v in data.get("endpoints", {}).items()})
-    inline = environ.get("ENDPOINTS")
-    if isinstance(inline, Mapping):
-        raw.update({k: dict(v) for k, v in inline.items()})
+        _refuse_unknown(f"config file {file}", data, {"endpoints", "destinations"})
+        endpoints.update({k: _table(f"endpoint {k!r}", v) for k, v in data.get("endpoints", {}).items()})
+        destinations.update({k: _table(f"destination {k!r}", v) for k, v in data.get("destinations", {}).items()})
+    for name, tables in (("ENDPOINTS", endpoints), ("DESTINATIONS", destinations)):
+        inline = environ.get(name)
+        if isinstance(inline, Mapping):
+            tables.update({k: dict(v) for k, v in inline.items()})
+    return endpoints, destinations
+
+
+def _table(where: str, value: Any) -> dict[str, Any]:
+    if not isinstance(value, Mapping):
+        raise ConfigError(f"{where}: must be a table")
+    return dict(value)
+
+
+def _raw_endpoints(environ: Mapping[str, Any], raw: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
     for variable, (name, kind, field_name) in shorthands().items():
         value = environ.get(variable)
         if value:
@@ -215,7 +239,13 @@ def _redis_url(url: str | None) -> str | None:
 def load(environ: Mapping[str, Any] | None = None) -> Settings:
     """Read and validate the whole configuration."""
     env: Mapping[str, Any] = os.environ if environ is None else environ
-    endpoints = {name: _endpoint(name, raw, env) for name, raw in _raw_endpoints(env).items()}
+    raw_endpoints, raw_destinations = _tables(env)
+    raw_endpoints = _raw_endpoints(env, raw_endpoints)
+    endpoints = {name: _endpoint(name, raw, env) for name, raw in raw_endpoints.items()}
+    destinations = {name: _destination(name, raw, env) for name, raw in raw_destinations.items()}
+    forward = {
+        name: forwards(name, raw["forward"], destinations) for name, raw in raw_endpoints.items() if raw.get("forward")
+    }
     handlers = tuple(m.strip() for m in (env.get("WEBHOOKS_HANDLERS") or "").split(",") if m.strip())
     attempts = int(_number(env, "WEBHOOKS_MAX_ATTEMPTS", 5))
     outbound = _number(env, "WEBHOOKS_OUTBOUND_TIMEOUT_SECONDS", 10)
@@ -229,6 +259,8 @@ def load(environ: Mapping[str, Any] | None = None) -> Settings:
         redis_url=_redis_url(env.get("REDIS_URL") or None),
         admin_password=env.get("WEBHOOKS_ADMIN_PASSWORD") or None,
         endpoints=endpoints,
+        destinations=destinations,
+        forwards=forward,
         handler_modules=handlers,
         queue_name=env.get("WEBHOOKS_QUEUE") or "default",
         max_body_bytes=int(_number(env, "WEBHOOKS_MAX_BODY_BYTES", 1024 * 1024)),

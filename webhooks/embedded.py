@@ -28,6 +28,7 @@ from rq.timeouts import TimerDeathPenalty
 from rq.utils import now
 from rq.worker import BaseWorker
 
+from webhooks.forward.dispatcher import Forwarder
 from webhooks.queue import JobQueue
 from webhooks.runtime import Runtime
 from webhooks.store import claims
@@ -120,9 +121,14 @@ class EmbeddedWorker:
     """A ``ThreadWorker``, a ``Ticker`` and the watchdog on daemon threads."""
 
     def __init__(
-        self, queue: JobQueue, scope: Scope, on_tick: Callable[[], Any] | None, on_stuck: OnStuck | None = None
+        self,
+        queue: JobQueue,
+        scope: Scope,
+        on_tick: Callable[[], Any] | None,
+        on_stuck: OnStuck | None = None,
+        forwarder: Forwarder | None = None,
     ) -> None:
-        self.queue, self.scope, self.on_stuck = queue, scope, on_stuck
+        self.queue, self.scope, self.on_stuck, self.forwarder = queue, scope, on_stuck, forwarder
         self.worker = ThreadWorker(queue, scope)
         self.thread = threading.Thread(target=self.worker.work, name="webhooks-worker", daemon=True)
         self.ticker = Ticker(queue, on_tick, queue.settings.sweep_interval)
@@ -130,6 +136,8 @@ class EmbeddedWorker:
 
     def start(self) -> None:
         self.thread.start()
+        if self.forwarder is not None:
+            self.forwarder.start()
         for name, target in (("webhooks-ticker", self.ticker.run), ("webhooks-watchdog", self.watch)):
             threading.Thread(target=target, name=name, daemon=True).start()
 
@@ -167,7 +175,8 @@ def start_embedded(rt: Runtime) -> None:
     they run already. A job stuck past its timeout is given up (``abandon``)."""
 
     def build() -> EmbeddedWorker:
-        return EmbeddedWorker(rt.queue, rt.scope, tick(rt), functools.partial(abandon, rt))
+        forwarder = Forwarder(rt.sessions, rt.settings.destinations) if rt.settings.destinations else None
+        return EmbeddedWorker(rt.queue, rt.scope, tick(rt), functools.partial(abandon, rt), forwarder)
 
     rt.queue.start_embedded(build)
 

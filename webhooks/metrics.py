@@ -65,6 +65,25 @@ ADMIN_AUTH_FAILURES = Counter(
     "throttled (429, the client is waiting out its wrong passwords)",
     ["outcome"],
 )
+FORWARD_ATTEMPTS = Counter(
+    "webhooks_forward_attempts",
+    "Forwarded requests and deliveries settled, by destination and outcome (delivered, error, throttled, gone,"
+    " probe_failed, superseded)",
+    ["destination", "outcome"],
+)
+FORWARD_DURATION = Histogram(
+    "webhooks_forward_request_seconds",
+    "Time one forwarded request took, to its answer or its error",
+    ["destination"],
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60),
+)
+
+
+def forwarded(destination: str, outcome: str, seconds: float) -> None:
+    """Count one settled forwarding attempt (destination names come from the configuration)."""
+    FORWARD_ATTEMPTS.labels(destination, outcome).inc()
+    if outcome != "superseded":
+        FORWARD_DURATION.labels(destination).observe(seconds)
 
 
 def process_exited(pid: int) -> None:
@@ -166,6 +185,8 @@ def exposition(rt: Service) -> tuple[bytes, str]:
             RECOVERIES,
             RATE_LIMIT_FAILURES,
             ADMIN_AUTH_FAILURES,
+            FORWARD_ATTEMPTS,
+            FORWARD_DURATION,
         ):
             registry.register(collector)
     registry.register(ServiceCollector(rt))

@@ -1,4 +1,5 @@
-"""The service's fixed vocabularies: an event's ``status`` and the reason code of a refused delivery.
+"""The service's fixed vocabularies: an event's ``status``, the reason code of a refused delivery,
+and a forwarded delivery's ``status`` and attempt ``outcome``.
 
 Both are ``StrEnum``: each member *is* its string (``Status.QUEUED == "queued"``), so the JSON,
 the database and the metrics labels see exactly the words they always saw.
@@ -18,6 +19,27 @@ class Status(StrEnum):
     PROCESSED = "processed"
     FAILED = "failed"
     IGNORED = "ignored"
+
+
+class DeliveryStatus(StrEnum):
+    """``deliveries.status``: pending → delivered | failed (attempts spent) | superseded (an ordered
+    destination had a newer version of the object already)."""
+
+    PENDING = "pending"
+    DELIVERED = "delivered"
+    FAILED = "failed"
+    SUPERSEDED = "superseded"
+
+
+class Outcome(StrEnum):
+    """``delivery_attempts.outcome``, and the forwarding metrics' ``outcome`` label."""
+
+    DELIVERED = "delivered"
+    ERROR = "error"  # an attempt spent: an answer other than 2xx, a timeout, no connection
+    THROTTLED = "throttled"  # 429/503 with Retry-After: the destination waits, no attempt spent
+    GONE = "gone"  # 410: the destination is paused until an operator resumes it
+    PROBE_FAILED = "probe_failed"  # the circuit is open: no attempt spent
+    SUPERSEDED = "superseded"  # not sent: the ordered destination has a newer version
 
 
 # What a worker may claim: waiting, or processing under a claim its worker abandoned (the newer

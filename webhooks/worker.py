@@ -24,6 +24,7 @@ from rq.scheduler import RQScheduler
 
 from webhooks import config, handlers, reconcile, sweeper
 from webhooks.config import Settings
+from webhooks.forward.dispatcher import Forwarder, drain
 from webhooks.queue import JobQueue
 from webhooks.runtime import Runtime
 
@@ -80,6 +81,8 @@ def run(settings: Settings, *, burst: bool = False) -> bool:
     handlers.announce(settings.handler_modules)
     ticker = Ticker(rt.queue, tick(rt), settings.sweep_interval)
     thread = threading.Thread(target=ticker.run, name="webhooks-ticker", daemon=True)
+    # Forwarding runs beside the jobs, on threads of its own (``webhooks.forward.dispatcher``).
+    forwarder = Forwarder(rt.sessions, settings.destinations) if settings.destinations else None
     stop = _Stop()
     stop.install()  # until RQ installs its own: a SIGTERM while it starts is a clean stop too
     try:
@@ -89,13 +92,20 @@ def run(settings: Settings, *, burst: bool = False) -> bool:
             ticker.scheduler.enqueue_scheduled_jobs()
         else:
             thread.start()
+            if forwarder is not None:
+                forwarder.start()
         # Jobs run in this process: forking per job costs ~13 ms. A killed worker's job is found by
         # the sweeper (its row is `processing` and no transaction holds it) and run again.
         with rt.store.keep():  # one connection for this loop's events, not one per event
-            return _work(rt, burst, stop)
+            done = _work(rt, burst, stop)
+        if burst and forwarder is not None:  # a burst sends what is due, too
+            drain(forwarder)
+        return done
     except StopRequested:  # SIGTERM before RQ's handler was installed (or while waiting to restart it)
         return False
     finally:  # a clean stop leaves RQ's scheduler lock to the next worker (Ticker.release)
+        if forwarder is not None:
+            forwarder.stop()
         ticker.stopped.set()
         if thread.is_alive():
             thread.join(timeout=10)

@@ -1,0 +1,206 @@
+"""The forwarder: one thread per worker process that leases due deliveries and sends them.
+
+Each destination has its own lane: a pool of ``max_in_flight`` sending threads and one client,
+so a destination that hangs holds up only its own lane, never another destination nor the
+forwarder's loop (which never waits on the network). The loop leases what a lane has room for
+(``webhooks.store.deliveries.lease``: the database decides what is due, in order, within the
+destination's rate and concurrency, service-wide), hands each lease to the lane, and settles the
+results in one transaction per destination and turn. A database outage pauses the loop (the
+results wait in memory; leases that expire meanwhile are sent again under the same
+``webhook-id``); nothing is lost.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime
+
+from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.orm import Session, sessionmaker
+
+from webhooks import metrics
+from webhooks.store import deliveries
+from webhooks.store.deliveries import Lease, Result
+from webhooks.vocabulary import Outcome
+
+from . import client, signing
+from .destinations import Destination
+from .guard import Resolver, system_resolver
+
+log = logging.getLogger(__name__)
+IDLE_SECONDS = 0.5  # the longest the loop sleeps when nothing wakes it
+_wake = threading.Event()  # set when this process created deliveries (``nudge``)
+
+
+def nudge() -> None:
+    """Tell this process's forwarder new deliveries exist (it also looks every ``IDLE_SECONDS``)."""
+    _wake.set()
+
+
+def retry_after(value: str | None, now: float) -> float | None:
+    """A ``Retry-After``'s seconds: a number, or an HTTP date; None when absent or unreadable."""
+    if not value:
+        return None
+    value = value.strip()
+    if value.isdigit():
+        return float(value)
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, when.timestamp() - now) if when.tzinfo else None
+
+
+class Lane:
+    """One destination's sending threads and client."""
+
+    def __init__(self, destination: Destination, done: Callable[[Result], None], resolver: Resolver) -> None:
+        self.destination, self.done = destination, done
+        self.sender = client.Sender(
+            destination.url,
+            timeout=destination.timeout_seconds,
+            allow_private=destination.allow_private,
+            resolver=resolver,
+        )
+        self.pool = ThreadPoolExecutor(destination.max_in_flight, thread_name_prefix=f"forward-{destination.name}")
+        self.busy = 0  # leases handed to the pool and not yet settled
+        self.keys = destination.keys
+
+    @property
+    def free(self) -> int:
+        return self.destination.max_in_flight - self.busy
+
+    def send(self, lease: Lease) -> None:
+        self.busy += 1
+        self.pool.submit(self._send, lease)
+
+    def _send(self, lease: Lease) -> None:
+        started_at, clock = datetime.now(UTC), time.monotonic()
+        timestamp = int(time.time())
+        headers = signing.headers(self.keys, lease.message, timestamp, lease.body)
+        try:
+            answer = self.sender.post(lease.body, headers)
+        except client.SendError as exc:
+            result = Result(lease, started_at, time.monotonic() - clock, None, f"{exc.reason}: {exc}")
+        except Exception as exc:  # a bug must not lose the lease's result: settled as an error
+            log.exception("forward: sending to %s failed", self.destination.name)
+            result = Result(lease, started_at, time.monotonic() - clock, None, f"{exc.__class__.__name__}")
+        else:
+            wait = retry_after(answer.headers.get("retry-after"), time.time())
+            text = answer.body.decode("utf-8", "replace")
+            result = Result(lease, started_at, answer.seconds, answer.status, None, wait, text)
+        self.done(result)
+
+    def close(self, wait: bool) -> None:
+        self.pool.shutdown(wait=wait, cancel_futures=False)
+        self.sender.close()
+
+
+class Forwarder:
+    """Leases, sends and settles deliveries for every configured destination."""
+
+    def __init__(
+        self,
+        sessions: sessionmaker[Session],
+        destinations: Mapping[str, Destination],
+        *,
+        resolver: Resolver = system_resolver,
+    ) -> None:
+        self.sessions = sessions
+        self.results: queue.SimpleQueue[Result] = queue.SimpleQueue()
+        self.lanes = {name: Lane(d, self._done, resolver) for name, d in destinations.items()}
+        self.stopped = threading.Event()
+        self.thread: threading.Thread | None = None
+        self._unsettled: dict[str, list[Result]] = {}
+
+    def _done(self, result: Result) -> None:
+        self.results.put(result)
+        _wake.set()
+
+    def start(self) -> Forwarder:
+        self.thread = threading.Thread(target=self.run, name="webhooks-forwarder", daemon=True)
+        self.thread.start()
+        return self
+
+    def run(self) -> None:
+        while not self.stopped.is_set():
+            try:
+                busy = self.step()
+            except SQLAlchemyError as exc:
+                log.warning("forwarder: database unavailable (%s); retrying", exc.__class__.__name__)
+                busy = False
+                self.stopped.wait(1)
+            except Exception:  # the loop must never die; the next turn retries
+                log.exception("forwarder: turn failed")
+                busy = False
+                self.stopped.wait(1)
+            if not busy:
+                _wake.wait(IDLE_SECONDS)
+            _wake.clear()
+
+    def step(self) -> bool:
+        """One turn: settle what came back, lease what each lane has room for; whether it did
+        anything (a busy loop turns again at once)."""
+        worked = self.settle()
+        now = datetime.now(UTC)
+        for lane in self.lanes.values():
+            if lane.free <= 0:
+                continue
+            for lease in deliveries.lease(self.sessions, lane.destination, lane.free, now):
+                lane.send(lease)
+                worked = True
+        return worked
+
+    def settle(self) -> bool:
+        while True:
+            try:
+                result = self.results.get_nowait()
+            except queue.Empty:
+                break
+            self._unsettled.setdefault(result.lease.destination, []).append(result)
+        worked = False
+        for name, results in list(self._unsettled.items()):
+            lane = self.lanes[name]
+            outcomes = deliveries.settle(self.sessions, lane.destination, results, datetime.now(UTC))
+            del self._unsettled[name]
+            lane.busy -= len(results)
+            for result, outcome in zip(results, outcomes, strict=True):
+                if outcome is not None:
+                    metrics.forwarded(name, outcome, result.seconds)
+            worked = True
+        return worked
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Stop leasing, let requests in flight finish (up to ``timeout``), settle them."""
+        self.stopped.set()
+        _wake.set()
+        if self.thread is not None:
+            self.thread.join(timeout)
+        deadline = time.monotonic() + timeout
+        while any(lane.busy for lane in self.lanes.values()) and time.monotonic() < deadline:
+            try:
+                self.settle()
+            except SQLAlchemyError:
+                break  # their leases expire: sent again by the next forwarder
+            time.sleep(0.02)
+        for lane in self.lanes.values():
+            lane.close(wait=False)
+
+
+def drain(forwarder: Forwarder, timeout: float = 10.0) -> None:
+    """Turn ``forwarder``'s loop in this thread until nothing is due or in flight (tests, ``--burst``)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not forwarder.step() and not any(lane.busy for lane in forwarder.lanes.values()):
+            return
+        _wake.wait(0.05)
+        _wake.clear()
+
+
+__all__ = ["Forwarder", "Outcome", "drain", "nudge", "retry_after"]

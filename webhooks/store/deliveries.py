@@ -1,0 +1,396 @@
+"""Forwarded deliveries' life: created with the event's processing, leased, settled (both databases).
+
+::
+
+    (new) ──create──▶ pending ──settle──▶ delivered | failed (attempts spent)
+    pending ──supersede──▶ superseded   (ordered: the destination has a newer version of the object)
+    any ──replay──▶ pending             (operator; forced: sent even if not newer)
+
+``create`` runs in the transaction that marks the event, so a delivery exists exactly when its
+event was processed, once per (event, destination): the primary key ignores a second insert.
+``lease`` takes due deliveries for one destination under its ``destinations`` row's lock (so
+several workers never exceed ``max_in_flight`` or the rate budget), in flight until
+``leased_until``: a worker killed mid-request leaves a lease that expires, and the delivery is
+sent again with the same ``webhook-id``. ``settle`` applies what came back, under the lease's
+token, with the destination's circuit, throttle and pause.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import and_, exists, func, or_, select, update
+from sqlalchemy.orm import Session, aliased, sessionmaker
+
+from webhooks.engines import upsert
+from webhooks.forward.destinations import MAX_PROBE_SECONDS, Destination
+from webhooks.forward.signing import Message, message_id
+from webhooks.models import Delivery, DeliveryAttempt, DestinationState, Event, ForwardedObject
+from webhooks.storable import storable_text
+from webhooks.timestamps import aware
+from webhooks.vocabulary import DeliveryStatus, Outcome
+
+LEASE_MARGIN = 30.0  # seconds past twice the timeout before a lease counts as lost
+MAX_THROTTLE_SECONDS = 3600.0  # a Retry-After is obeyed up to an hour
+EXCERPT = 1000  # characters of an answer's body kept with its attempt
+PENDING = DeliveryStatus.PENDING
+
+
+@dataclass(frozen=True)
+class Lease:
+    """One delivery in flight: what to send and the token its outcome is settled under."""
+
+    endpoint: str
+    event_id: str
+    destination: str
+    token: int
+    attempts: int
+    forced: bool
+    message: Message
+    body: bytes
+
+
+@dataclass(frozen=True)
+class Result:
+    """What one send came to (``status`` None: no answer; ``error`` says why)."""
+
+    lease: Lease
+    started_at: datetime
+    seconds: float
+    status: int | None
+    error: str | None = None
+    retry_after: float | None = None  # 429/503: seconds the destination asked for
+    response: str | None = None
+
+
+def create(session: Session, event: Any, destinations: Sequence[str], now: datetime) -> None:
+    """One pending delivery per destination for the event being marked (insert-or-ignore).
+    ``event``: a ``webhooks.handlers.HandlerEvent`` (its endpoint, id, type, object and version)."""
+    rows = [
+        {
+            "endpoint": event.endpoint,
+            "event_id": event.event_id,
+            "destination": name,
+            "message_id": message_id(event.endpoint, event.event_id, name),
+            "status": PENDING,
+            "event_type": event.type,
+            "object_type": event.object_type,
+            "object_id": event.object_id,
+            "object_version": event.version,
+            "forced": False,
+            "attempts": 0,
+            "lease": 0,
+            "next_attempt_at": now,
+            "created_at": now,
+            "status_at": now,
+        }
+        for name in destinations
+    ]
+    if rows:
+        session.execute(upsert(session, Delivery).values(rows).on_conflict_do_nothing())
+
+
+def _state(session: Session, name: str) -> DestinationState:
+    """The destination's row, locked for this transaction (created on first use)."""
+    session.execute(
+        upsert(session, DestinationState).values(name=name, paused=False, failures=0).on_conflict_do_nothing()
+    )
+    return session.scalars(
+        select(DestinationState).where(DestinationState.name == name).with_for_update(),
+        execution_options={"populate_existing": True},
+    ).one()
+
+
+def _due(destination: Destination, now: datetime) -> Any:
+    conditions = [
+        Delivery.destination == destination.name,
+        Delivery.status == PENDING,
+        Delivery.next_attempt_at <= now,
+        or_(Delivery.leased_until.is_(None), Delivery.leased_until <= now),
+    ]
+    if destination.ordered:  # the head of its object's line, and nothing of that object in flight
+        other = aliased(Delivery)
+        same = and_(
+            other.destination == Delivery.destination,
+            other.status == PENDING,
+            other.endpoint == Delivery.endpoint,
+            other.object_type == Delivery.object_type,
+            other.object_id == Delivery.object_id,
+            or_(other.endpoint != Delivery.endpoint, other.event_id != Delivery.event_id),
+        )
+        mine, theirs = func.coalesce(Delivery.object_version, -1), func.coalesce(other.object_version, -1)
+        before = or_(
+            theirs < mine,
+            and_(
+                theirs == mine,
+                or_(
+                    other.created_at < Delivery.created_at,
+                    and_(other.created_at == Delivery.created_at, other.event_id < Delivery.event_id),
+                ),
+            ),
+        )
+        conditions.append(
+            or_(Delivery.object_id.is_(None), ~exists().where(same, or_(before, other.leased_until > now)))
+        )
+    return (
+        select(Delivery, Event.payload, Event.headers, Event.body_digest)
+        .join(Event, and_(Event.endpoint == Delivery.endpoint, Event.event_id == Delivery.event_id))
+        .where(*conditions)
+        .order_by(Delivery.next_attempt_at, Delivery.created_at)
+    )
+
+
+def _capacity(state: DestinationState, destination: Destination, in_flight: int, free: int, now: datetime) -> int:
+    if state.paused or (state.throttled_until is not None and aware(state.throttled_until) > now):
+        return 0
+    if state.opened_at is not None:  # the circuit is open: one probe when due, nothing else
+        due = state.probe_at is None or aware(state.probe_at) <= now
+        return 1 if due and not in_flight and free else 0
+    room = min(free, destination.max_in_flight - in_flight)
+    if destination.rate_limit is not None:
+        rate = destination.rate_limit
+        tokens = rate if state.tokens is None or state.tokens_at is None else state.tokens
+        if state.tokens_at is not None:
+            tokens = min(rate, tokens + rate * max(0.0, (now - aware(state.tokens_at)).total_seconds()))
+        state.tokens, state.tokens_at = tokens, now
+        room = min(room, math.floor(tokens))
+    return max(0, room)
+
+
+def _content_type(headers: dict[str, str] | None, body_digest: str | None) -> str:
+    if body_digest is None:  # the signed body as received: its own type
+        for name, value in (headers or {}).items():
+            if name.lower() == "content-type":
+                return value
+    return "application/json"  # one event of a batch: its item as JSON
+
+
+def lease(sessions: sessionmaker[Session], destination: Destination, free: int, now: datetime) -> list[Lease]:
+    """Take up to ``free`` due deliveries of ``destination`` for sending; ordered destinations'
+    deliveries that are not newer than what the destination has are superseded here."""
+    leased: list[Lease] = []
+    with sessions.begin() as session:
+        state = _state(session, destination.name)
+        in_flight = session.scalar(
+            select(func.count()).where(
+                Delivery.destination == destination.name, Delivery.status == PENDING, Delivery.leased_until > now
+            )
+        )
+        room = _capacity(state, destination, int(in_flight or 0), free, now)
+        if not room:
+            return []
+        until = now + timedelta(seconds=2 * destination.timeout_seconds + LEASE_MARGIN)
+        for _ in range(5):  # superseded rows free the head of their object's line: look again
+            rows = session.execute(_due(destination, now).limit(room - len(leased))).all()
+            superseded = False
+            for delivery, payload, headers, body_digest in rows:
+                if destination.ordered and _not_newer(session, delivery):
+                    _supersede(session, delivery, now)
+                    superseded = True
+                    continue
+                delivery.lease += 1
+                delivery.leased_until = until
+                leased.append(_leased(delivery, payload, headers, body_digest))
+            if not superseded or len(leased) >= room:
+                break
+            session.flush()
+        if destination.rate_limit is not None and state.tokens is not None:
+            state.tokens -= len(leased)
+    return leased
+
+
+def _leased(delivery: Delivery, payload: bytes, headers: dict[str, str] | None, body_digest: str | None) -> Lease:
+    message = Message(
+        delivery.message_id,
+        delivery.endpoint,
+        delivery.event_id,
+        delivery.event_type,
+        delivery.object_type,
+        delivery.object_id,
+        delivery.object_version,
+        _content_type(headers, body_digest),
+    )
+    return Lease(
+        delivery.endpoint,
+        delivery.event_id,
+        delivery.destination,
+        delivery.lease,
+        delivery.attempts,
+        delivery.forced,
+        message,
+        bytes(payload),
+    )
+
+
+def _object_key(delivery: Delivery) -> tuple[str, str, str, str]:
+    return (delivery.destination, delivery.endpoint, delivery.object_type or "", delivery.object_id or "")
+
+
+def _not_newer(session: Session, delivery: Delivery) -> bool:
+    if delivery.forced or delivery.object_id is None or delivery.object_version is None:
+        return False
+    sent = session.get(ForwardedObject, _object_key(delivery))
+    return sent is not None and sent.version >= delivery.object_version
+
+
+def _supersede(session: Session, delivery: Delivery, now: datetime) -> None:
+    delivery.status, delivery.status_at, delivery.leased_until = DeliveryStatus.SUPERSEDED, now, None
+    session.add(
+        DeliveryAttempt(
+            endpoint=delivery.endpoint,
+            event_id=delivery.event_id,
+            destination=delivery.destination,
+            number=delivery.attempts,
+            started_at=now,
+            seconds=0.0,
+            outcome=Outcome.SUPERSEDED,
+            error="not sent: the destination has already received a newer version of the object",
+        )
+    )
+
+
+def _outcome(result: Result, state: DestinationState) -> Outcome:
+    if result.status is not None and 200 <= result.status < 300:
+        return Outcome.DELIVERED
+    if result.status in (429, 503) and result.retry_after is not None:
+        return Outcome.THROTTLED
+    if result.status == 410:
+        return Outcome.GONE
+    return Outcome.PROBE_FAILED if state.opened_at is not None else Outcome.ERROR
+
+
+def settle(
+    sessions: sessionmaker[Session], destination: Destination, results: Iterable[Result], now: datetime
+) -> list[Outcome | None]:
+    """Apply each result under its lease's token, in one transaction; the outcome of each (None:
+    its lease was taken back, by a replay, and the result changed nothing)."""
+    outcomes: list[Outcome | None] = []
+    with sessions.begin() as session:
+        state = _state(session, destination.name)
+        for result in results:
+            key = (result.lease.endpoint, result.lease.event_id, result.lease.destination)
+            delivery = session.get(Delivery, key, with_for_update=True, populate_existing=True)
+            if delivery is None or delivery.lease != result.lease.token or delivery.status != PENDING:
+                outcomes.append(None)
+                continue
+            outcome = _outcome(result, state)
+            _apply(session, destination, state, delivery, result, outcome, now)
+            outcomes.append(outcome)
+    return outcomes
+
+
+def _error(result: Result) -> str | None:
+    if result.error is not None:
+        return storable_text(result.error)[:2000]
+    if result.status is not None and not 200 <= result.status < 300:
+        return f"HTTP {result.status}"
+    return None
+
+
+def _apply(
+    session: Session,
+    destination: Destination,
+    state: DestinationState,
+    delivery: Delivery,
+    result: Result,
+    outcome: Outcome,
+    now: datetime,
+) -> None:
+    delivery.leased_until = None
+    delivery.last_status_code, delivery.last_error = result.status, _error(result)
+    if outcome is Outcome.DELIVERED:
+        delivery.attempts += 1
+        delivery.status, delivery.status_at, delivery.delivered_at = DeliveryStatus.DELIVERED, now, now
+        state.failures, state.opened_at, state.probe_at, state.probe_seconds = 0, None, None, None
+        state.last_success_at = now
+        if destination.ordered and delivery.object_id is not None and delivery.object_version is not None:
+            _forwarded(session, delivery)
+    elif outcome is Outcome.THROTTLED:
+        wait = min(MAX_THROTTLE_SECONDS, max(0.0, result.retry_after or 0.0))
+        state.throttled_until = now + timedelta(seconds=wait)
+    elif outcome is Outcome.GONE:
+        state.paused, state.paused_reason = True, "the destination answered 410 Gone: resume it once it is back"
+    elif outcome is Outcome.PROBE_FAILED:
+        state.probe_seconds = min(MAX_PROBE_SECONDS, 2 * (state.probe_seconds or destination.probe_seconds))
+        state.probe_at = now + timedelta(seconds=state.probe_seconds)
+    else:
+        delivery.attempts += 1
+        if delivery.attempts >= destination.max_attempts:
+            delivery.status, delivery.status_at = DeliveryStatus.FAILED, now
+        else:
+            wait = destination.retry_schedule[delivery.attempts - 1]
+            delivery.next_attempt_at = now + timedelta(seconds=wait)
+        state.failures += 1
+        if state.failures >= destination.circuit_failures:
+            state.opened_at, state.probe_seconds = now, destination.probe_seconds
+            state.probe_at = now + timedelta(seconds=destination.probe_seconds)
+    if outcome is not Outcome.DELIVERED:
+        state.last_error = f"{now.isoformat(timespec='seconds')} {delivery.event_id}: {delivery.last_error}"[:2000]
+    session.add(
+        DeliveryAttempt(
+            endpoint=delivery.endpoint,
+            event_id=delivery.event_id,
+            destination=delivery.destination,
+            number=delivery.attempts,
+            started_at=result.started_at,
+            seconds=result.seconds,
+            outcome=outcome,
+            status_code=result.status,
+            error=delivery.last_error,
+            response=None if result.response is None else storable_text(result.response)[:EXCERPT],
+        )
+    )
+
+
+def _forwarded(session: Session, delivery: Delivery) -> None:
+    """The object's newest version the destination has: only ever raised."""
+    destination, endpoint, object_type, object_id = _object_key(delivery)
+    insert = upsert(session, ForwardedObject).values(
+        destination=destination,
+        endpoint=endpoint,
+        object_type=object_type,
+        object_id=object_id,
+        version=delivery.object_version,
+    )
+    session.execute(
+        insert.on_conflict_do_update(
+            index_elements=[c.name for c in ForwardedObject.__table__.primary_key],
+            set_={"version": insert.excluded.version},
+            where=ForwardedObject.version < insert.excluded.version,
+        )
+    )
+
+
+# ===== operators ===============================================================================
+def replay(session: Session, keys: Sequence[tuple[str, str]], destination: str, now: datetime) -> list[tuple[str, str]]:
+    """Send these events' deliveries to ``destination`` again (forced: even if superseded);
+    the keys whose delivery was set pending (one in flight is left alone)."""
+    done = []
+    for endpoint, event_id in keys:
+        changed: Any = session.execute(
+            update(Delivery)
+            .where(
+                Delivery.endpoint == endpoint,
+                Delivery.event_id == event_id,
+                Delivery.destination == destination,
+                or_(Delivery.status != PENDING, Delivery.leased_until.is_(None), Delivery.leased_until <= now),
+            )
+            .values(status=PENDING, status_at=now, forced=True, attempts=0, next_attempt_at=now, leased_until=None)
+        )
+        if changed.rowcount:
+            done.append((endpoint, event_id))
+    return done
+
+
+def pause(sessions: sessionmaker[Session], name: str, paused: bool, reason: str | None) -> None:
+    """An operator's pause (``reason``) or resume; a resume also closes the circuit and ends a throttle."""
+    with sessions.begin() as session:
+        state = _state(session, name)
+        state.paused, state.paused_reason = paused, reason if paused else None
+        if not paused:
+            state.failures, state.opened_at, state.probe_at, state.probe_seconds = 0, None, None, None
+            state.throttled_until = None
