@@ -34,7 +34,7 @@ from webhooks.storable import storable_text
 from webhooks.timestamps import aware
 from webhooks.vocabulary import DeliveryStatus, Outcome
 
-LEASE_MARGIN = 30.0  # seconds past twice the timeout before a lease counts as lost
+LEASE_MARGIN = 5.0  # seconds past twice the timeout before a lease counts as lost (the worker died)
 MAX_THROTTLE_SECONDS = 3600.0  # a Retry-After is obeyed up to an hour
 EXCERPT = 1000  # characters of an answer's body kept with its attempt
 PENDING = DeliveryStatus.PENDING
