@@ -1,0 +1,1 @@
+"""An example destination: a team's own service that receives forwarded events."""
