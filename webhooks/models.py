@@ -16,6 +16,7 @@ from sqlalchemy import (
     Boolean,
     CheckConstraint,
     DateTime,
+    Float,
     Index,
     Integer,
     LargeBinary,
@@ -328,7 +329,7 @@ class DeliveryAttempt(Base):
     destination: Mapped[Name]
     number: Mapped[int] = mapped_column(Integer)  # the delivery's attempts after this one
     started_at: Mapped[Timestamp]
-    seconds: Mapped[float]
+    seconds: Mapped[float] = mapped_column(Float)
     outcome: Mapped[str] = mapped_column(String(16))  # ``Outcome``
     status_code: Mapped[int | None] = mapped_column(Integer)
     error: Mapped[str | None] = mapped_column(Text)
@@ -351,9 +352,9 @@ class DestinationState(Base):
     failures: Mapped[int] = mapped_column(Integer, default=0)  # consecutive
     opened_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))  # the circuit
     probe_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
-    probe_seconds: Mapped[float | None]
+    probe_seconds: Mapped[float | None] = mapped_column(Float)
     throttled_until: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
-    tokens: Mapped[float | None]  # the rate limit's bucket
+    tokens: Mapped[float | None] = mapped_column(Float)  # the rate limit's bucket
     tokens_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     last_success_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     last_error: Mapped[str | None] = mapped_column(Text)

@@ -116,9 +116,7 @@ def _strings(where: str, raw: Mapping[str, Any], name: str) -> list[str]:
     return [v.strip() for v in value]
 
 
-def destination(
-    name: str, raw: Mapping[str, Any], resolve: Any, resolver: guard.Resolver = guard.system_resolver
-) -> Destination:
+def destination(name: str, raw: Mapping[str, Any], resolve: Any, resolver: guard.Resolver | None = None) -> Destination:
     """Validate one ``[destinations.<name>]`` table (its keys checked by ``webhooks.config``: one
     wording for a typo); ``resolve(value, where)`` turns ``env:NAME`` values into theirs."""
     where = f"destination {name!r}"
@@ -127,7 +125,7 @@ def destination(
         raise ConfigError(f"{where}: url is required")
     allow_private = _flag(where, raw, "allow_private")
     try:
-        guard.check_url(url.strip(), allow_private=allow_private, resolver=resolver)
+        guard.check_url(url.strip(), allow_private=allow_private, resolver=resolver or guard.system_resolver)
     except guard.Refused as exc:
         raise ConfigError(f"{where}: {exc}") from None
     schedule = raw.get("retry_schedule", list(DEFAULT_SCHEDULE))
