@@ -7,7 +7,9 @@ a purged event is a duplicate, never a new event. Tombstones are kept far longer
 expire; a window shorter than the longest retry horizon among the provider kinds in use is still
 refused unless ``--force``. Failed events are kept twice as long by default
 (``--failed-older-than``), for replay. Unfinished rows (received, queued, processing) are never
-purged. A multi-event delivery's body (``bodies``) goes with the last of its events.
+purged, nor is an event still being forwarded (a ``pending`` delivery reads its body); its
+deliveries and their attempts go with it. A multi-event delivery's body (``bodies``) goes with the
+last of its events.
 """
 
 from __future__ import annotations
@@ -23,10 +25,10 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from webhooks.engines import upsert
 from webhooks.errors import ConfigError, WebhooksError
-from webhooks.models import Body, Duplicate, Event, Tombstone
+from webhooks.models import Body, Delivery, DeliveryAttempt, Duplicate, Event, Tombstone
 from webhooks.providers import PROVIDERS
 from webhooks.providers.base import Provider, duration_seconds
-from webhooks.vocabulary import Status
+from webhooks.vocabulary import DeliveryStatus, Status
 
 # Each kind's retry horizon is its provider class's ``retry_horizon``; a kind no longer
 # registered (still present in ``events``) gets the base class's: the longest, 30 days.
@@ -93,9 +95,15 @@ def purge(
             "lets a late retry in as a new event; use --force to purge anyway"
         )
     moment = now or datetime.now(UTC)
-    condition = (Event.status.in_(FINISHED) & (Event.received_at < moment - plan.older_than)) | (
-        (Event.status == Status.FAILED) & (Event.received_at < moment - plan.failed_older_than)
+    forwarding = select(Delivery.event_id).where(
+        Delivery.endpoint == Event.endpoint,
+        Delivery.event_id == Event.event_id,
+        Delivery.status == DeliveryStatus.PENDING,
     )
+    condition = (
+        (Event.status.in_(FINISHED) & (Event.received_at < moment - plan.older_than))
+        | ((Event.status == Status.FAILED) & (Event.received_at < moment - plan.failed_older_than))
+    ) & ~forwarding.exists()
     with sessions() as session:
         count = session.scalar(select(func.count()).select_from(Event).where(condition)) or 0
     if total is not None:
@@ -129,7 +137,8 @@ def _bury(session: Session, found: Sequence[Any], moment: datetime) -> None:
     )
     keys = [(endpoint, event_id) for endpoint, event_id, _, _ in found]
     session.execute(delete(Event).where(tuple_(Event.endpoint, Event.event_id).in_(keys)))
-    session.execute(delete(Duplicate).where(tuple_(Duplicate.endpoint, Duplicate.event_id).in_(keys)))
+    for table in (Duplicate, Delivery, DeliveryAttempt):
+        session.execute(delete(table).where(tuple_(table.endpoint, table.event_id).in_(keys)))
     digests = {(endpoint, digest) for endpoint, _, _, digest in found if digest is not None}
     if digests:
         still = select(Event.event_id).where(Event.endpoint == Body.endpoint, Event.body_digest == Body.digest)

@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+import sqlalchemy as sa
 from flask import Flask
 
 from tests.conftest import base_config, drain, make_app, rows, runtime, stripe_event, stripe_headers
@@ -92,3 +93,31 @@ def test_a_500_is_retried_with_the_same_id(request: pytest.FixtureRequest, servi
     assert json.loads(json.dumps([tuple(r) for r in rows(app, "SELECT status, attempts FROM deliveries")])) == [
         ["delivered", 2]
     ]
+
+
+def test_purge_keeps_an_event_still_being_forwarded(
+    request: pytest.FixtureRequest, service: destination.Destination
+) -> None:
+    from datetime import UTC, datetime, timedelta
+
+    from webhooks.purge import Plan, purge
+
+    app = forwarding_app(request, "sqlite", {"orders": destination.config(service)}, forward=["orders"])
+    for event_id in ("evt_sent", "evt_pending"):
+        body = stripe_event(event_id)
+        app.test_client().post("/webhooks/stripe", data=body, headers=stripe_headers(body))
+    drain(app)
+    rt = runtime(app)
+    with rt.engine.begin() as conn:  # only evt_sent is sent: evt_pending's delivery waits an hour
+        hour = datetime.now(UTC) + timedelta(hours=1)
+        conn.execute(sa.text("UPDATE deliveries SET next_attempt_at = :t WHERE event_id = 'evt_pending'"), {"t": hour})
+    forward(app)
+    with rt.engine.begin() as conn:
+        conn.exec_driver_sql("UPDATE events SET received_at = '2000-01-01 00:00:00'")
+    later = datetime.now(UTC) + timedelta(days=1)
+    assert (
+        purge(rt.sessions, Plan(timedelta(days=30), timedelta(days=60)), kinds={"stripe"}, force=True, now=later) == 1
+    )
+    assert [r[0] for r in rows(app, "SELECT event_id FROM events")] == ["evt_pending"]
+    assert [r[0] for r in rows(app, "SELECT event_id FROM deliveries")] == ["evt_pending"]
+    assert [r[0] for r in rows(app, "SELECT event_id FROM delivery_attempts")] == []
