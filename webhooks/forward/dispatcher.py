@@ -193,14 +193,19 @@ class Forwarder:
             lane.close(wait=False)
 
 
-def drain(forwarder: Forwarder, timeout: float = 10.0) -> None:
-    """Turn ``forwarder``'s loop in this thread until nothing is due or in flight (tests, ``--burst``)."""
+def drain(forwarder: Forwarder, timeout: float = 10.0) -> bool:
+    """Turn ``forwarder``'s loop in this thread until nothing is in flight and nothing is due
+    (waiting out a rate limit or a throttle; not a retry's backoff, nor a paused destination's
+    deliveries), or ``timeout`` passed; whether it got there (tests, ``webhooks worker --burst``)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if not forwarder.step() and not any(lane.busy for lane in forwarder.lanes.values()):
-            return
+        worked = forwarder.step()
+        if not worked and not any(lane.busy for lane in forwarder.lanes.values()):
+            if not deliveries.due(forwarder.sessions, forwarder.lanes, datetime.now(UTC)):
+                return True
         _wake.wait(0.05)
         _wake.clear()
+    return False
 
 
 __all__ = ["Forwarder", "Outcome", "drain", "nudge", "retry_after"]

@@ -153,9 +153,10 @@ def _capacity(state: DestinationState, destination: Destination, in_flight: int,
     room = min(free, destination.max_in_flight - in_flight)
     if destination.rate_limit is not None:
         rate = destination.rate_limit
-        tokens = rate if state.tokens is None or state.tokens_at is None else state.tokens
+        burst = max(1.0, rate)  # a second's worth, and at least one request (rate_limit = 0.5: one per 2 s)
+        tokens = burst if state.tokens is None or state.tokens_at is None else state.tokens
         if state.tokens_at is not None:
-            tokens = min(rate, tokens + rate * max(0.0, (now - aware(state.tokens_at)).total_seconds()))
+            tokens = min(burst, tokens + rate * max(0.0, (now - aware(state.tokens_at)).total_seconds()))
         state.tokens, state.tokens_at = tokens, now
         room = min(room, math.floor(tokens))
     return max(0, room)
@@ -363,6 +364,19 @@ def _forwarded(session: Session, delivery: Delivery) -> None:
             where=ForwardedObject.version < insert.excluded.version,
         )
     )
+
+
+def due(sessions: sessionmaker[Session], names: Iterable[str], now: datetime) -> int:
+    """How many deliveries to these destinations are due now (those of a paused one are not)."""
+    paused = select(DestinationState.name).where(DestinationState.paused)
+    with sessions() as session:
+        query = select(func.count()).where(
+            Delivery.destination.in_(list(names)),
+            Delivery.destination.not_in(paused),
+            Delivery.status == PENDING,
+            Delivery.next_attempt_at <= now,
+        )
+        return int(session.scalar(query) or 0)
 
 
 # ===== operators ===============================================================================
