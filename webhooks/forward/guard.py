@@ -89,9 +89,10 @@ def _special(ip: Address) -> bool:
 def refusal(address: str, *, allow_private: bool) -> Refused | None:
     """Why the guard refuses ``address`` (an IP address string), or None when it may be reached.
     Raises ValueError when ``address`` is not an IP address."""
-    judged = _judged(ipaddress.ip_address(address))
+    judged = _judged(ipaddress.ip_address(address.partition("%")[0]))  # a zone (fe80::1%eth0) does not matter
     if any(ip in METADATA for ip in judged):
-        return Refused("metadata_address", f"{address} is a cloud metadata address: never forwarded to")
+        message = f"{address} is a cloud metadata address: never forwarded to, whatever allow_private says"
+        return Refused("metadata_address", message)
     if not allow_private and any(_special(ip) for ip in judged):
         return Refused("private_address", f"{address} is not a public address: {_ALLOW_HINT}")
     return None
