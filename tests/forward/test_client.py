@@ -4,13 +4,21 @@ connect time, and many threads on one sender."""
 
 from __future__ import annotations
 
+import ssl
 import threading
 import time
 from collections.abc import Callable, Iterator
+from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
+import certifi
 import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
 
 from tests.conftest import free_port, wait_until
 from webhooks.forward.client import RESPONSE_LIMIT, Sender, SendError
@@ -83,8 +91,10 @@ def ok(handler: Handler, index: int) -> None:
 def serve() -> Iterator[Callable[..., Server]]:
     servers: list[Server] = []
 
-    def start(reply: Reply = ok, idle: float | None = None) -> Server:
+    def start(reply: Reply = ok, idle: float | None = None, tls: ssl.SSLContext | None = None) -> Server:
         server = Server(reply, idle)
+        if tls is not None:
+            server.socket = tls.wrap_socket(server.socket, server_side=True)
         threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
         servers.append(server)
         return server
@@ -283,3 +293,59 @@ def test_twenty_threads_post_concurrently_on_one_sender(serve: Any, sender: Any)
         b"%d-%d" % (n, i) for n in range(20) for i in range(5)
     )
     assert server.connections <= 20  # one per thread, each reused
+
+
+@pytest.fixture
+def tls(tmp_path: Path) -> tuple[ssl.SSLContext, Path]:
+    """A server context for ``hooks.test`` (self-signed) and the certificate's file, to trust it."""
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "hooks.test")])
+    now = datetime.now(UTC)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - timedelta(hours=1))
+        .not_valid_after(now + timedelta(days=1))
+        .add_extension(x509.SubjectAlternativeName([x509.DNSName("hooks.test")]), critical=False)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(key, hashes.SHA256())
+    )
+    cert_file, key_file = tmp_path / "cert.pem", tmp_path / "key.pem"
+    cert_file.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_file.write_bytes(
+        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    )
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(cert_file, key_file)
+    return context, cert_file
+
+
+def to_loopback(host: str, port: int) -> list[str]:
+    return ["127.0.0.1"]
+
+
+def test_https_verifies_the_url_host_on_the_vetted_address(serve: Any, sender: Any, tls: Any, monkeypatch: Any) -> None:
+    context, cert_file = tls
+    monkeypatch.setattr(certifi, "where", lambda: str(cert_file))  # the client's trust roots: this one certificate
+    server = serve(tls=context)
+    client = sender(f"https://hooks.test:{server.server_address[1]}/in", resolver=to_loopback)
+    assert [client.post(b"%d" % i, {}).body for i in range(3)] == [b"hello"] * 3
+    assert server.connections == 1 and server.requests[0][1]["Host"] == f"hooks.test:{server.server_address[1]}"
+
+
+def test_https_to_an_untrusted_or_misnamed_certificate_is_a_tls_error(
+    serve: Any, sender: Any, tls: Any, monkeypatch: Any
+) -> None:
+    context, cert_file = tls
+    server = serve(tls=context)
+    with pytest.raises(SendError) as caught:  # the trust roots do not hold the self-signed certificate
+        sender(f"https://hooks.test:{server.server_address[1]}/", resolver=to_loopback).post(b"{}", {})
+    assert caught.value.reason == "tls"
+    monkeypatch.setattr(certifi, "where", lambda: str(cert_file))
+    with pytest.raises(SendError) as caught:  # trusted, but for another name
+        sender(f"https://other.test:{server.server_address[1]}/", resolver=to_loopback).post(b"{}", {})
+    assert caught.value.reason == "tls" and "other.test" in str(caught.value)
+    assert server.requests == []

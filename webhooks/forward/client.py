@@ -23,7 +23,7 @@ import threading
 import time
 import urllib.parse
 import weakref
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -73,15 +73,15 @@ class _DeadlineTLS(_Deadline, ssl.SSLSocket):
 
 
 class _Connection(http.client.HTTPConnection):
-    """http.client's request writing and answer parsing over a socket the sender opened."""
+    """http.client's request writing and answer parsing over a socket ``opener`` opened (never its own)."""
 
-    def __init__(self, sender: Sender) -> None:
-        super().__init__(sender.host, sender.port, timeout=sender.timeout)
-        self._sender = sender
+    def __init__(self, host: str, port: int, timeout: float, opener: Callable[[], _Deadline]) -> None:
+        super().__init__(host, port, timeout=timeout)
+        self._opener = opener
         self.line: _Deadline | None = None
 
     def connect(self) -> None:
-        self.line = self._sender._open()
+        self.line = self._opener()
         self.sock = self.line
 
     def close(self) -> None:
@@ -134,8 +134,7 @@ class Sender:
         except _Stale:
             if fresh:
                 raise SendError("connect", f"{self._origin}: the connection closed before an answer") from None
-            connection.close()
-            connection.connect()
+            connection.connect()  # _exchange closed the stale one
             try:
                 return self._exchange(connection, body, request)
             except _Stale:
@@ -151,7 +150,7 @@ class Sender:
     def _connection(self) -> _Connection:
         connection: _Connection | None = getattr(self._local, "connection", None)
         if connection is None:
-            connection = self._local.connection = _Connection(self)
+            connection = self._local.connection = _Connection(self.host, self.port, self.timeout, self._open)
             with self._lock:
                 self._all.add(connection)
         return connection
