@@ -143,6 +143,18 @@ def test_a_given_user_agent_is_kept_and_any_status_is_an_answer(serve: Any, send
     assert server.requests[0][1]["user-agent"] == "team-bot/2" and server.requests[0][0] == "/"
 
 
+def repeated(handler: Handler, index: int) -> None:
+    handler.send_response(204)
+    handler.send_header("X-Multi", "a")
+    handler.send_header("x-multi", "b")
+    handler.end_headers()
+
+
+def test_a_repeated_header_field_is_one_entry_with_the_values_joined(serve: Any, sender: Any) -> None:
+    response = sender(serve(repeated).url).post(b"", {})
+    assert (response.status, response.body, response.headers["x-multi"]) == (204, b"", "a, b")
+
+
 def test_keep_alive_reuses_one_connection_vetted_once(serve: Any, sender: Any) -> None:
     server = serve()
     lookups: list[str] = []
@@ -237,13 +249,18 @@ def test_a_name_resolving_to_loopback_is_judged_at_connect_time(serve: Any, send
     assert response.status == 200 and server.requests[0][1]["Host"] == f"loopback.test:{server.server_address[1]}"
 
 
-def test_a_keep_alive_connection_closed_while_idle_is_replaced(serve: Any, sender: Any) -> None:
-    server = serve(idle=0.3)
-    client = sender(server.url)
+def test_a_keep_alive_connection_closed_while_idle_is_replaced_and_vetted_again(serve: Any, sender: Any) -> None:
+    server = serve(idle=1.0)  # seconds a connection may idle on the server (and the first request take to arrive)
+    lookups: list[str] = []
+    client = sender(
+        f"http://dest.test:{server.server_address[1]}/",
+        resolver=lambda host, port: lookups.append(host) or ["127.0.0.1"],
+    )
     assert client.post(b"1", {}).status == 200
     wait_until(lambda: server.closed == 1)  # the server dropped the idle connection
     assert client.post(b"2", {}).status == 200
     assert server.connections == 2 and [body for _, _, body in server.requests] == [b"1", b"2"]
+    assert lookups == ["dest.test", "dest.test"]  # each new connection goes through the guard
 
 
 def hang_up(handler: Handler, index: int) -> None:
@@ -256,6 +273,16 @@ def test_a_fresh_connection_closed_without_an_answer_is_not_retried(serve: Any, 
         sender(server.url).post(b"{}", {})
     assert caught.value.reason == "connect"
     assert server.connections == 1 and len(server.requests) == 1
+
+
+def test_a_reused_connection_lost_before_the_answer_is_retried_once(serve: Any, sender: Any) -> None:
+    server = serve(lambda handler, index: ok(handler, index) if index == 0 else hang_up(handler, index))
+    client = sender(server.url)
+    assert client.post(b"1", {}).status == 200
+    with pytest.raises(SendError) as caught:  # hung up on the reused connection, then on the fresh one
+        client.post(b"2", {})
+    assert caught.value.reason == "connect"
+    assert server.connections == 2 and [body for _, _, body in server.requests] == [b"1", b"2", b"2"]
 
 
 def test_a_bad_header_value_is_not_repeated_and_the_sender_recovers(serve: Any, sender: Any) -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from webhooks.forward.guard import METADATA, Refused, Resolver, check_url, refusal, vet
+from webhooks.forward.guard import METADATA, Refused, Resolver, check_url, refusal, system_resolver, vet
 
 PRIVATE = [
     "127.0.0.1",  # loopback
@@ -146,6 +146,7 @@ def test_vet_a_name_that_does_not_resolve_is_unresolvable(resolver: Resolver) ->
         "https://s3cret@example.com/hooks",
         "https://example.com/hooks#part",
         "https://example.com:99999/",
+        "https://example.com:0/",
         "https://exa mple.com/",
         "https://example.com/\nhooks",
         "http://[::1/",
@@ -202,3 +203,13 @@ def test_check_url_allows_a_name_that_does_not_resolve_now() -> None:
     check_url("https://hooks.example.com/in", allow_private=False, resolver=resolver)
     check_url("http://hooks.example.com:8080/in", allow_private=False, resolver=resolver)
     assert seen == [("hooks.example.com", 443), ("hooks.example.com", 8080)]
+
+
+@pytest.mark.parametrize("host", ["127.1", "2130706433", "0x7f000001"])
+def test_the_system_resolver_exposes_loopback_spelt_otherwise(host: str) -> None:
+    """Spellings ``ipaddress`` does not read as literals are names the system resolves (numerically,
+    no DNS query): the guard judges what they resolve to."""
+    assert any(address in ("127.0.0.1", "::1") for address in system_resolver(host, 80))
+    with pytest.raises(Refused) as caught:
+        check_url(f"http://{host}/", allow_private=False)
+    assert caught.value.reason == "private_address"

@@ -144,6 +144,8 @@ def check_url(url: str, *, allow_private: bool, resolver: Resolver = system_reso
         raise Refused(
             "bad_url", f"{parts.hostname}: no user:password@ in a destination URL (send credentials in headers)"
         )
+    if port == 0:
+        raise Refused("bad_url", f"{parts.hostname}: port 0 is no port: name the service's port or none")
     if "#" in url:
         raise Refused("bad_url", f"{parts.hostname}: no #fragment in a destination URL")
     host = parts.hostname
