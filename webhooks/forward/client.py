@@ -88,6 +88,9 @@ class _Connection(http.client.HTTPConnection):
         super().close()
         self.line = None
 
+    def __del__(self) -> None:
+        self.close()  # a thread's connection ends with its thread (its threading.local lets go of it)
+
 
 class Sender:
     """POSTs to ``url``; thread-safe, one keep-alive connection per thread. A URL that is not http(s)
