@@ -121,6 +121,19 @@ def sender() -> Iterator[Callable[..., Sender]]:
         made.close()
 
 
+def to_loopback(host: str, port: int) -> list[str]:
+    """A resolver for made-up names (``dest.test``): the guard's lookup is the only one there is."""
+    return ["127.0.0.1"]
+
+
+def counting(lookups: list[str]) -> Resolver:
+    def resolve(host: str, port: int) -> list[str]:
+        lookups.append(host)
+        return to_loopback(host, port)
+
+    return resolve
+
+
 def test_post_returns_the_answer_and_the_server_sees_the_request(serve: Any, sender: Any) -> None:
     server = serve()
     response = sender(server.url + "/in?team=a").post(
@@ -160,7 +173,7 @@ def test_keep_alive_reuses_one_connection_vetted_once(serve: Any, sender: Any) -
     lookups: list[str] = []
     client = sender(
         f"http://dest.test:{server.server_address[1]}/",
-        resolver=lambda host, port: lookups.append(host) or ["127.0.0.1"],
+        resolver=counting(lookups),
     )
     assert [client.post(b"%d" % i, {}).status for i in range(10)] == [200] * 10
     assert [body for _, _, body in server.requests] == [b"%d" % i for i in range(10)]
@@ -243,9 +256,9 @@ def test_a_name_resolving_to_loopback_is_judged_at_connect_time(serve: Any, send
     server = serve()
     url = f"http://loopback.test:{server.server_address[1]}/"
     with pytest.raises(SendError) as caught:
-        sender(url, allow_private=False, resolver=lambda host, port: ["127.0.0.1"]).post(b"{}", {})
+        sender(url, allow_private=False, resolver=to_loopback).post(b"{}", {})
     assert caught.value.reason == "refused" and server.connections == 0
-    response = sender(url, allow_private=True, resolver=lambda host, port: ["127.0.0.1"]).post(b"{}", {})
+    response = sender(url, allow_private=True, resolver=to_loopback).post(b"{}", {})
     assert response.status == 200 and server.requests[0][1]["Host"] == f"loopback.test:{server.server_address[1]}"
 
 
@@ -254,7 +267,7 @@ def test_a_keep_alive_connection_closed_while_idle_is_replaced_and_vetted_again(
     lookups: list[str] = []
     client = sender(
         f"http://dest.test:{server.server_address[1]}/",
-        resolver=lambda host, port: lookups.append(host) or ["127.0.0.1"],
+        resolver=counting(lookups),
     )
     assert client.post(b"1", {}).status == 200
     wait_until(lambda: server.closed == 1)  # the server dropped the idle connection
@@ -348,10 +361,6 @@ def tls(tmp_path: Path) -> tuple[ssl.SSLContext, Path]:
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.load_cert_chain(cert_file, key_file)
     return context, cert_file
-
-
-def to_loopback(host: str, port: int) -> list[str]:
-    return ["127.0.0.1"]
 
 
 def test_https_verifies_the_url_host_on_the_vetted_address(serve: Any, sender: Any, tls: Any, monkeypatch: Any) -> None:
