@@ -118,7 +118,7 @@ def vet(host: str, port: int, *, allow_private: bool, resolver: Resolver = syste
             raise Refused("unresolvable", f"{host} resolves to {address!r}, not an IP address") from None
         if refused is not None:
             if address != host:
-                refused = Refused(refused.reason, f"{host} resolves to {refused}")
+                refused = Refused(refused.reason, f"{host}: {refused}")
             raise refused
     return addresses
 
