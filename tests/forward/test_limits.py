@@ -29,7 +29,9 @@ def _store(app: object, count: int) -> None:
     drain(app)  # type: ignore[arg-type]
 
 
-def test_max_in_flight_bounds_concurrent_requests(request: pytest.FixtureRequest, service: destination.Destination) -> None:
+def test_max_in_flight_bounds_concurrent_requests(
+    request: pytest.FixtureRequest, service: destination.Destination
+) -> None:
     in_flight, most = 0, 0
     lock = threading.Lock()
     release = threading.Event()
@@ -45,7 +47,9 @@ def test_max_in_flight_bounds_concurrent_requests(request: pytest.FixtureRequest
         return 200, {}, b"ok"
 
     service.answer = answer
-    app = forwarding_app(request, "sqlite", {"orders": destination.config(service, max_in_flight=3)}, forward=["orders"])
+    app = forwarding_app(
+        request, "sqlite", {"orders": destination.config(service, max_in_flight=3)}, forward=["orders"]
+    )
     _store(app, 12)
     rt = runtime(app)
     forwarder = Forwarder(rt.sessions, rt.settings.destinations)

@@ -199,10 +199,9 @@ def drain(forwarder: Forwarder, timeout: float = 10.0) -> bool:
     deliveries), or ``timeout`` passed; whether it got there (tests, ``webhooks worker --burst``)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        worked = forwarder.step()
-        if not worked and not any(lane.busy for lane in forwarder.lanes.values()):
-            if not deliveries.due(forwarder.sessions, forwarder.lanes, datetime.now(UTC)):
-                return True
+        idle = not forwarder.step() and not any(lane.busy for lane in forwarder.lanes.values())
+        if idle and not deliveries.due(forwarder.sessions, forwarder.lanes, datetime.now(UTC)):
+            return True
         _wake.wait(0.05)
         _wake.clear()
     return False
