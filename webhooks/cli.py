@@ -231,6 +231,10 @@ def banner(settings: Settings, listeners: list[str], kept: Any) -> str:
     ]
     lines = [f"webhooks serving on {', '.join(listeners)}", f"  console    {base}/admin/  {login}"]
     lines += [f"  {'endpoints' if i == 0 else '':9}  {line}" for i, line in enumerate(endpoints)]
+    forwards = [f"{name} → {', '.join(names)}" for name, names in settings.forwards.items()]
+    destinations = [f"{d.name}  {d.url}" for d in settings.destinations.values()]
+    lines += [f"  {'forwards' if i == 0 else '':9}  {line}" for i, line in enumerate(forwards)]
+    lines += [f"  {'to' if i == 0 else '':9}  {line}" for i, line in enumerate(destinations)]
     return "\n".join(lines)
 
 

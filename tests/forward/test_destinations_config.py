@@ -107,3 +107,11 @@ forward = ["orders"]
     )
     settings = config.load({"DATABASE_URL": "sqlite://", "WEBHOOKS_CONFIG": str(path)})
     assert settings.destinations["orders"].ordered and settings.forwards["stripe"] == ("orders",)
+
+
+def test_the_serve_banner_names_what_forwards_where() -> None:
+    from webhooks.cli import banner
+
+    text = banner(load({"orders": dest()}), ["http://127.0.0.1:8000"], None)
+    assert "forwards   stripe → orders" in text and "orders  http://127.0.0.1:9/hooks" in text
+    assert SECRET not in text
