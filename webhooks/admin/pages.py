@@ -97,7 +97,8 @@ def _headers(response: Response) -> Response:
 
 @bp.app_template_filter("when")
 def _when(value: Any) -> str:
-    text = queries.iso(value) or ""
+    """A time to the second; a datetime, or the API's ISO text of one."""
+    text = value if isinstance(value, str) else queries.iso(value) or ""
     return text.replace("T", " ")[:19] + ("Z" if text else "")
 
 
