@@ -39,7 +39,7 @@ class Backlog:
     paused_reason: str | None = None
 
 
-def _word(row: DestinationState | None) -> str:
+def _word(row: Any) -> str:
     if row is None:
         return ACTIVE
     if row.paused:
@@ -52,7 +52,12 @@ def backlogs(db: Any, names: Sequence[str], now: datetime) -> list[Backlog]:
     ``Session`` or a ``Connection``."""
     if not names:
         return []
-    states = {r.name: r for r in db.execute(select(DestinationState).where(DestinationState.name.in_(names))).scalars()}
+    state = DestinationState
+    columns = (state.name, state.paused, state.paused_reason, state.opened_at, state.throttled_until)
+    states = {
+        r.name: r
+        for r in db.execute(select(*columns, state.last_success_at, state.last_error).where(state.name.in_(names)))
+    }
     pending = {
         name: (count, oldest)
         for name, count, oldest in db.execute(
