@@ -2,8 +2,8 @@
 and the metrics at scrape time.
 
 Three statements whatever the history's size: the ``destinations`` rows, the pending deliveries
-(the partial index ``ix_deliveries_due`` holds only those) and the failed ones. Delivered rows are
-never read. A destination never sent to has no row yet: it is ``active`` with nothing waiting.
+(through a partial index of pending rows) and the failed ones (a plain count). Delivered rows are
+never read for the pending count. A destination never sent to has no row yet: it is ``active`` with nothing waiting.
 """
 
 from __future__ import annotations
@@ -47,6 +47,25 @@ def _word(row: Any) -> str:
     return OPEN if row.opened_at is not None else ACTIVE
 
 
+def pending_query(names: Sequence[str]) -> Any:
+    """Per destination: its pending deliveries and the oldest one's ``status_at``, read through a
+    partial index of pending rows (``ix_deliveries_due``, or ``ix_deliveries_object``: the planner's pick)."""
+    return (
+        select(Delivery.destination, func.count(), func.min(Delivery.status_at))
+        .where(Delivery.status == DeliveryStatus.PENDING, Delivery.destination.in_(names))
+        .group_by(Delivery.destination)
+    )
+
+
+def failed_query(names: Sequence[str]) -> Any:
+    """Per destination: its failed deliveries (a plain count: failed rows are kept until purged)."""
+    return (
+        select(Delivery.destination, func.count())
+        .where(Delivery.status == DeliveryStatus.FAILED, Delivery.destination.in_(names))
+        .group_by(Delivery.destination)
+    )
+
+
 def backlogs(db: Any, names: Sequence[str], now: datetime) -> list[Backlog]:
     """``names`` (the configured destinations, in that order), each with its counts; ``db``: a
     ``Session`` or a ``Connection``."""
@@ -58,21 +77,8 @@ def backlogs(db: Any, names: Sequence[str], now: datetime) -> list[Backlog]:
         r.name: r
         for r in db.execute(select(*columns, state.last_success_at, state.last_error).where(state.name.in_(names)))
     }
-    pending = {
-        name: (count, oldest)
-        for name, count, oldest in db.execute(
-            select(Delivery.destination, func.count(), func.min(Delivery.status_at))
-            .where(Delivery.status == DeliveryStatus.PENDING, Delivery.destination.in_(names))
-            .group_by(Delivery.destination)
-        )
-    }
-    failed = dict(
-        db.execute(
-            select(Delivery.destination, func.count())
-            .where(Delivery.status == DeliveryStatus.FAILED, Delivery.destination.in_(names))
-            .group_by(Delivery.destination)
-        ).all()
-    )
+    pending = {name: (count, oldest) for name, count, oldest in db.execute(pending_query(names))}
+    failed = dict(db.execute(failed_query(names)).all())
     found = []
     for name in names:
         row = states.get(name)
