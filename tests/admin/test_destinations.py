@@ -29,6 +29,7 @@ from tests.forward.test_forwarding import forward
 from tests.support import destination
 from tests.support.console import csrf_token
 from webhooks.cli import main
+from webhooks.forward import dispatcher
 from webhooks.forward.signing import message_id
 
 H = admin_headers()
@@ -200,9 +201,11 @@ def test_replay_to_a_destination_resends_backfills_and_is_audited(
         sample_handlers.FAIL_TYPES.clear()
     assert sorted(service.ids()) == ["evt_1", "evt_2"] and other.seen == []
 
+    dispatcher._wake.clear()
     one = client.post(
         "/admin/api/events/stripe/evt_1/replay", json={"destination": "orders", "reason": "lost it"}, headers=H
     )
+    assert dispatcher._wake.is_set()  # this process's forwarder is told at once
     assert one.status_code == 202 and one.get_json()["destination"] == "orders"
     assert one.get_json()["status"] == "pending"
     assert rows(app, "SELECT status, attempts, forced FROM deliveries WHERE event_id = 'evt_1'") == [
@@ -228,6 +231,8 @@ def test_replay_to_a_destination_resends_backfills_and_is_audited(
     ]
     forward(app)
     assert sorted(other.ids()) == ["evt_1", "evt_2"] and all(s.verified for s in other.seen)
+    missing = client.post("/admin/api/events/stripe/evt_no/replay", json={"destination": "audit"}, headers=H)
+    assert missing.status_code == 404 and missing.get_json() == {"error": "not_found"}
     refused = client.post(
         "/admin/api/events/stripe/evt_bad/replay", json={"destination": "audit", "reason": "x"}, headers=H
     )
