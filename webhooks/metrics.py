@@ -30,6 +30,8 @@ if TYPE_CHECKING:
     from prometheus_client import Metric
     from sqlalchemy import Engine
 
+    from webhooks.forward.backlog import Backlog
+
 log = logging.getLogger(__name__)
 UNKNOWN = "unknown/*"  # every endpoint name that is not configured (as in rejection_counts)
 MULTIPROC = "PROMETHEUS_MULTIPROC_DIR"
@@ -97,6 +99,8 @@ def process_exited(pid: int) -> None:
 class _Endpoints(Protocol):
     @property
     def endpoints(self) -> Mapping[str, object]: ...
+    @property
+    def destinations(self) -> Mapping[str, object]: ...
 
 
 class _Counted(Protocol):
@@ -135,6 +139,7 @@ class ServiceCollector(Collector):
         from sqlalchemy import func, select
         from sqlalchemy.exc import SQLAlchemyError
 
+        from webhooks.forward.backlog import backlogs
         from webhooks.models import Event
 
         up = GaugeMetricFamily("webhooks_up", "1 when the database or Redis answered this scrape", labels=["service"])
@@ -142,6 +147,7 @@ class ServiceCollector(Collector):
             with self.rt.engine.connect() as conn:
                 failed = conn.execute(select(func.count()).where(Event.status == Status.FAILED)).scalar_one()
                 oldest = conn.execute(select(func.min(Event.received_at)).where(Event.status.in_(PENDING))).scalar()
+                forwarding = backlogs(conn, list(self.rt.settings.destinations), datetime.now(UTC))
             up.add_metric(["database"], 1)
         except SQLAlchemyError as exc:
             log.warning("metrics: database unavailable (%s)", exc.__class__.__name__)
@@ -157,6 +163,7 @@ class ServiceCollector(Collector):
                 "Age of the oldest event not yet processed, ignored or failed (0 when none)",
                 value=age,
             )
+            yield from _forwarding(forwarding)
         try:
             depth = self.rt.queue.queue.count
             up.add_metric(["redis"], 1)
@@ -166,6 +173,36 @@ class ServiceCollector(Collector):
         else:
             yield GaugeMetricFamily("webhooks_queue_depth", "Jobs waiting in the queue (not yet started)", value=depth)
         yield up
+
+
+def _forwarding(found: list[Backlog]) -> Iterator[Metric]:
+    """Per configured destination (``webhooks.forward.backlog``): its backlog and its state."""
+    from webhooks.forward.backlog import PAUSED
+
+    families = {
+        "pending": GaugeMetricFamily(
+            "webhooks_forward_pending", "Deliveries waiting to be sent, by destination", labels=["destination"]
+        ),
+        "age": GaugeMetricFamily(
+            "webhooks_forward_oldest_pending_age_seconds",
+            "Age of the destination's oldest pending delivery (0 when none)",
+            labels=["destination"],
+        ),
+        "open": GaugeMetricFamily(
+            "webhooks_forward_circuit_open", "1 while the destination's circuit is open", labels=["destination"]
+        ),
+        "paused": GaugeMetricFamily(
+            "webhooks_forward_paused",
+            "1 while the destination is paused (an operator, or a 410)",
+            labels=["destination"],
+        ),
+    }
+    for b in found:
+        families["pending"].add_metric([b.name], b.pending)
+        families["age"].add_metric([b.name], b.oldest_pending_seconds or 0.0)
+        families["open"].add_metric([b.name], 0 if b.opened_at is None else 1)
+        families["paused"].add_metric([b.name], 1 if b.state == PAUSED else 0)
+    yield from families.values()
 
 
 def exposition(rt: Service) -> tuple[bytes, str]:

@@ -268,6 +268,7 @@ def test_pages_fit_1440px_and_request_nothing_missing(server: tuple[str, Flask],
         "audit": "/admin/audit",
         "bulk": "/admin/replay?status=failed",
         "rejections": "/admin/rejections",
+        "destinations": "/admin/destinations",
     }
     for name, path in pages.items():
         assert page.goto(base + path).status == 200, path

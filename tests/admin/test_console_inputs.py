@@ -183,6 +183,7 @@ PARAMS = [
     "refresh",
     "done",
     "dry_run",
+    "destination",
 ]
 params = st.dictionaries(st.sampled_from(PARAMS), st.one_of(values, cursors), min_size=1, max_size=4)
 GETS = [
@@ -197,6 +198,8 @@ GETS = [
     "/admin/api/replays",
     "/admin/api/rejections",
     "/admin/api/events/stripe",
+    "/admin/destinations",
+    "/admin/api/destinations",
 ]
 json_values = st.one_of(values, st.integers(-(2**70), 2**70), st.none(), st.booleans(), st.lists(values, max_size=2))
 bodies = st.dictionaries(st.sampled_from(PARAMS), json_values, max_size=5)
@@ -230,10 +233,18 @@ def test_no_parameter_value_makes_any_route_answer_5xx(db_app: Flask) -> None:
         ):
             check(client.get(url, headers=admin_headers()), url)
         raw = json.dumps(body).encode()  # lone surrogates travel as JSON escapes, as a script could send them
-        for url in ("/admin/api/events/replay", "/admin/api/events/stripe/evt_1/replay"):
+        for url in (
+            "/admin/api/events/replay",
+            "/admin/api/events/stripe/evt_1/replay",
+            f"/admin/api/destinations/{surrogate_quote(path)}/pause",
+        ):
             check(client.post(url, data=raw, content_type="application/json", headers=admin_headers()), url)
         encoded = urlencode(form | {"csrf_token": token}, quote_via=quote, safe="", errors="surrogatepass")
-        for url in ("/admin/replay", "/admin/events/stripe/evt_1/replay"):
+        for url in (
+            "/admin/replay",
+            "/admin/events/stripe/evt_1/replay",
+            f"/admin/destinations/{surrogate_quote(path)}/pause",
+        ):
             response = client.post(
                 url, data=encoded, content_type="application/x-www-form-urlencoded", headers=admin_headers()
             )

@@ -18,6 +18,7 @@ from tests.conftest import (
     STRIPE_SECRET,
     admin_headers,
     base_config,
+    drain,
     free_port,
     make_app,
     stripe_event,
@@ -138,3 +139,50 @@ def test_metrics_need_the_admin_password_and_count_503(sqlite_url: str) -> None:
     down.extensions["webhooks"].store = __import__("webhooks.store", fromlist=["open_store"]).open_store(down_engine)
     assert down.test_client().post("/webhooks/stripe", data=body, headers=stripe_headers(body)).status_code == 503
     assert metrics.DELIVERIES.labels("stripe", "unavailable")._value.get() == before + 1
+
+
+def test_forwarding_gauges_per_configured_destination(sqlite_url: str) -> None:
+    from tests.forward.test_forwarding import forward
+    from tests.support import destination
+
+    with destination.running() as service:
+        service.answer = lambda n, seen: (500, {}, b"down")
+        dests = {
+            "orders": destination.config(service, circuit_failures=1, retry_schedule=[0], probe_seconds=3600),
+            "audit": destination.config(service),
+        }
+        config = base_config(sqlite_url, DESTINATIONS=dests)
+        config["ENDPOINTS"]["stripe"]["forward"] = ["orders"]
+        app = make_app(config)
+        client = app.test_client()
+        for event_id in ("evt_f1", "evt_f2"):
+            body = stripe_event(event_id)
+            assert client.post("/webhooks/stripe", data=body, headers=stripe_headers(body)).status_code == 200
+        drain(app)
+
+        def gauges() -> Samples:
+            text = client.get("/metrics", headers=admin_headers()).get_data(as_text=True)
+            return {
+                (s.name, tuple(sorted(s.labels.items()))): s.value
+                for family in text_string_to_metric_families(text)
+                for s in family.samples
+                if s.name.startswith("webhooks_forward_")
+                and "outcome" not in s.labels
+                and "le" not in s.labels
+                and not s.name.startswith("webhooks_forward_request")
+            }
+
+        before = gauges()
+        assert {dict(labels)["destination"] for _, labels in before} == {"orders", "audit"}  # configured names only
+        assert value(before, "webhooks_forward_pending", destination="orders") == 2
+        assert value(before, "webhooks_forward_pending", destination="audit") == 0
+        assert value(before, "webhooks_forward_oldest_pending_age_seconds", destination="orders") >= 0
+        assert value(before, "webhooks_forward_circuit_open", destination="orders") == 0
+        forward(app)  # both answered 500: the circuit opens (one failure is enough here)
+        assert client.post("/admin/api/destinations/audit/pause", json={}, headers=admin_headers()).status_code == 200
+        after = gauges()
+        assert value(after, "webhooks_forward_circuit_open", destination="orders") == 1
+        assert value(after, "webhooks_forward_pending", destination="orders") == 2  # one attempt left each
+        assert value(after, "webhooks_forward_paused", destination="audit") == 1
+        assert value(after, "webhooks_forward_paused", destination="orders") == 0
+        assert value(after, "webhooks_forward_circuit_open", destination="audit") == 0

@@ -19,6 +19,7 @@ def admin_urls(app: Flask) -> list[tuple[str, str]]:
         "object_id": "pi_1",
         "filename": "console.css",
         "rejection_id": "1",
+        "name": "orders",
     }
     found = []
     for rule in app.url_map.iter_rules():

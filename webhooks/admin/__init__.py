@@ -11,11 +11,12 @@ from flask import Blueprint, Flask
 def blueprints() -> tuple[Blueprint, Blueprint]:
     """The API's and the pages' blueprints with every console module's routes on them; built once
     per process, as the blueprints are module-level and a route may be added to one only once."""
-    from webhooks.admin import api, gaps, pages, quarantine_pages, rejections
+    from webhooks.admin import api, destinations, gaps, pages, quarantine_pages, rejections
 
     rejections.init_app(api.bp)
     quarantine_pages.init_app(pages.bp)
     gaps.init_app(api.bp, pages.bp)
+    destinations.init_app(api.bp, pages.bp)
     return api.bp, pages.bp
 
 

@@ -14,10 +14,11 @@ from werkzeug.wrappers import Response
 
 from webhooks.admin import csrf, errors, queries
 from webhooks.admin.auth import WHO, check_auth, runtime
+from webhooks.admin.destinations import deliveries_of
 from webhooks.admin.queries import FilterError, iso
 from webhooks.admin.replay import PENDING, ReplayError, replay_matching, replay_one
 from webhooks.models import Attempt, Event, Object, Replay
-from webhooks.vocabulary import Status
+from webhooks.vocabulary import DeliveryStatus, Status
 
 bp = Blueprint("admin_api", __name__, url_prefix="/admin/api")
 bp.before_request(check_auth)
@@ -180,6 +181,7 @@ def show_event(provider: str, event_id: str) -> Any:
                 "attempt_log": [attempt_json(a) for a in queries.attempts(session, provider, event_id)],
                 "object": object_json(obj) if obj else None,
                 "object_events": [summary(e) | {"object_version": e.object_version} for e in moved],
+                "deliveries": deliveries_of(session, provider, event_id),
             }
         )
 
@@ -205,8 +207,15 @@ def _replay_event_by_query(provider: str) -> Any:
 
 @bp.post("/events/<provider>/<path:event_id>/replay", merge_slashes=False)
 def replay_event(provider: str, event_id: str) -> Any:
-    reason = _body().get("reason")
-    outcome = replay_one(runtime(), provider, event_id, who=WHO, reason=str(reason) if reason else None)
+    """Process the event again; with ``destination``, send its delivery there again instead."""
+    body = _body()
+    reason, destination = body.get("reason"), body.get("destination")
+    outcome = replay_one(
+        runtime(), provider, event_id, who=WHO, reason=str(reason) if reason else None, destination=destination
+    )
+    if destination is not None:
+        answer = {"provider": provider, "endpoint": provider, "event_id": event_id, "destination": destination}
+        return jsonify(answer | {"status": DeliveryStatus.PENDING, "replay_id": outcome.replay_id}), 202
     status = Status.QUEUED if outcome.queued else Status.RECEIVED
     return jsonify(
         provider=provider,
@@ -228,15 +237,24 @@ def _queued(queued: bool) -> dict[str, Any]:
 @bp.post("/events/replay")
 def replay_bulk() -> Any:
     """Bulk replay by filter: ``{"provider"|"endpoint", "status", "type", "since", "until", "q",
-    "reason", "dry_run"}`` → ``{"count", "dry_run", "event_ids"}``."""
+    "reason", "dry_run", "destination"}`` → ``{"count", "dry_run", "event_ids"}``."""
     body = _body()
     filters = queries.parse_filters(body)
-    reason = body.get("reason")
+    reason, destination = body.get("reason"), body.get("destination")
     outcome = replay_matching(
-        runtime(), filters, who=WHO, reason=str(reason) if reason else None, dry_run=bool(body.get("dry_run"))
+        runtime(),
+        filters,
+        who=WHO,
+        reason=str(reason) if reason else None,
+        dry_run=bool(body.get("dry_run")),
+        destination=destination,
     )
     answer: dict[str, Any] = {"count": outcome.count, "dry_run": outcome.dry_run, "filter": filters.as_dict()}
-    if not outcome.dry_run:
+    if destination is not None:
+        answer["filter"] |= {"destination": destination}
+        if not outcome.dry_run:
+            answer |= {"event_ids": [list(pair) for pair in outcome.event_ids], "replay_id": outcome.replay_id}
+    elif not outcome.dry_run:
         answer |= {
             "event_ids": [list(pair) for pair in outcome.event_ids],
             "replay_id": outcome.replay_id,

@@ -14,6 +14,7 @@ import click
 
 from webhooks.admin import queries
 from webhooks.admin.api import attempt_json, detail, object_json, summary
+from webhooks.admin.destinations import deliveries_of
 from webhooks.admin.queries import FilterError
 from webhooks.admin.replay import ReplayError, replay_matching, replay_one
 from webhooks.cli import load_settings
@@ -153,6 +154,7 @@ def show(endpoint: str, event_id: str) -> None:
         out = detail(event, queries.received(session, event)) | {
             "attempt_log": [attempt_json(a) for a in queries.attempts(session, endpoint, event_id)],
             "object": object_json(obj) if obj else None,
+            "deliveries": deliveries_of(session, endpoint, event_id),
         }
     click.echo(json.dumps(out, indent=2))
 
@@ -163,17 +165,27 @@ def show(endpoint: str, event_id: str) -> None:
 @filter_options
 @click.option("--reason", default=None, help="why (written to the audit log); required for a bulk replay")
 @click.option("--dry-run", is_flag=True, help="only count what a bulk replay would queue")
+@click.option("--destination", default=None, help="send the events' deliveries to this destination again instead")
 @click.option("--yes", is_flag=True, help="do not ask for confirmation")
 def replay(
-    endpoint_name: str | None, event_id: str | None, reason: str | None, dry_run: bool, yes: bool, **options: Any
+    endpoint_name: str | None,
+    event_id: str | None,
+    reason: str | None,
+    dry_run: bool,
+    destination: str | None,
+    yes: bool,
+    **options: Any,
 ) -> None:
-    """Replay one event (ENDPOINT EVENT_ID) or every event matching the filter options."""
+    """Replay one event (ENDPOINT EVENT_ID) or every event matching the filter options; with
+    --destination, send their deliveries there again instead of processing them again."""
     rt = _runtime()
     try:
         if endpoint_name and event_id:
-            single = replay_one(rt, endpoint_name, event_id, who=_who(), reason=reason)
+            single = replay_one(rt, endpoint_name, event_id, who=_who(), reason=reason, destination=destination)
             click.echo(
-                f"queued {endpoint_name}/{event_id}"
+                f"re-sending {endpoint_name}/{event_id} to {destination} (audit #{single.replay_id})"
+                if destination
+                else f"queued {endpoint_name}/{event_id}"
                 if single.queued
                 else f"recorded {endpoint_name}/{event_id} (audit #{single.replay_id}); {NOT_QUEUED}"
             )
@@ -181,17 +193,20 @@ def replay(
         if endpoint_name:
             raise click.UsageError("give ENDPOINT and EVENT_ID, or filter options only")
         filters = _filters(**options)
-        count = replay_matching(rt, filters, who=_who(), reason=None, dry_run=True).count
-        click.echo(f"{count} event(s) match {json.dumps(filters.as_dict())}")
+        count = replay_matching(rt, filters, who=_who(), reason=None, dry_run=True, destination=destination).count
+        to = f" (re-send to {destination})" if destination else ""
+        click.echo(f"{count} event(s) match {json.dumps(filters.as_dict())}{to}")
         if dry_run or not count:
             return
         if not reason:
             raise click.UsageError("--reason is required for a bulk replay")
         if not yes:
-            click.confirm(f"replay {count} event(s)?", abort=True)
-        outcome = replay_matching(rt, filters, who=_who(), reason=reason, dry_run=False)
+            click.confirm(f"replay {count} event(s){to}?", abort=True)
+        outcome = replay_matching(rt, filters, who=_who(), reason=reason, dry_run=False, destination=destination)
         click.echo(
-            f"queued {outcome.count} event(s) (audit #{outcome.replay_id})"
+            f"re-sending {outcome.count} event(s) to {destination} (audit #{outcome.replay_id})"
+            if destination
+            else f"queued {outcome.count} event(s) (audit #{outcome.replay_id})"
             if outcome.queued
             else f"recorded {outcome.count} event(s) (audit #{outcome.replay_id}); {NOT_QUEUED}"
         )
@@ -200,8 +215,10 @@ def replay(
             raise option_error(FilterError("bad_reason")) from exc
         words = {
             "not_found": f"no event {endpoint_name}/{event_id}",
-            "in_progress": f"{endpoint_name}/{event_id} is being processed right now; try again in a moment",
+            "in_progress": f"{endpoint_name}/{event_id} is being processed or sent right now; try again in a moment",
             "filter_required": "give at least one filter option (--endpoint, --status, --type, --since, --until, --q)",
             "too_many": "too many events match: narrow the filter (--since/--until) and replay in steps",
+            "unknown_destination": f"no destination {destination!r} is configured",
+            "not_processed": f"{endpoint_name}/{event_id} has not been processed: nothing to send yet",
         }
         raise click.ClickException(f"{words.get(exc.reason, 'not replayed')} ({exc.reason})") from exc

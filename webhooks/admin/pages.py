@@ -20,6 +20,7 @@ from werkzeug.wrappers import Response
 from webhooks import providers
 from webhooks.admin import amounts, csrf, errors, overview, queries, versions
 from webhooks.admin.auth import WHO, check_auth, runtime
+from webhooks.admin.destinations import deliveries_of
 from webhooks.admin.queries import FilterError, Filters
 from webhooks.admin.replay import BULK_LIMIT, ReplayError, matching_count, replay_matching, replay_one
 from webhooks.models import STATUSES, Attempt, Event, Object, Replay
@@ -96,7 +97,8 @@ def _headers(response: Response) -> Response:
 
 @bp.app_template_filter("when")
 def _when(value: Any) -> str:
-    text = queries.iso(value) or ""
+    """A time to the second; a datetime, or the API's ISO text of one."""
+    text = value if isinstance(value, str) else queries.iso(value) or ""
     return text.replace("T", " ")[:19] + ("Z" if text else "")
 
 
@@ -240,6 +242,8 @@ def event(provider: str, event_id: str) -> Any:
             skew=queries.skew_seconds(found),
             secrets_configured=len(endpoint.secrets) if endpoint else None,
             replayed=request.args.get("replayed"),
+            deliveries=deliveries_of(session, provider, event_id),
+            resent=request.args.get("resent"),
         )
 
 
@@ -305,14 +309,19 @@ def replay_event(provider: str, event_id: str) -> Any:
         return render_template(
             "message.html", title="Reason required", message="Say why you replay this event; it goes to the audit log."
         ), 400
+    destination = request.form.get("destination") or None  # a Re-send button: that delivery again
     try:
-        outcome = replay_one(runtime(), provider, event_id, who=WHO, reason=reason)
+        outcome = replay_one(runtime(), provider, event_id, who=WHO, reason=reason, destination=destination)
     except ReplayError as exc:
         message = {
-            "in_progress": "It is being processed right now; try again in a moment.",
+            "in_progress": "It is being processed, or sent, right now; try again in a moment.",
+            "not_processed": "It has not been processed, so there is nothing to send yet.",
+            "unknown_destination": "No such destination is configured.",
             "bad_reason": REASONS["bad_reason"],
         }.get(exc.reason, exc.reason)
         return render_template("message.html", title="Not replayed", message=message), exc.status
+    if destination is not None:
+        return redirect(event_url(provider, event_id, resent=destination), 303)
     return redirect(event_url(provider, event_id, replayed="1" if outcome.queued else "pending"), 303)
 
 

@@ -6,7 +6,8 @@ audit record in one transaction (``Store.replay``), then enqueues a fresh job pe
 worker's claim decides the rest, so replaying twice is harmless. An event being processed right
 now is left alone (a single replay says so: 409). When Redis refuses, the replay stands: the rows
 not enqueued go back to ``received`` and the sweeper queues them once Redis is back
-(``Outcome.queued`` is then False).
+(``Outcome.queued`` is then False). With ``destination``, the events are not processed again: their
+deliveries to that destination are sent again (``webhooks.admin.resend``).
 """
 
 from __future__ import annotations
@@ -14,13 +15,15 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from typing import Any
 
 from sqlalchemy import func, select
 
 from webhooks import outbox
+from webhooks.admin import resend
 from webhooks.admin.queries import Filters, conditions, storable
 from webhooks.errors import WebhooksError
-from webhooks.models import Event
+from webhooks.models import Delivery, Event
 from webhooks.runtime import Runtime
 from webhooks.store.transitions import REPLAY
 
@@ -52,9 +55,24 @@ def _check_reason(reason: str | None) -> None:
         raise ReplayError("bad_reason", 400)  # NUL or a lone surrogate: PostgreSQL cannot store it
 
 
-def replay_one(rt: Runtime, endpoint: str, event_id: str, *, who: str, reason: str | None) -> Outcome:
-    """Replay one event. Raises ``ReplayError`` (404 unknown, 409 being processed, 400 ``bad_reason``)."""
+def check_destination(rt: Runtime, destination: Any) -> str | None:
+    """None (process the events again), or the configured destination to send them to again;
+    raises ``ReplayError`` (400 ``unknown_destination``)."""
+    if destination is None:
+        return None
+    if not isinstance(destination, str) or destination not in rt.settings.destinations:
+        raise ReplayError("unknown_destination", 400)
+    return destination
+
+
+def replay_one(
+    rt: Runtime, endpoint: str, event_id: str, *, who: str, reason: str | None, destination: str | None = None
+) -> Outcome:
+    """Replay one event, or with ``destination`` send its delivery there again. Raises
+    ``ReplayError`` (404 unknown; 409 ``in_progress``: being processed, or its delivery in flight;
+    409 ``not_processed``: no delivery there to send; 400 ``bad_reason``, ``unknown_destination``)."""
     _check_reason(reason)
+    destination = check_destination(rt, destination)
     if not (storable(endpoint) and storable(event_id)):
         raise ReplayError("not_found", 404)  # no database could hold it, so no such event
     audit = {
@@ -62,6 +80,11 @@ def replay_one(rt: Runtime, endpoint: str, event_id: str, *, who: str, reason: s
         "reason": (reason or "").strip() or NO_REASON,
         "filter": {"provider": endpoint, "event_id": event_id},
     }  # the filter as the API lists it
+    if destination is not None:
+        ids, replay_id = resend.resend(rt, [(endpoint, event_id)], destination, audit, datetime.now(UTC))
+        if not ids:  # no such event, its delivery is in flight, or it was never processed
+            raise _not_resent(rt, endpoint, event_id, destination)
+        return Outcome(1, False, ids, replay_id)
     ids, replay_id = rt.store.replay([(endpoint, event_id)], audit, datetime.now(UTC), every=True)
     if not ids:  # nothing changed: no such event, or it is being processed
         raise (
@@ -72,24 +95,41 @@ def replay_one(rt: Runtime, endpoint: str, event_id: str, *, who: str, reason: s
     return Outcome(1, False, ids, replay_id, queued=outbox.enqueue(rt, ids, fresh=True))
 
 
-def matching_count(rt: Runtime, filters: Filters) -> int:
-    """How many events a bulk replay of ``filters`` would replay now (the dry run)."""
+def _not_resent(rt: Runtime, endpoint: str, event_id: str, destination: str) -> ReplayError:
+    if rt.store.status((endpoint, event_id)) is None:
+        return ReplayError("not_found", 404)
     with rt.sessions() as session:
-        query = (
-            select(func.count())
-            .select_from(Event)
-            .where(*conditions(filters, rt.settings.endpoints), Event.status.in_(REPLAY.sources))
-        )
+        held = session.get(Delivery, (endpoint, event_id, destination)) is not None
+    return ReplayError("in_progress" if held else "not_processed", 409)
+
+
+def _replayable(rt: Runtime, filters: Filters, destination: str | None) -> list[Any]:
+    """The conditions on ``events`` of what a bulk replay would replay (or re-send) now."""
+    which = (
+        Event.status.in_(REPLAY.sources) if destination is None else resend.resendable(destination, datetime.now(UTC))
+    )
+    return [*conditions(filters, rt.settings.endpoints), which]
+
+
+def matching_count(rt: Runtime, filters: Filters, destination: str | None = None) -> int:
+    """How many events a bulk replay of ``filters`` would replay now, or re-send to ``destination``
+    (the dry run)."""
+    with rt.sessions() as session:
+        query = select(func.count()).select_from(Event).where(*_replayable(rt, filters, destination))
         return int(session.scalar(query) or 0)
 
 
-def replay_matching(rt: Runtime, filters: Filters, *, who: str, reason: str | None, dry_run: bool) -> Outcome:
-    """Replay every event matching ``filters`` (not ``processing``), or only count them.
+def replay_matching(
+    rt: Runtime, filters: Filters, *, who: str, reason: str | None, dry_run: bool, destination: str | None = None
+) -> Outcome:
+    """Replay every event matching ``filters`` (not ``processing``), or re-send their deliveries to
+    ``destination``, or only count them.
 
     A real run needs a reason and an explicit filter, and stops at ``BULK_LIMIT`` events.
     """
+    destination = check_destination(rt, destination)
     if dry_run:
-        return Outcome(matching_count(rt, filters), True)
+        return Outcome(matching_count(rt, filters, destination), True)
     _check_reason(reason)
     if not (reason or "").strip():
         raise ReplayError("reason_required", 400)
@@ -100,7 +140,7 @@ def replay_matching(rt: Runtime, filters: Filters, *, who: str, reason: str | No
             (p, e)
             for p, e in session.execute(
                 select(Event.endpoint, Event.event_id)
-                .where(*conditions(filters, rt.settings.endpoints), Event.status.in_(REPLAY.sources))
+                .where(*_replayable(rt, filters, destination))
                 .order_by(Event.received_at, Event.endpoint, Event.event_id)  # oldest first, as they came
                 .limit(BULK_LIMIT + 1)
             )
@@ -108,5 +148,8 @@ def replay_matching(rt: Runtime, filters: Filters, *, who: str, reason: str | No
     if len(ids) > BULK_LIMIT:
         raise ReplayError("too_many", 400)
     audit = {"who": who, "reason": str(reason).strip(), "filter": filters.as_dict()}
+    if destination is not None:
+        done, replay_id = resend.resend(rt, ids, destination, audit, datetime.now(UTC))
+        return Outcome(len(done), False, done, replay_id)
     done, replay_id = rt.store.replay(ids, audit, datetime.now(UTC))  # the rows and their record, together
     return Outcome(len(done), False, done, replay_id, queued=outbox.enqueue(rt, done, fresh=True))

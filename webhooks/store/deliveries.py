@@ -32,7 +32,7 @@ from webhooks.forward.signing import Message, message_id
 from webhooks.models import Delivery, DeliveryAttempt, DestinationState, Event, ForwardedObject
 from webhooks.storable import storable_text
 from webhooks.timestamps import aware
-from webhooks.vocabulary import DeliveryStatus, Outcome
+from webhooks.vocabulary import DeliveryStatus, Outcome, Status
 
 LEASE_MARGIN = 5.0  # seconds past twice the timeout before a lease counts as lost (the worker died)
 MAX_THROTTLE_SECONDS = 3600.0  # a Retry-After is obeyed up to an hour
@@ -380,9 +380,13 @@ def due(sessions: sessionmaker[Session], names: Iterable[str], now: datetime) ->
 
 
 # ===== operators ===============================================================================
-def replay(session: Session, keys: Sequence[tuple[str, str]], destination: str, now: datetime) -> list[tuple[str, str]]:
-    """Send these events' deliveries to ``destination`` again (forced: even if superseded);
-    the keys whose delivery was set pending (one in flight is left alone)."""
+def replay(
+    session: Session, keys: Sequence[tuple[str, str]], destination: str, now: datetime, *, backfill: bool = False
+) -> list[tuple[str, str]]:
+    """Send these events' deliveries to ``destination`` again (forced: even if superseded, attempts
+    reset); the keys whose delivery was set pending (one in flight is left alone). ``backfill``: a
+    processed event with no delivery there (processed before the destination was configured, or
+    filtered out) gets one, pending and forced."""
     done = []
     for endpoint, event_id in keys:
         changed: Any = session.execute(
@@ -395,9 +399,35 @@ def replay(session: Session, keys: Sequence[tuple[str, str]], destination: str, 
             )
             .values(status=PENDING, status_at=now, forced=True, attempts=0, next_attempt_at=now, leased_until=None)
         )
-        if changed.rowcount:
+        if changed.rowcount or (backfill and _backfill(session, endpoint, event_id, destination, now)):
             done.append((endpoint, event_id))
     return done
+
+
+def _backfill(session: Session, endpoint: str, event_id: str, destination: str, now: datetime) -> bool:
+    """Create the forced delivery of a processed event that has none for ``destination``."""
+    event = session.get(Event, (endpoint, event_id))
+    if event is None or event.status != Status.PROCESSED:
+        return False
+    row = {
+        "endpoint": endpoint,
+        "event_id": event_id,
+        "destination": destination,
+        "message_id": message_id(endpoint, event_id, destination),
+        "status": PENDING,
+        "event_type": event.event_type,
+        "object_type": event.object_type,
+        "object_id": event.object_id,
+        "object_version": event.object_version,
+        "forced": True,
+        "attempts": 0,
+        "lease": 0,
+        "next_attempt_at": now,
+        "created_at": now,
+        "status_at": now,
+    }
+    inserted: Any = session.execute(upsert(session, Delivery).values([row]).on_conflict_do_nothing())
+    return bool(inserted.rowcount)
 
 
 def pause(sessions: sessionmaker[Session], name: str, paused: bool, reason: str | None) -> None:

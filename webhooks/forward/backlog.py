@@ -1,0 +1,100 @@
+"""What each configured destination has waiting, and its state: read by the admin API, the console
+and the metrics at scrape time.
+
+Three statements whatever the history's size: the ``destinations`` rows, the pending deliveries
+(through a partial index of pending rows) and the failed ones (a plain count). Delivered rows are
+never read for the pending count. A destination never sent to has no row yet: it is ``active`` with nothing waiting.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import func, select
+
+from webhooks.models import Delivery, DestinationState
+from webhooks.timestamps import aware
+from webhooks.vocabulary import DeliveryStatus
+
+ACTIVE, PAUSED, OPEN = "active", "paused", "open"  # a destination's ``state`` word
+
+
+@dataclass(frozen=True)
+class Backlog:
+    """One destination now (``oldest_pending_seconds``: how long its oldest pending delivery has
+    waited since it was created or replayed; None when nothing is pending)."""
+
+    name: str
+    state: str
+    pending: int = 0
+    failed: int = 0
+    oldest_pending_seconds: float | None = None
+    last_success_at: datetime | None = None
+    last_error: str | None = None
+    opened_at: datetime | None = None  # the circuit (open even while paused)
+    throttled_until: datetime | None = None
+    paused_reason: str | None = None
+
+
+def _word(row: Any) -> str:
+    if row is None:
+        return ACTIVE
+    if row.paused:
+        return PAUSED
+    return OPEN if row.opened_at is not None else ACTIVE
+
+
+def pending_query(names: Sequence[str]) -> Any:
+    """Per destination: its pending deliveries and the oldest one's ``status_at``, read through a
+    partial index of pending rows (``ix_deliveries_due``, or ``ix_deliveries_object``: the planner's pick)."""
+    return (
+        select(Delivery.destination, func.count(), func.min(Delivery.status_at))
+        .where(Delivery.status == DeliveryStatus.PENDING, Delivery.destination.in_(names))
+        .group_by(Delivery.destination)
+    )
+
+
+def failed_query(names: Sequence[str]) -> Any:
+    """Per destination: its failed deliveries (a plain count: failed rows are kept until purged)."""
+    return (
+        select(Delivery.destination, func.count())
+        .where(Delivery.status == DeliveryStatus.FAILED, Delivery.destination.in_(names))
+        .group_by(Delivery.destination)
+    )
+
+
+def backlogs(db: Any, names: Sequence[str], now: datetime) -> list[Backlog]:
+    """``names`` (the configured destinations, in that order), each with its counts; ``db``: a
+    ``Session`` or a ``Connection``."""
+    if not names:
+        return []
+    state = DestinationState
+    columns = (state.name, state.paused, state.paused_reason, state.opened_at, state.throttled_until)
+    states = {
+        r.name: r
+        for r in db.execute(select(*columns, state.last_success_at, state.last_error).where(state.name.in_(names)))
+    }
+    pending = {name: (count, oldest) for name, count, oldest in db.execute(pending_query(names))}
+    failed = dict(db.execute(failed_query(names)).all())
+    found = []
+    for name in names:
+        row = states.get(name)
+        count, oldest = pending.get(name, (0, None))
+        found.append(
+            Backlog(
+                name=name,
+                state=_word(row),
+                pending=int(count),
+                failed=int(failed.get(name, 0)),
+                oldest_pending_seconds=None if oldest is None else max(0.0, (now - aware(oldest)).total_seconds()),
+                last_success_at=None if row is None else row.last_success_at,
+                last_error=None if row is None else row.last_error,
+                opened_at=None if row is None else row.opened_at,
+                throttled_until=None if row is None else row.throttled_until,
+                paused_reason=None if row is None else row.paused_reason,
+            )
+        )
+    return found
