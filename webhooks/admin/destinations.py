@@ -2,8 +2,8 @@
 console's ``/admin/destinations`` page, and an event's deliveries for its detail.
 
 Every configured destination is listed, sent to or not; its secrets never leave the
-configuration, and a password in its URL is masked. A pause or resume is logged with who did it
-and why (the ``replays`` audit table holds replays only).
+configuration (a URL holds none: the guard refuses ``user:password@`` at start-up). A pause or
+resume is logged with who did it and why (the ``replays`` audit table holds replays only).
 """
 
 from __future__ import annotations
@@ -11,7 +11,6 @@ from __future__ import annotations
 import logging
 from datetime import UTC, datetime
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 from flask import Blueprint, jsonify, redirect, render_template, request, url_for
 from sqlalchemy import select
@@ -28,19 +27,10 @@ from webhooks.store import deliveries
 log = logging.getLogger(__name__)
 
 
-def shown_url(url: str) -> str:
-    """``url`` with the password of its user info masked (the rest is what the operator configured)."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    host = parts.netloc.rpartition("@")[2]
-    return urlunsplit(parts._replace(netloc=f"{parts.username}:***@{host}"))
-
-
 def destination_json(destination: Destination, backlog: Backlog) -> dict[str, Any]:
     return {
         "name": destination.name,
-        "url": shown_url(destination.url),
+        "url": destination.url,
         "state": backlog.state,
         "pending": backlog.pending,
         "failed": backlog.failed,
