@@ -81,14 +81,15 @@ def settle_all(app: Flask, resolver: Resolver = system_resolver) -> None:
 
 def statuses(app: Flask, dest: str | None = None) -> dict[str, str]:
     where = "" if dest is None else " WHERE destination = :d"
-    return {f"{r[0]}/{r[1]}": r[2] for r in rows(app, f"SELECT event_id, destination, status FROM deliveries{where}", d=dest)}
+    return {
+        f"{r[0]}/{r[1]}": r[2]
+        for r in rows(app, f"SELECT event_id, destination, status FROM deliveries{where}", d=dest)
+    }
 
 
 def wait_settled(app: Flask, count: int, timeout: float = 60) -> None:
     """Until ``count`` deliveries exist and none is pending."""
-    wait_until(
-        lambda: len(s := statuses(app)) == count and "pending" not in s.values(), timeout=timeout, interval=0.1
-    )
+    wait_until(lambda: len(s := statuses(app)) == count and "pending" not in s.values(), timeout=timeout, interval=0.1)
 
 
 @dataclass

@@ -61,7 +61,9 @@ def test_duplicates_and_replays_forward_each_event_once_per_destination(
             replay_concurrently(app, "evt_once")
             drain(app)  # the replays' jobs run; the event is processed again
         settle_all(app)  # whatever they could have made due is sent now
-        assert [tuple(r) for r in rows(app, "SELECT status FROM events WHERE event_id = 'evt_once'")] == [("processed",)]
+        assert [tuple(r) for r in rows(app, "SELECT status FROM events WHERE event_id = 'evt_once'")] == [
+            ("processed",)
+        ]
         found = rows(app, "SELECT destination, status, attempts FROM deliveries ORDER BY destination")
         assert [tuple(r) for r in found] == [("a", "delivered", 1), ("b", "delivered", 1)]
         ids = {name: message_id("stripe", "evt_once", name) for name in ("a", "b")}

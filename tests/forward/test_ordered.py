@@ -4,7 +4,6 @@ arrives after a newer was sent is ``superseded`` (not sent) unless an operator r
 
 from __future__ import annotations
 
-import itertools
 from collections import defaultdict
 from datetime import UTC, datetime
 
@@ -28,8 +27,8 @@ from webhooks.store import deliveries
 pytestmark = pytest.mark.slow
 VERSIONS = 5
 BASE = 1_700_000_000
-# Six orders of the five versions (0 is the oldest): reversed, and five others.
-ORDERS = [(4, 3, 2, 1, 0)] + [p for p in itertools.permutations(range(VERSIONS)) if p[0] in (1, 2)][::11][:5]
+# Six orders of the five versions (0 is the oldest): reversed, and shuffled ones.
+ORDERS = [(4, 3, 2, 1, 0), (2, 0, 4, 1, 3), (1, 3, 0, 4, 2), (3, 4, 1, 0, 2), (0, 2, 1, 4, 3), (4, 0, 3, 2, 1)]
 
 
 def by_object(script: Script) -> dict[str, list[int]]:

@@ -5,8 +5,8 @@ spending attempts and closes once the destination is back, and every delivery ar
 from __future__ import annotations
 
 import time
-from datetime import datetime
 from collections import Counter, defaultdict
+from datetime import datetime
 
 import pytest
 from flask import Flask

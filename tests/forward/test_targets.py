@@ -22,7 +22,12 @@ NAME = "loopback.test"
 
 def load(url: str, **extra: Any) -> config.Settings:
     dest = {"url": url, "secrets": [destination.SECRET], **extra}
-    return config.load({"DESTINATIONS": {"target": dest}, "ENDPOINTS": {"stripe": {"provider": "stripe", "secrets": [STRIPE_SECRET], "forward": ["target"]}}})
+    return config.load(
+        {
+            "DESTINATIONS": {"target": dest},
+            "ENDPOINTS": {"stripe": {"provider": "stripe", "secrets": [STRIPE_SECRET], "forward": ["target"]}},
+        }
+    )
 
 
 @pytest.mark.parametrize(
