@@ -20,12 +20,21 @@ from webhooks.store import deliveries
 pytestmark = pytest.mark.slow
 EVENTS = 30
 CIRCUIT = 3
+PROBE_SECONDS = 0.3
 
 
 def state(app: Flask, column: str) -> object:
     """A column of destination d's ``destinations`` row (None until it has one)."""
     found = rows(app, f"SELECT {column} FROM destinations WHERE name = 'd'")
     return found[0][0] if found else None
+
+
+def probes(app: Flask, opened: datetime) -> list[tuple[datetime, str]]:
+    """The probes' attempts: failures that started once the circuit had waited (the requests in
+    flight when it opened start within milliseconds of it, the first probe ``probe_seconds`` later)."""
+    found = rows(app, "SELECT started_at, error FROM delivery_attempts WHERE outcome = 'probe_failed' ORDER BY id")
+    started = [(datetime.fromisoformat(str(at)), str(error)) for at, error in found]
+    return [(at, error) for at, error in started if (at - opened).total_seconds() >= PROBE_SECONDS * 0.8]
 
 
 def outcomes(app: Flask) -> Counter[str]:
@@ -40,7 +49,7 @@ def test_a_destination_down_then_failing_then_up_gets_every_delivery_once(reques
         "allow_private": True,
         "retry_schedule": [0.2] * 10,
         "circuit_failures": CIRCUIT,
-        "probe_seconds": 0.3,
+        "probe_seconds": PROBE_SECONDS,
     }
     app = forwarding_app(request, "sqlite", {"d": config}, ["d"])
     for n in range(EVENTS):
@@ -49,7 +58,7 @@ def test_a_destination_down_then_failing_then_up_gets_every_delivery_once(reques
     script = Script(plan=lambda n: (503, {}, b"later") if n <= 2 else (200, {}, b"ok"))
     with forwarding(app):
         opened = datetime.fromisoformat(str(wait_until(lambda: state(app, "opened_at"))))
-        wait_until(lambda: outcomes(app)["probe_failed"] >= 1)  # a refused probe
+        wait_until(lambda: any(e.startswith("connect") for _, e in probes(app, opened)))  # a refused probe
         with serving(script, port):  # now it listens, but answers 503 (no Retry-After) twice
             wait_until(lambda: state(app, "opened_at") is None)
             wait_settled(app, EVENTS)
@@ -68,10 +77,9 @@ def test_a_destination_down_then_failing_then_up_gets_every_delivery_once(reques
         for outcome, number in attempts:
             spent += outcome != "probe_failed"
             assert number == spent, (event_id, attempts)  # a probe does not count as an attempt
-    probes = rows(app, "SELECT started_at FROM delivery_attempts WHERE outcome = 'probe_failed' ORDER BY id")
-    first_probe = min(t for t in (datetime.fromisoformat(str(r[0])) for r in probes) if t > opened)
     # The first probe waits probe_seconds (0.3 s), however many requests in flight failed as it opened.
-    assert (first_probe - opened).total_seconds() < 5
+    assert (probes(app, opened)[0][0] - opened).total_seconds() < 5
+    assert [e for _, e in probes(app, opened)][-2:] == ["HTTP 503", "HTTP 503"]
     [(spent,)] = rows(app, "SELECT max(attempts) FROM deliveries")
     assert spent <= CIRCUIT
 
