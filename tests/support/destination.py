@@ -77,6 +77,7 @@ def _handler(dest: Destination) -> type[BaseHTTPRequestHandler]:
                 number = len(dest.seen)
             if dest.hang.is_set():
                 dest.released.wait(60)
+                self.close_connection = True  # released: the sender sees the connection end now
                 return
             status, extra, reply = dest.answer(number, seen)
             self.send_response(status)

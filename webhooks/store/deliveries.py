@@ -52,6 +52,7 @@ class Lease:
     forced: bool
     message: Message
     body: bytes
+    probe: bool = False  # sent while the circuit was open: its failure doubles the wait for the next
 
 
 @dataclass(frozen=True)
@@ -195,7 +196,7 @@ def lease(sessions: sessionmaker[Session], destination: Destination, free: int, 
                     continue
                 delivery.lease += 1
                 delivery.leased_until = until
-                leased.append(_leased(delivery, payload, headers, body_digest))
+                leased.append(_leased(delivery, payload, headers, body_digest, probe=state.opened_at is not None))
             if not superseded or len(leased) >= room:
                 break
             session.flush()
@@ -204,7 +205,9 @@ def lease(sessions: sessionmaker[Session], destination: Destination, free: int, 
     return leased
 
 
-def _leased(delivery: Delivery, payload: bytes, headers: dict[str, str] | None, body_digest: str | None) -> Lease:
+def _leased(
+    delivery: Delivery, payload: bytes, headers: dict[str, str] | None, body_digest: str | None, *, probe: bool
+) -> Lease:
     message = Message(
         delivery.message_id,
         delivery.endpoint,
@@ -224,6 +227,7 @@ def _leased(delivery: Delivery, payload: bytes, headers: dict[str, str] | None, 
         delivery.forced,
         message,
         bytes(payload),
+        probe,
     )
 
 
@@ -316,8 +320,10 @@ def _apply(
     elif outcome is Outcome.GONE:
         state.paused, state.paused_reason = True, "the destination answered 410 Gone: resume it once it is back"
     elif outcome is Outcome.PROBE_FAILED:
-        state.probe_seconds = min(MAX_PROBE_SECONDS, 2 * (state.probe_seconds or destination.probe_seconds))
-        state.probe_at = now + timedelta(seconds=state.probe_seconds)
+        # A request leased before the circuit opened and answered since was no probe: the wait stays.
+        if result.lease.probe:
+            state.probe_seconds = min(MAX_PROBE_SECONDS, 2 * (state.probe_seconds or destination.probe_seconds))
+            state.probe_at = now + timedelta(seconds=state.probe_seconds)
     else:
         delivery.attempts += 1
         if delivery.attempts >= destination.max_attempts:

@@ -1,0 +1,153 @@
+"""Helpers of the forwarding acceptance tests: an app forwarding to local destinations on either
+database, signed Stripe events posted (concurrently, too), the forwarder run on a thread, and a
+destination that records what it answered and how many requests overlapped."""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from http.server import ThreadingHTTPServer
+from typing import Any
+
+import pytest
+from flask import Flask
+
+from tests.conftest import base_config, make_app, rows, runtime, stripe_event, stripe_headers, wait_until
+from tests.support import destination
+from webhooks.forward.dispatcher import Forwarder
+from webhooks.forward.dispatcher import drain as drain_forwarder
+from webhooks.forward.guard import Resolver, system_resolver
+
+
+def forwarding_app(request: pytest.FixtureRequest, db: str, dests: dict[str, Any], forward: list[str]) -> Flask:
+    """An app on ``db`` ("sqlite", or "postgres" with Redis) whose stripe endpoint forwards to ``forward``."""
+    url = request.getfixturevalue("sqlite_url" if db == "sqlite" else "pg_url")
+    extra: dict[str, Any] = {} if db == "sqlite" else {"REDIS_URL": request.getfixturevalue("redis_url")}
+    config = base_config(url, DESTINATIONS=dests, **extra)
+    config["ENDPOINTS"]["stripe"]["forward"] = forward
+    return make_app(config)
+
+
+def post(app: Flask, body: bytes) -> int:
+    return app.test_client().post("/webhooks/stripe", data=body, headers=stripe_headers(body)).status_code
+
+
+def post_concurrently(app: Flask, bodies: list[bytes]) -> list[int]:
+    """Every body posted at once, one thread each (the receiver's concurrent duplicates)."""
+    start = threading.Barrier(len(bodies))
+    codes: list[int] = [0] * len(bodies)
+
+    def send(i: int) -> None:
+        start.wait()
+        codes[i] = post(app, bodies[i])
+
+    threads = [threading.Thread(target=send, args=(i,)) for i in range(len(bodies))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    return codes
+
+
+def versioned(event_id: str, object_id: str, created: int) -> bytes:
+    """A ``payment_intent.updated`` event of ``object_id``: its version grows with ``created``."""
+    obj = {"id": object_id, "object": "payment_intent", "status": "processing"}
+    return stripe_event(event_id, "payment_intent.updated", created=created, obj=obj)
+
+
+@contextlib.contextmanager
+def forwarding(app: Flask, resolver: Resolver = system_resolver) -> Iterator[Forwarder]:
+    """The app's forwarder running on its own thread (as in a worker), stopped at the end."""
+    rt = runtime(app)
+    forwarder = Forwarder(rt.sessions, rt.settings.destinations, resolver=resolver).start()
+    try:
+        yield forwarder
+    finally:
+        forwarder.stop()
+
+
+def settle_all(app: Flask, resolver: Resolver = system_resolver) -> None:
+    """Send, in this thread, whatever is still due (nothing left in flight afterwards)."""
+    rt = runtime(app)
+    forwarder = Forwarder(rt.sessions, rt.settings.destinations, resolver=resolver)
+    try:
+        drain_forwarder(forwarder)
+    finally:
+        forwarder.stop()
+
+
+def statuses(app: Flask, dest: str | None = None) -> dict[str, str]:
+    where = "" if dest is None else " WHERE destination = :d"
+    return {
+        f"{r[0]}/{r[1]}": r[2]
+        for r in rows(app, f"SELECT event_id, destination, status FROM deliveries{where}", d=dest)
+    }
+
+
+def wait_settled(app: Flask, count: int, timeout: float = 60) -> None:
+    """Until ``count`` deliveries exist and none is pending."""
+    wait_until(lambda: len(s := statuses(app)) == count and "pending" not in s.values(), timeout=timeout, interval=0.1)
+
+
+@dataclass
+class Answered:
+    """One request a ``Script`` answered."""
+
+    id: str
+    object: str | None
+    version: int | None
+    status: int
+    at: float
+
+
+@dataclass
+class Script:
+    """A destination's ``answer``: ``plan(n)`` gives the n-th request's answer (default 200); it
+    records each answer and, with ``delay``, the most requests of one object in flight at once."""
+
+    plan: Callable[[int], destination.Answer] = lambda n: (200, {}, b"ok")
+    delay: float = 0.0
+    answered: list[Answered] = field(default_factory=list)
+    in_flight: dict[str, int] = field(default_factory=dict)
+    most_per_object: int = 0
+    most_at_once: int = 0
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def __call__(self, n: int, seen: destination.Seen) -> destination.Answer:
+        key = seen.headers.get("webhooks-object", "")
+        with self.lock:
+            self.in_flight[key] = self.in_flight.get(key, 0) + 1
+            self.most_per_object = max(self.most_per_object, self.in_flight[key])
+            self.most_at_once = max(self.most_at_once, sum(self.in_flight.values()))
+        if self.delay:
+            time.sleep(self.delay)  # the destination's own slowness, so that requests overlap
+        answer = self.plan(n)
+        with self.lock:
+            self.in_flight[key] -= 1
+            if seen.verified:
+                self.answered.append(Answered(seen.id, key or None, seen.version, answer[0], time.monotonic()))
+        return answer
+
+    def ok(self) -> list[Answered]:
+        with self.lock:
+            return [a for a in self.answered if 200 <= a.status < 300]
+
+
+@contextlib.contextmanager
+def serving(script: Script, port: int = 0) -> Iterator[destination.Destination]:
+    """A ``tests.support.destination`` service answering by ``script``, on ``port`` if given
+    (so that a test can start it where nothing listened before)."""
+    server = ThreadingHTTPServer(("127.0.0.1", port), destination.BaseHTTPRequestHandler)
+    dest = destination.Destination(f"http://127.0.0.1:{server.server_address[1]}/hooks", answer=script)
+    server.RequestHandlerClass = destination._handler(dest)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield dest
+    finally:
+        dest.released.set()
+        server.shutdown()
+        server.server_close()
