@@ -169,7 +169,10 @@ def forwarding(n: int, ordered: bool, env: dict[str, str], work: Path, profile: 
         rt.engine.dispose()
         if delivered != n or attempts != n:
             raise RuntimeError(f"{delivered} of {n} delivered in {attempts} attempts")
-        return {"per_s": (n - 1) / (last - first).total_seconds(), "from_resume_per_s": n / (last - resumed).total_seconds()}
+        return {
+            "per_s": (n - 1) / (last - first).total_seconds(),
+            "from_resume_per_s": n / (last - resumed).total_seconds(),
+        }
 
 
 def summarize(raw: Path) -> str:
