@@ -17,6 +17,7 @@ N = 2000, sent in version order). Goals: unordered ≥ 0.6 ×, ordered ≥ 0.5 �
 from __future__ import annotations
 
 import argparse
+import collections
 import json
 import signal
 import statistics
@@ -176,28 +177,25 @@ def forwarding(n: int, ordered: bool, env: dict[str, str], work: Path, profile: 
 
 
 def summarize(raw: Path) -> str:
-    """Where the worker's forwarding threads spent their (wall-clock) samples."""
-    steps = ("lease", "settle", "_send", "post", "headers", "_state", "_due", "_apply", "commit", "execute")
-    totals: dict[str, int] = {}
-    own: dict[str, int] = {}
+    """Where the forwarder's loop thread (lease, hand out, settle) spent its wall-clock samples, by
+    the forwarding code's innermost two lines and the function running; and the sending threads'
+    share of their time spent in a request."""
+    loop: collections.Counter[str] = collections.Counter()
+    senders: collections.Counter[str] = collections.Counter()
     for line in raw.read_text().splitlines():
         stack, _, count = line.rpartition(" ")
         frames = stack.split(";")
-        if not any("forward" in f or "deliveries" in f for f in frames):
-            continue  # the RQ loop, the ticker: not the forwarder
-        c = int(count)
-        totals["(forwarder threads)"] = totals.get("(forwarder threads)", 0) + c
-        names = {f.split(" (")[0].rsplit(".", 1)[-1] for f in frames}
-        for step in steps:
-            if step in names:
-                totals[step] = totals.get(step, 0) + c
-        leaf = frames[-1].split(" (")[0] + " (" + frames[-1].split("(")[-1].split(":")[0].split("/")[-1] + ")"
-        own[leaf] = own.get(leaf, 0) + c
-    all_ = totals.get("(forwarder threads)", 1)
-    lines = ["inclusive share of the forwarder threads' samples (wall clock):"]
-    lines += [f"  {k:<22}{100 * v / all_:5.1f} %" for k, v in totals.items()]
-    lines.append("most samples of their own:")
-    lines += [f"  {100 * c / all_:5.1f} %  {f}" for f, c in sorted(own.items(), key=lambda x: -x[1])[:12]]
+        if frames[0].endswith("webhooks-forwarder"):
+            ours = [f for f in frames if "deliveries.py" in f or "dispatcher.py" in f][-2:]
+            where = " > ".join(f.split(" (")[0] + ":" + f.rsplit(":", 1)[-1].rstrip(")") for f in ours)
+            loop[f"{where} | {frames[-1].split(' (')[0]}"] += int(count)
+        elif "forward-sink" in frames[0]:
+            senders["sending" if any("Lane._send" in f for f in frames) else "idle"] += int(count)
+    total = sum(loop.values()) or 1
+    lines = [f"the loop thread ({total} samples):"]
+    lines += [f"  {100 * c / total:5.1f} %  {k}" for k, c in loop.most_common(14)]
+    busy = senders["sending"] / (sum(senders.values()) or 1)
+    lines.append(f"the sending threads: {100 * busy:.1f} % of their samples inside a request")
     return "\n".join(lines)
 
 
