@@ -121,3 +121,37 @@ def test_purge_keeps_an_event_still_being_forwarded(
     assert [r[0] for r in rows(app, "SELECT event_id FROM events")] == ["evt_pending"]
     assert [r[0] for r in rows(app, "SELECT event_id FROM deliveries")] == ["evt_pending"]
     assert [r[0] for r in rows(app, "SELECT event_id FROM delivery_attempts")] == []
+
+
+@pytest.mark.parametrize("db", ["sqlite", "postgres"])
+def test_an_ordered_destination_gets_each_object_in_version_order_and_never_an_older_one(
+    request: pytest.FixtureRequest, db: str, service: destination.Destination
+) -> None:
+    app = forwarding_app(request, db, {"orders": destination.config(service, ordered=True)}, forward=["orders"])
+    # Posted out of order: pi_1 at 30, 10, 20 and pi_2 at 20, 10.
+    for event_id, created, pi in (("e1", 30, "pi_1"), ("e2", 10, "pi_1"), ("e3", 20, "pi_2"), ("e4", 20, "pi_1")):
+        body = stripe_event(event_id, created=1700000000 + created, obj={"id": pi, "object": "payment_intent"})
+        app.test_client().post("/webhooks/stripe", data=body, headers=stripe_headers(body))
+    body = stripe_event("e5", created=1700000010, obj={"id": "pi_2", "object": "payment_intent"})
+    app.test_client().post("/webhooks/stripe", data=body, headers=stripe_headers(body))
+    forward(app)
+    sent = service.verified()
+    assert sorted(s.headers["webhooks-event-id"] for s in sent) == ["e1", "e2", "e3", "e4", "e5"]
+    for pi in ("pi_1", "pi_2"):
+        versions = [s.version for s in sent if s.headers["webhooks-object"] == f"payment_intent/{pi}"]
+        assert versions == sorted(versions)
+    newest = {
+        pi: max(s.version or 0 for s in sent if s.headers["webhooks-object"].endswith(pi)) for pi in ("pi_1", "pi_2")
+    }
+    assert {r[0]: r[1] for r in rows(app, "SELECT object_id, version FROM forwarded_objects")} == newest
+    # An older version of pi_1 arriving later is not sent: superseded, with its attempt row.
+    body = stripe_event("e6", created=1700000005, obj={"id": "pi_1", "object": "payment_intent"})
+    app.test_client().post("/webhooks/stripe", data=body, headers=stripe_headers(body))
+    forward(app)
+    assert len(service.verified()) == 5
+    [row] = rows(
+        app,
+        "SELECT d.status, a.outcome FROM deliveries d JOIN delivery_attempts a"
+        " ON a.event_id = d.event_id WHERE d.event_id = 'e6'",
+    )
+    assert tuple(row) == ("superseded", "superseded")
