@@ -330,7 +330,7 @@ def test_admin_modules_add_their_routes_only_when_the_package_registers_them() -
     script = textwrap.dedent("""
         import json
         import webhooks.admin as admin
-        from webhooks.admin import api, gaps, pages, quarantine_pages, rejections
+        from webhooks.admin import api, destinations, gaps, pages, quarantine_pages, rejections
         before = len(api.bp.deferred_functions), len(pages.bp.deferred_functions)
         admin.blueprints()
         admin.blueprints()  # once per process, however many apps are made
@@ -338,4 +338,5 @@ def test_admin_modules_add_their_routes_only_when_the_package_registers_them() -
     """)
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=True)
     before, after = json.loads(out.stdout.strip().splitlines()[-1])
-    assert after == [before[0] + 4, before[1] + 4]  # api: 3 rejections + gaps; pages: 3 rejections + gaps
+    # api: 3 rejections + gaps + 3 destinations; pages: 3 rejections + gaps + 3 destinations
+    assert after == [before[0] + 7, before[1] + 7]

@@ -25,7 +25,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
 from webhooks import metrics
-from webhooks.store import deliveries
+from webhooks.store import deliveries, settle
 from webhooks.store.deliveries import Lease, Result
 from webhooks.vocabulary import Outcome
 
@@ -167,7 +167,7 @@ class Forwarder:
         worked = False
         for name, results in list(self._unsettled.items()):
             lane = self.lanes[name]
-            outcomes = deliveries.settle(self.sessions, lane.destination, results, datetime.now(UTC))
+            outcomes = settle.settle(self.sessions, lane.destination, results, datetime.now(UTC))
             del self._unsettled[name]
             lane.busy -= len(results)
             for result, outcome in zip(results, outcomes, strict=True):
