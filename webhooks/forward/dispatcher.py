@@ -27,7 +27,6 @@ from sqlalchemy.orm import Session, sessionmaker
 from webhooks import metrics
 from webhooks.store import deliveries, settle
 from webhooks.store.deliveries import Lease, Result
-from webhooks.vocabulary import Outcome
 
 from . import client, signing
 from .destinations import Destination
@@ -207,4 +206,4 @@ def drain(forwarder: Forwarder, timeout: float = 10.0) -> bool:
     return False
 
 
-__all__ = ["Forwarder", "Outcome", "drain", "nudge", "retry_after"]
+__all__ = ["Forwarder", "drain", "nudge", "retry_after"]
