@@ -18,7 +18,7 @@ from typing import Any, Protocol
 
 import redis
 from rq import Queue, Retry
-from rq.exceptions import NoSuchJobError
+from rq.exceptions import InvalidJobOperation, NoSuchJobError
 from rq.job import Job, JobStatus
 from rq.utils import get_call_string, now, utcformat
 
@@ -234,7 +234,10 @@ class JobQueue:
         if job is not None:
             if not force and self.live([(endpoint, event_id)])[0]:
                 return False
-            job.delete()
+            try:
+                job.delete()
+            except (InvalidJobOperation, NoSuchJobError):
+                pass  # a concurrent replay of this event deleted it first: enqueue below all the same
         self.enqueue(endpoint, event_id)
         return True
 

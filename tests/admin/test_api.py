@@ -18,6 +18,7 @@ from tests.conftest import (
     base_config,
     drain,
     make_app,
+    runtime,
     stripe_event,
     stripe_headers,
 )
@@ -287,3 +288,22 @@ def test_bodiless_api_post_from_a_plain_client_is_accepted(client: FlaskClient) 
     client.post("/webhooks/stripe", data=body, headers=stripe_headers(body))
     response = client.post("/admin/api/events/stripe/evt_plain/replay", headers=admin_headers())
     assert response.status_code == 202
+
+
+def test_two_replays_deleting_one_job_both_succeed(any_app: Flask, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Replays of one event at once (20 in tests/forward/test_once.py): the second to delete the
+    finished job finds it gone; that is no error (it was a 500 for the operator who clicked)."""
+    from webhooks.admin.replay import replay_one
+
+    rt = runtime(any_app)
+    body = stripe_event("evt_two_replays")
+    assert any_app.test_client().post("/webhooks/stripe", data=body, headers=stripe_headers(body)).status_code == 200
+    drain(any_app)
+    stale = rt.queue._job("stripe", "evt_two_replays")
+    assert stale is not None
+    stale.delete()  # what the other replay did between this one's fetch and its delete
+    monkeypatch.setattr(rt.queue, "_job", lambda endpoint, event_id: stale)
+    outcome = replay_one(rt, "stripe", "evt_two_replays", who="test", reason="twice")
+    assert outcome.count == 1 and outcome.queued
+    drain(any_app)
+    assert rt.store.status(("stripe", "evt_two_replays")) == "processed"
