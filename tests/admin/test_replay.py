@@ -44,6 +44,8 @@ ID_HEADERS = [
     "X-Event-Type",
     "PAYPAL-TRANSMISSION-ID",
     "X-Request-Id",
+    "X-Event-Name",
+    "Authorization",
 ]
 
 
@@ -95,6 +97,9 @@ def replays_counted(app: Flask, name: str) -> int:
         ),
         ("twilio", {"I-Twilio-Idempotency-Token": "attacker-chosen"}),
         ("hmac_by_header", {"X-Event-Id": "evt-minted", "X-Event-Type": "invoice.refunded"}),
+        ("checkout", {"Authorization": "minted", "X-Request-Id": "evt_minted"}),
+        ("paystack", {"X-Request-Id": "minted", "X-Event-Name": "refund.processed"}),
+        ("lemonsqueezy", {"X-Event-Name": "order_refunded"}),
     ],
 )
 def test_a_relabelled_replay_is_a_duplicate_not_an_event(both: Flask, name: str, relabel: dict[str, str]) -> None:

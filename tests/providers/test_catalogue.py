@@ -33,6 +33,9 @@ SIGNATURE_HEADERS = {
     "paypal": ["PAYPAL-TRANSMISSION-SIG"],
     "hmac": ["X-Signature"],
     "adyen": ["HmacSignature"],
+    "checkout": ["Cko-Signature"],
+    "paystack": ["x-paystack-signature"],
+    "lemonsqueezy": ["X-Signature"],
 }
 RAW_BODY_KINDS = [k for k in SENT if k != "adyen"]  # Adyen signs fields, not bytes: see test_adyen.py
 

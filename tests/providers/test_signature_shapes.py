@@ -29,7 +29,11 @@ BODY = b'{"id": "evt_1", "type": "t.created", "event_type": "T", "data": {"id": 
 PUBLIC_KEY = "whpk_A6EHv/POEL4dcN0Y50vAmWfk1jCbpQ1fHdyGZBJVMbg="  # SW4
 SW1_SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 SHAPES = settings(max_examples=40, deadline=None)
-BODIES = {"sendgrid": b'[{"sg_event_id": "sg_1", "event": "delivered", "sg_message_id": "m1", "timestamp": 1}]'}
+BODIES = {
+    "sendgrid": b'[{"sg_event_id": "sg_1", "event": "delivered", "sg_message_id": "m1", "timestamp": 1}]',
+    "paystack": b'{"event": "charge.success", "data": {"id": 1, "reference": "r1"}}',
+    "lemonsqueezy": b'{"meta": {"event_name": "order_created"}, "data": {"type": "orders", "id": "1"}}',
+}
 
 
 def b64(raw: bytes) -> str:
@@ -61,6 +65,14 @@ CODECS: dict[str, Codec] = {
     "slack": ("x-slack-signature", _hex_after("v0="), lambda v, sigs: ", ".join(f"v0={s.hex()}" for s in sigs)),
     "hmac": ("x-signature", _hex_after("sha256="), lambda v, sigs: ", ".join(f"sha256={s.hex()}" for s in sigs)),
     **{
+        kind: (header, bytes.fromhex, lambda v, sigs: ", ".join(s.hex() for s in sigs))
+        for kind, header in (
+            ("checkout", "cko-signature"),
+            ("paystack", "x-paystack-signature"),
+            ("lemonsqueezy", "x-signature"),
+        )
+    },
+    **{
         kind: (header, base64.b64decode, lambda v, sigs: ", ".join(b64(s) for s in sigs))
         for kind, header in (
             ("shopify", "x-shopify-hmac-sha256"),
@@ -85,6 +97,9 @@ def foreign_endpoint(kind: str) -> Endpoint:
         "slack": ("other",),
         "twilio": ("other",),
         "hmac": ("other",),
+        "checkout": ("other-cko-key",),
+        "paystack": ("sk_test_" + "0" * 40,),
+        "lemonsqueezy": ("other-ls-secret",),
     }
     return replace(endpoint, secrets=other.get(kind, endpoint.secrets))
 
@@ -300,6 +315,16 @@ EMPTY_KEYS = [
     ("adyen", ""),
     ("adyen", "  "),
     ("sendgrid", ""),
+    ("checkout", ""),
+    ("checkout", " cko-key"),
+    ("checkout", "pk_sbox_xxxxxxxxxxxxxxxxxxxxxxxx"),
+    ("paystack", ""),
+    ("paystack", "sk_test_"),
+    ("paystack", "pk_test_5f3ae2e7c0d4b1a9e8f7a6b5c4d3e2f1a0b9c8d7"),
+    ("paystack", "5f3ae2e7c0d4b1a9e8f7a6b5c4d3e2f1a0b9c8d7"),
+    ("lemonsqueezy", ""),
+    ("lemonsqueezy", "short"),
+    ("lemonsqueezy", "ls-signing-secret\n"),
 ]
 
 
@@ -369,6 +394,7 @@ UNSIGNED = {  # headers a sender may change without touching the signature
     "twilio": ["i-twilio-idempotency-token"],
     "hmac": ["x-type"],
     "paypal": ["paypal-cert-url"],
+    "lemonsqueezy": ["x-event-name"],
 }
 
 

@@ -37,6 +37,9 @@ NAMES = [
     "paypal",
     "hmac",
     "hmac_by_header",
+    "checkout",
+    "paystack",
+    "lemonsqueezy",
 ]
 # Headers the verifiers read beyond those a genuine delivery carries (tests/providers/test_fuzz.py has the list per kind).
 READ = {
@@ -47,6 +50,7 @@ READ = {
     "adyen": ["HmacSignature"],
     "adyen_basic": ["HmacSignature"],
     "hmac": ["X-Type"],
+    "lemonsqueezy": ["X-Event-Name"],
 }
 COMMON = ["Authorization", "Content-Type", "Content-Length", "Content-Encoding"]
 REASONS = {str(r) for r in Reason}

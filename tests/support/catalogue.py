@@ -20,6 +20,7 @@ from webhooks import providers
 
 PUBLIC_TWILIO = "https://hooks.example.com/twilio/inbound"
 HOST = "hooks.example.com"
+PAYSTACK_KEY = "sk_test_5f3ae2e7c0d4b1a9e8f7a6b5c4d3e2f1a0b9c8d7"
 SENT = {  # kind → payload file sent through `webhooks send`
     "stripe": "stripe/payment_intent.succeeded__basic.json",
     "adyen": "adyen/CAPTURE__batch.json",
@@ -31,6 +32,9 @@ SENT = {  # kind → payload file sent through `webhooks send`
     "sendgrid": "sendgrid/batch__delivery_engagement.json",
     "paypal": "paypal/payment.capture.completed__basic.json",
     "hmac": "hmac/invoice.created__basic.json",
+    "checkout": "checkout/payment_captured__basic.json",
+    "paystack": "paystack/charge.success__card.json",
+    "lemonsqueezy": "lemonsqueezy/order_created__basic.json",
 }
 
 
@@ -85,6 +89,9 @@ def endpoints() -> dict[str, dict[str, Any]]:
             "id_path": "id",
             "type_path": "type",
         },
+        "checkout": {"secrets": ["old-cko-signature-key", "cko-signature-key"]},
+        "paystack": {"secrets": ["sk_test_0ld0000000000000000000000000000000000000", PAYSTACK_KEY]},
+        "lemonsqueezy": {"secrets": ["old-ls-secret", "ls-signing-secret"]},
     }
 
 

@@ -5,9 +5,12 @@ from __future__ import annotations
 from webhooks.errors import ConfigError
 from webhooks.providers.adyen import Adyen
 from webhooks.providers.base import Endpoint, Provider
+from webhooks.providers.checkout import Checkout
 from webhooks.providers.generic import GenericHmac
 from webhooks.providers.github import GitHub
+from webhooks.providers.lemonsqueezy import LemonSqueezy
 from webhooks.providers.paypal import PayPal
+from webhooks.providers.paystack import Paystack
 from webhooks.providers.sendgrid import SendGrid
 from webhooks.providers.shopify import Shopify
 from webhooks.providers.slack import Slack
@@ -28,6 +31,9 @@ PROVIDERS: dict[str, Provider] = {
         SendGrid(),
         PayPal(),
         GenericHmac(),
+        Checkout(),
+        Paystack(),
+        LemonSqueezy(),
     )
 }
 
