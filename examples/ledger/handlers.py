@@ -39,8 +39,9 @@ def book(event: HandlerEvent, key: str, account: str, kind: str, amount: int, cu
     """Insert or correct one entry (an upsert that works the same on SQLite and PostgreSQL)."""
     updated = event.session.execute(entries.update().where(entries.c.key == key).values(amount=amount))
     if not updated.rowcount:
-        event.session.execute(entries.insert().values(key=key, account=account, kind=kind, amount=amount,
-                                                      currency=currency.upper()))
+        event.session.execute(
+            entries.insert().values(key=key, account=account, kind=kind, amount=amount, currency=currency.upper())
+        )
 
 
 @on("stripe", "charge.succeeded")
@@ -51,8 +52,14 @@ def stripe_charge(event: HandlerEvent, state: Any, idempotency_key: str) -> None
 @on("stripe", "charge.refunded")
 def stripe_refund(event: HandlerEvent, state: Any, idempotency_key: str) -> None:
     # The refunded total as it is now: one slot per charge, corrected on every refund event.
-    book(event, f"stripe-refund:{state['id']}", state["id"], "refunded", -int(state["amount_refunded"]),
-         state["currency"])
+    book(
+        event,
+        f"stripe-refund:{state['id']}",
+        state["id"],
+        "refunded",
+        -int(state["amount_refunded"]),
+        state["currency"],
+    )
 
 
 @on("adyen", "AUTHORISATION", "CAPTURE", "REFUND")
