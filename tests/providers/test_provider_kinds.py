@@ -250,7 +250,7 @@ ROOT = Path(__file__).resolve().parents[2]
 KIND_NAMES_ALLOWED = {
     "webhooks/handlers.py": "its docstring's example of registering a handler for (kind, event type)",
     "migrations/versions/0005_adyen_fold_versions.py": "a data migration of Adyen's rows: history, never edited",
-    "webhooks/engines.py": "SQLAlchemy's connection-pool event \"checkout\", not the kind of that name",
+    "webhooks/engines.py": 'SQLAlchemy\'s connection-pool event "checkout", not the kind of that name',
 }
 
 
