@@ -29,7 +29,15 @@ BODY = b'{"id": "evt_1", "type": "t.created", "event_type": "T", "data": {"id": 
 PUBLIC_KEY = "whpk_A6EHv/POEL4dcN0Y50vAmWfk1jCbpQ1fHdyGZBJVMbg="  # SW4
 SW1_SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 SHAPES = settings(max_examples=40, deadline=None)
-BODIES = {"sendgrid": b'[{"sg_event_id": "sg_1", "event": "delivered", "sg_message_id": "m1", "timestamp": 1}]'}
+BODIES = {
+    "sendgrid": b'[{"sg_event_id": "sg_1", "event": "delivered", "sg_message_id": "m1", "timestamp": 1}]',
+    "razorpay": b'{"entity": "event", "event": "payment.captured", "contains": ["payment"], '
+    b'"payload": {"payment": {"entity": {"id": "pay_1", "amount": 100, "currency": "INR"}}}, "created_at": 1700000000}',
+    "paddle": b'{"event_id": "evt_1", "event_type": "transaction.completed", "occurred_at": "2023-11-14T22:13:20Z", '
+    b'"notification_id": "ntf_1", "data": {"id": "txn_1"}}',
+    "gocardless": b'{"events": [{"id": "EV1", "created_at": "2023-11-14T22:13:20.000Z", "resource_type": "payments", '
+    b'"action": "confirmed", "links": {"payment": "PM1"}}]}',
+}
 
 
 def b64(raw: bytes) -> str:
@@ -60,6 +68,15 @@ CODECS: dict[str, Codec] = {
     ),
     "slack": ("x-slack-signature", _hex_after("v0="), lambda v, sigs: ", ".join(f"v0={s.hex()}" for s in sigs)),
     "hmac": ("x-signature", _hex_after("sha256="), lambda v, sigs: ", ".join(f"sha256={s.hex()}" for s in sigs)),
+    "paddle": (
+        "paddle-signature",
+        _hex_after("h1="),
+        lambda v, sigs: ";".join([v.split(";")[0], *(f"h1={s.hex()}" for s in sigs)]),
+    ),
+    **{
+        kind: (header, bytes.fromhex, lambda v, sigs: ", ".join(s.hex() for s in sigs))
+        for kind, header in (("razorpay", "x-razorpay-signature"), ("gocardless", "webhook-signature"))
+    },
     **{
         kind: (header, base64.b64decode, lambda v, sigs: ", ".join(b64(s) for s in sigs))
         for kind, header in (
@@ -85,6 +102,9 @@ def foreign_endpoint(kind: str) -> Endpoint:
         "slack": ("other",),
         "twilio": ("other",),
         "hmac": ("other",),
+        "razorpay": ("other",),
+        "paddle": ("pdl_other",),
+        "gocardless": ("other",),
     }
     return replace(endpoint, secrets=other.get(kind, endpoint.secrets))
 
@@ -300,6 +320,11 @@ EMPTY_KEYS = [
     ("adyen", ""),
     ("adyen", "  "),
     ("sendgrid", ""),
+    ("razorpay", ""),
+    ("paddle", ""),
+    ("paddle", "pdl_"),
+    ("paddle", "ntfset_01gkpjp8bkh3ajkf6jj1zzss3z"),
+    ("gocardless", ""),
 ]
 
 
@@ -362,13 +387,14 @@ def test_stripe_without_a_usable_v1(extra: list[str], reason: str) -> None:
 
 # -- one signature, one event: replay keys ------------------------------------------------------------
 
-REPLAY_KEYED = {"github", "shopify", "twilio", "hmac", "paypal"}
+REPLAY_KEYED = {"github", "shopify", "twilio", "hmac", "paypal", "razorpay"}
 UNSIGNED = {  # headers a sender may change without touching the signature
     "github": ["x-github-delivery", "x-github-event"],
     "shopify": ["x-shopify-webhook-id", "x-shopify-topic"],
     "twilio": ["i-twilio-idempotency-token"],
     "hmac": ["x-type"],
     "paypal": ["paypal-cert-url"],
+    "razorpay": ["x-razorpay-event-id"],
 }
 
 
@@ -385,7 +411,13 @@ def test_replay_key_only_where_nothing_unique_is_signed(kind: str) -> None:
         assert result.replay_key is None
         return
     header, parse, _ = CODECS[kind]
-    tag = {"github": "github-sha256", "shopify": "shopify-hmac", "twilio": "twilio", "hmac": "hmac-sha256"}
+    tag = {
+        "github": "github-sha256",
+        "shopify": "shopify-hmac",
+        "twilio": "twilio",
+        "hmac": "hmac-sha256",
+        "razorpay": "razorpay-sha256",
+    }
     if kind == "paypal":
         assert result.replay_key == replay_key("paypal", request.headers["paypal-transmission-id"])
     else:

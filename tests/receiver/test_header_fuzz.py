@@ -37,6 +37,9 @@ NAMES = [
     "paypal",
     "hmac",
     "hmac_by_header",
+    "razorpay",
+    "paddle",
+    "gocardless",
 ]
 # Headers the verifiers read beyond those a genuine delivery carries (tests/providers/test_fuzz.py has the list per kind).
 READ = {

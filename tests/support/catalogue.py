@@ -31,6 +31,9 @@ SENT = {  # kind → payload file sent through `webhooks send`
     "sendgrid": "sendgrid/batch__delivery_engagement.json",
     "paypal": "paypal/payment.capture.completed__basic.json",
     "hmac": "hmac/invoice.created__basic.json",
+    "razorpay": "razorpay/payment.captured__card.json",
+    "paddle": "paddle/transaction.completed__card.json",
+    "gocardless": "gocardless/payments__batch.json",
 }
 
 
@@ -85,6 +88,11 @@ def endpoints() -> dict[str, dict[str, Any]]:
             "id_path": "id",
             "type_path": "type",
         },
+        "razorpay": {"secrets": ["old-rzp-secret", "rzp-webhook-secret"]},
+        "paddle": {
+            "secrets": ["pdl_ntfset_01old_x", "pdl_ntfset_01gkpjp8bkh3ajkf6jj1zzss3z_WvRO0eL4Bj9rgYYIBZY6wZhG4EHy9jzh"]
+        },
+        "gocardless": {"secrets": ["old-gc-secret", "ED7D658C-D8EB-4941-948B-3973214F2D49"]},
     }
 
 

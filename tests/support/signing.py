@@ -54,6 +54,9 @@ ENDPOINTS: dict[str, Endpoint] = {
             "type_header": "X-Type",
         },
     ),
+    "razorpay": Endpoint("razorpay", "razorpay", ("rzp-secret",)),
+    "paddle": Endpoint("paddle", "paddle", ("pdl_ntfset_01hfuzz_secret",)),
+    "gocardless": Endpoint("gocardless", "gocardless", ("gc-secret",)),
 }
 URL = "https://example.com/webhooks/fuzz"
 

@@ -7,7 +7,10 @@ from webhooks.providers.adyen import Adyen
 from webhooks.providers.base import Endpoint, Provider
 from webhooks.providers.generic import GenericHmac
 from webhooks.providers.github import GitHub
+from webhooks.providers.gocardless import GoCardless
+from webhooks.providers.paddle import Paddle
 from webhooks.providers.paypal import PayPal
+from webhooks.providers.razorpay import Razorpay
 from webhooks.providers.sendgrid import SendGrid
 from webhooks.providers.shopify import Shopify
 from webhooks.providers.slack import Slack
@@ -27,6 +30,9 @@ PROVIDERS: dict[str, Provider] = {
         Twilio(),
         SendGrid(),
         PayPal(),
+        Razorpay(),
+        Paddle(),
+        GoCardless(),
         GenericHmac(),
     )
 }
