@@ -46,6 +46,8 @@ ID_HEADERS = [
     "X-Request-Id",
     "X-Event-Name",
     "Authorization",
+    "X-Razorpay-Event-Id",
+    "Origin",
 ]
 
 
@@ -100,6 +102,8 @@ def replays_counted(app: Flask, name: str) -> int:
         ("checkout", {"Authorization": "minted", "X-Request-Id": "evt_minted"}),
         ("paystack", {"X-Request-Id": "minted", "X-Event-Name": "refund.processed"}),
         ("lemonsqueezy", {"X-Event-Name": "order_refunded"}),
+        ("razorpay", {"X-Razorpay-Event-Id": "KyQ7hiqZYeWWVn"}),
+        ("paddle", {"X-Request-Id": "relabelled"}),
     ],
 )
 def test_a_relabelled_replay_is_a_duplicate_not_an_event(both: Flask, name: str, relabel: dict[str, str]) -> None:
@@ -111,7 +115,14 @@ def test_a_relabelled_replay_is_a_duplicate_not_an_event(both: Flask, name: str,
     stored_type = rows(both, "SELECT event_type FROM events WHERE endpoint = :p", p=name)[0][0]
     assert stored_type not in relabel.values()  # the attacker's topic never became an event type
     new_id = any(
-        h in relabel for h in ("X-GitHub-Delivery", "X-Shopify-Webhook-Id", "I-Twilio-Idempotency-Token", "X-Event-Id")
+        h in relabel
+        for h in (
+            "X-GitHub-Delivery",
+            "X-Shopify-Webhook-Id",
+            "I-Twilio-Idempotency-Token",
+            "X-Event-Id",
+            "X-Razorpay-Event-Id",
+        )
     )
     assert replays_counted(both, name) == (1 if new_id else 0)  # same id, other topic: a plain duplicate
     assert post(both, path, body, headers) == 200  # the genuine retry is a plain duplicate

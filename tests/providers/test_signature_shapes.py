@@ -33,6 +33,12 @@ BODIES = {
     "sendgrid": b'[{"sg_event_id": "sg_1", "event": "delivered", "sg_message_id": "m1", "timestamp": 1}]',
     "paystack": b'{"event": "charge.success", "data": {"id": 1, "reference": "r1"}}',
     "lemonsqueezy": b'{"meta": {"event_name": "order_created"}, "data": {"type": "orders", "id": "1"}}',
+    "razorpay": b'{"entity": "event", "event": "payment.captured", "contains": ["payment"], '
+    b'"payload": {"payment": {"entity": {"id": "pay_1", "amount": 100, "currency": "INR"}}}, "created_at": 1700000000}',
+    "paddle": b'{"event_id": "evt_1", "event_type": "transaction.completed", "occurred_at": "2023-11-14T22:13:20Z", '
+    b'"notification_id": "ntf_1", "data": {"id": "txn_1"}}',
+    "gocardless": b'{"events": [{"id": "EV1", "created_at": "2023-11-14T22:13:20.000Z", "resource_type": "payments", '
+    b'"action": "confirmed", "links": {"payment": "PM1"}}]}',
 }
 
 
@@ -64,6 +70,15 @@ CODECS: dict[str, Codec] = {
     ),
     "slack": ("x-slack-signature", _hex_after("v0="), lambda v, sigs: ", ".join(f"v0={s.hex()}" for s in sigs)),
     "hmac": ("x-signature", _hex_after("sha256="), lambda v, sigs: ", ".join(f"sha256={s.hex()}" for s in sigs)),
+    "paddle": (
+        "paddle-signature",
+        _hex_after("h1="),
+        lambda v, sigs: ";".join([v.split(";")[0], *(f"h1={s.hex()}" for s in sigs)]),
+    ),
+    **{
+        kind: (header, bytes.fromhex, lambda v, sigs: ", ".join(s.hex() for s in sigs))
+        for kind, header in (("razorpay", "x-razorpay-signature"), ("gocardless", "webhook-signature"))
+    },
     **{
         kind: (header, bytes.fromhex, lambda v, sigs: ", ".join(s.hex() for s in sigs))
         for kind, header in (
@@ -100,6 +115,9 @@ def foreign_endpoint(kind: str) -> Endpoint:
         "checkout": ("other-cko-key",),
         "paystack": ("sk_test_" + "0" * 40,),
         "lemonsqueezy": ("other-ls-secret",),
+        "razorpay": ("other",),
+        "paddle": ("pdl_other",),
+        "gocardless": ("other",),
     }
     return replace(endpoint, secrets=other.get(kind, endpoint.secrets))
 
@@ -325,6 +343,11 @@ EMPTY_KEYS = [
     ("lemonsqueezy", ""),
     ("lemonsqueezy", "short"),
     ("lemonsqueezy", "ls-signing-secret\n"),
+    ("razorpay", ""),
+    ("paddle", ""),
+    ("paddle", "pdl_"),
+    ("paddle", "ntfset_01gkpjp8bkh3ajkf6jj1zzss3z"),
+    ("gocardless", ""),
 ]
 
 
@@ -387,7 +410,7 @@ def test_stripe_without_a_usable_v1(extra: list[str], reason: str) -> None:
 
 # -- one signature, one event: replay keys ------------------------------------------------------------
 
-REPLAY_KEYED = {"github", "shopify", "twilio", "hmac", "paypal"}
+REPLAY_KEYED = {"github", "shopify", "twilio", "hmac", "paypal", "razorpay"}
 UNSIGNED = {  # headers a sender may change without touching the signature
     "github": ["x-github-delivery", "x-github-event"],
     "shopify": ["x-shopify-webhook-id", "x-shopify-topic"],
@@ -395,6 +418,7 @@ UNSIGNED = {  # headers a sender may change without touching the signature
     "hmac": ["x-type"],
     "paypal": ["paypal-cert-url"],
     "lemonsqueezy": ["x-event-name"],
+    "razorpay": ["x-razorpay-event-id"],
 }
 
 
@@ -411,7 +435,13 @@ def test_replay_key_only_where_nothing_unique_is_signed(kind: str) -> None:
         assert result.replay_key is None
         return
     header, parse, _ = CODECS[kind]
-    tag = {"github": "github-sha256", "shopify": "shopify-hmac", "twilio": "twilio", "hmac": "hmac-sha256"}
+    tag = {
+        "github": "github-sha256",
+        "shopify": "shopify-hmac",
+        "twilio": "twilio",
+        "hmac": "hmac-sha256",
+        "razorpay": "razorpay-sha256",
+    }
     if kind == "paypal":
         assert result.replay_key == replay_key("paypal", request.headers["paypal-transmission-id"])
     else:

@@ -132,7 +132,7 @@ def test_purging_a_batchs_last_event_drops_its_body(catalogue_app: Flask) -> Non
     assert rows(catalogue_app, "SELECT COUNT(*) FROM bodies") == [(0,)]
 
 
-@pytest.mark.parametrize("kind", ["github", "shopify", "twilio", "hmac_by_header"])
+@pytest.mark.parametrize("kind", ["github", "shopify", "twilio", "hmac_by_header", "razorpay"])
 def test_a_purged_event_is_never_minted_again(catalogue_app: Flask, kind: str) -> None:
     """Finding 3: purging removed the id and the replay key, so a captured delivery of a kind that
     signs no timestamp was stored and processed again after retention."""
@@ -153,7 +153,13 @@ def test_a_purged_event_is_never_minted_again(catalogue_app: Flask, kind: str) -
     assert rows(catalogue_app, "SELECT COUNT(*) FROM events") == [(0,)]
     # Re-labelled with another id (the headers the signature does not cover): a replay.
     relabelled = dict(headers)
-    for name in ("X-GitHub-Delivery", "X-Shopify-Webhook-Id", "I-Twilio-Idempotency-Token", "X-Event-Id"):
+    for name in (
+        "X-GitHub-Delivery",
+        "X-Shopify-Webhook-Id",
+        "I-Twilio-Idempotency-Token",
+        "X-Event-Id",
+        "X-Razorpay-Event-Id",
+    ):
         if name in relabelled:
             relabelled[name] = "a-new-id-0001"
     relabelled.setdefault("I-Twilio-Idempotency-Token", "a-new-id-0001")

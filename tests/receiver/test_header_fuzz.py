@@ -40,6 +40,9 @@ NAMES = [
     "checkout",
     "paystack",
     "lemonsqueezy",
+    "razorpay",
+    "paddle",
+    "gocardless",
 ]
 # Headers the verifiers read beyond those a genuine delivery carries (tests/providers/test_fuzz.py has the list per kind).
 READ = {

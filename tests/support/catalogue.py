@@ -35,6 +35,9 @@ SENT = {  # kind → payload file sent through `webhooks send`
     "checkout": "checkout/payment_captured__basic.json",
     "paystack": "paystack/charge.success__card.json",
     "lemonsqueezy": "lemonsqueezy/order_created__basic.json",
+    "razorpay": "razorpay/payment.captured__card.json",
+    "paddle": "paddle/transaction.completed__card.json",
+    "gocardless": "gocardless/payments__batch.json",
 }
 
 
@@ -92,6 +95,11 @@ def endpoints() -> dict[str, dict[str, Any]]:
         "checkout": {"secrets": ["old-cko-signature-key", "cko-signature-key"]},
         "paystack": {"secrets": ["sk_test_0ld0000000000000000000000000000000000000", PAYSTACK_KEY]},
         "lemonsqueezy": {"secrets": ["old-ls-secret", "ls-signing-secret"]},
+        "razorpay": {"secrets": ["old-rzp-secret", "rzp-webhook-secret"]},
+        "paddle": {
+            "secrets": ["pdl_ntfset_01old_x", "pdl_ntfset_01gkpjp8bkh3ajkf6jj1zzss3z_WvRO0eL4Bj9rgYYIBZY6wZhG4EHy9jzh"]
+        },
+        "gocardless": {"secrets": ["old-gc-secret", "ED7D658C-D8EB-4941-948B-3973214F2D49"]},
     }
 
 

@@ -57,6 +57,9 @@ ENDPOINTS: dict[str, Endpoint] = {
     "checkout": Endpoint("checkout", "checkout", ("cko-signature-key",)),
     "paystack": Endpoint("paystack", "paystack", ("sk_test_5f3ae2e7c0d4b1a9e8f7a6b5c4d3e2f1a0b9c8d7",)),
     "lemonsqueezy": Endpoint("lemonsqueezy", "lemonsqueezy", ("ls-signing-secret",)),
+    "razorpay": Endpoint("razorpay", "razorpay", ("rzp-secret",)),
+    "paddle": Endpoint("paddle", "paddle", ("pdl_ntfset_01hfuzz_secret",)),
+    "gocardless": Endpoint("gocardless", "gocardless", ("gc-secret",)),
 }
 URL = "https://example.com/webhooks/fuzz"
 

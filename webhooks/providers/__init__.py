@@ -8,9 +8,12 @@ from webhooks.providers.base import Endpoint, Provider
 from webhooks.providers.checkout import Checkout
 from webhooks.providers.generic import GenericHmac
 from webhooks.providers.github import GitHub
+from webhooks.providers.gocardless import GoCardless
 from webhooks.providers.lemonsqueezy import LemonSqueezy
+from webhooks.providers.paddle import Paddle
 from webhooks.providers.paypal import PayPal
 from webhooks.providers.paystack import Paystack
+from webhooks.providers.razorpay import Razorpay
 from webhooks.providers.sendgrid import SendGrid
 from webhooks.providers.shopify import Shopify
 from webhooks.providers.slack import Slack
@@ -30,10 +33,13 @@ PROVIDERS: dict[str, Provider] = {
         Twilio(),
         SendGrid(),
         PayPal(),
-        GenericHmac(),
         Checkout(),
         Paystack(),
         LemonSqueezy(),
+        Razorpay(),
+        Paddle(),
+        GoCardless(),
+        GenericHmac(),
     )
 }
 
