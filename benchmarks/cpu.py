@@ -2,6 +2,7 @@
 Flask view, in this one thread (``time.thread_time``, so other work on the machine barely moves it).
 
     .venv/bin/python benchmarks/cpu.py [--requests 2000] [--sqlite] [--profile new|dup|process]
+    .venv/bin/python benchmarks/cpu.py --kinds [--requests 300] [--sqlite]
 
 Runs first deliveries, then the same deliveries again (duplicates), one at a time: a group-commit
 batch of one, the receiver's worst case; then processes the stored events in this thread (the
@@ -9,6 +10,11 @@ job's own CPU, without RQ's: a no-op handler and the object-state upsert). Postg
 (fresh database, ``BENCH_REDIS_URL``), or with ``--sqlite`` the embedded default (a SQLite file,
 the in-process queue; no worker runs).
 ``--profile`` prints cProfile's top functions (CPU time) for that case.
+
+``--kinds``: CPU per genuine delivery for every registered kind, each signed as its provider would
+(``tests/support/catalogue.py``'s endpoints and signer), each verified in full (the signature is
+checked before the database is asked): duplicates of one stored event, or new events where the
+kind's signer mints an id per delivery; against the bare view.
 """
 
 from __future__ import annotations
@@ -25,7 +31,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from common import REDIS, SECRET, scratch_database, signed_events, workdir  # the script's folder is on sys.path
+from common import REDIS, ROOT, SECRET, scratch_database, signed_events, workdir  # the script's folder is on sys.path
 from flask import Flask
 
 from webhooks import create_app
@@ -64,6 +70,62 @@ def environ(header: str, body: bytes) -> dict[str, Any]:
     }
 
 
+def wsgi(path: str, headers: dict[str, str], body: bytes) -> dict[str, Any]:
+    """The environ gunicorn hands the app for any kind's delivery."""
+    base = environ("", body)
+    for name in ("HTTP_STRIPE_SIGNATURE", "CONTENT_TYPE"):
+        del base[name]
+    route, _, query = path.partition("?")
+    base |= {"PATH_INFO": route, "RAW_URI": path, "QUERY_STRING": query, "HTTP_HOST": "hooks.example.com"}
+    for name, value in headers.items():
+        key = name.upper().replace("-", "_")
+        base["CONTENT_TYPE" if key == "CONTENT_TYPE" else f"HTTP_{key}"] = value
+    return base
+
+
+def per_kind(app: Any, requests: list[tuple[str, dict[str, str], bytes]]) -> float:
+    """µs of this thread's CPU per request; every answer must be a 2xx."""
+    statuses: list[str] = []
+
+    def start_response(status: str, headers: list[tuple[str, str]], exc: Any = None) -> None:
+        statuses.append(status)
+
+    started = time.thread_time()
+    for path, headers, body in requests:
+        b"".join(app(wsgi(path, headers, body), start_response))
+    assert all(s.startswith("2") for s in statuses), set(statuses)
+    return (time.thread_time() - started) / len(requests) * 1e6
+
+
+def kinds(sqlite: bool, count: int) -> None:
+    """CPU per genuine delivery for every registered kind, beside the bare view's."""
+    sys.path.insert(0, str(ROOT))  # tests.support.catalogue: each kind's endpoint and signer
+    from tests.support.catalogue import all_endpoints, genuine
+    from webhooks.providers import PROVIDERS
+
+    with receiver(sqlite, all_endpoints()) as app:
+        names = [n for n, e in app.extensions["webhooks"].settings.endpoints.items() if e.kind == n]
+        signed = {}
+        for name in names:
+            signed[name] = [(path, headers, body) for body, headers, path in (genuine(app, name) for _ in range(count))]
+        stripe = signed["stripe"][0]
+        baseline = [(stripe[0], stripe[1], stripe[2])] * count
+        per_kind(BASELINE, baseline), per_kind(app, signed["stripe"][:50])  # warm up
+        base = per_kind(BASELINE, baseline)
+        print(f"{'kind':<14}{'CPU µs/delivery':>16}{'× bare view':>13}")
+        print(f"{'(bare view)':<14}{base:>16.0f}{1:>13.2f}")
+        for name in sorted(names):
+            value = per_kind(app, signed[name])
+            print(f"{name:<14}{value:>16.0f}{base / value:>13.2f}")
+    missing = sorted(set(PROVIDERS) - set(names))
+    assert not missing, f"kinds without a catalogue endpoint: {missing}"
+    print(
+        f"{'PostgreSQL + Redis' if not sqlite else 'SQLite + embedded queue'}, {count} deliveries a kind, one at a"
+        " time, each verified in full: duplicates of one stored event, or new events where the kind's signer"
+        " mints an id per delivery (GitHub's X-GitHub-Delivery, a replay key per signature)"
+    )
+
+
 def per_request(app: Any, deliveries: list[tuple[str, str]], profile: cProfile.Profile | None = None) -> float:
     """µs of this thread's CPU per request; every answer must be a 200."""
     started = time.thread_time()
@@ -99,29 +161,17 @@ def per_event(app: Flask, deliveries: list[tuple[str, str]], profile: cProfile.P
 
 
 @contextlib.contextmanager
-def receiver(sqlite: bool) -> Iterator[Flask]:
+def receiver(sqlite: bool, endpoints: dict[str, Any] | None = None) -> Iterator[Flask]:
+    config: dict[str, Any] = {"WEBHOOKS_HANDLERS": "bench_handlers"}
+    config |= {"ENDPOINTS": endpoints} if endpoints else {"STRIPE_WEBHOOK_SECRET": SECRET}
     if sqlite:
         with tempfile.TemporaryDirectory() as folder:
             url = f"sqlite:///{folder}/webhooks.db"
             upgrade(url)
-            yield create_app(
-                {
-                    "DATABASE_URL": url,
-                    "STRIPE_WEBHOOK_SECRET": SECRET,
-                    "WEBHOOKS_EMBEDDED_WORKER": "false",
-                    "WEBHOOKS_HANDLERS": "bench_handlers",
-                }
-            )
+            yield create_app({"DATABASE_URL": url, "WEBHOOKS_EMBEDDED_WORKER": "false", **config})
         return
     with scratch_database() as db:
-        yield create_app(
-            {
-                "DATABASE_URL": db,
-                "REDIS_URL": REDIS,
-                "STRIPE_WEBHOOK_SECRET": SECRET,
-                "WEBHOOKS_HANDLERS": "bench_handlers",
-            }
-        )
+        yield create_app({"DATABASE_URL": db, "REDIS_URL": REDIS, **config})
 
 
 def main() -> None:
@@ -129,8 +179,12 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=2000)
     parser.add_argument("--sqlite", action="store_true", help="the embedded default instead of PostgreSQL + Redis")
     parser.add_argument("--profile", choices=["new", "dup", "process"])
+    parser.add_argument("--kinds", action="store_true", help="CPU per genuine delivery for every registered kind")
     args = parser.parse_args()
     sys.path.insert(0, str(workdir()))  # its bench_handlers: a no-op handler
+    if args.kinds:
+        kinds(args.sqlite, min(args.requests, 300))
+        return
     with receiver(args.sqlite) as app:
         warm, deliveries = signed_events(200, "warm"), signed_events(args.requests, "cpu")
         per_request(BASELINE, warm), per_request(app, warm)
