@@ -33,6 +33,7 @@ SIGNATURE_HEADERS = {
     "paypal": ["PAYPAL-TRANSMISSION-SIG"],
     "hmac": ["X-Signature"],
     "adyen": ["HmacSignature"],
+    "square": ["x-square-hmacsha256-signature"],
 }
 RAW_BODY_KINDS = [k for k in SENT if k != "adyen"]  # Adyen signs fields, not bytes: see test_adyen.py
 

@@ -29,7 +29,10 @@ BODY = b'{"id": "evt_1", "type": "t.created", "event_type": "T", "data": {"id": 
 PUBLIC_KEY = "whpk_A6EHv/POEL4dcN0Y50vAmWfk1jCbpQ1fHdyGZBJVMbg="  # SW4
 SW1_SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 SHAPES = settings(max_examples=40, deadline=None)
-BODIES = {"sendgrid": b'[{"sg_event_id": "sg_1", "event": "delivered", "sg_message_id": "m1", "timestamp": 1}]'}
+BODIES = {
+    "sendgrid": b'[{"sg_event_id": "sg_1", "event": "delivered", "sg_message_id": "m1", "timestamp": 1}]',
+    "square": b'{"event_id": "evt_1", "type": "t.created", "data": {"type": "t", "id": "1"}}',
+}
 
 
 def b64(raw: bytes) -> str:
@@ -68,6 +71,7 @@ CODECS: dict[str, Codec] = {
             ("adyen", "hmacsignature"),
             ("sendgrid", "x-twilio-email-event-webhook-signature"),
             ("paypal", "paypal-transmission-sig"),
+            ("square", "x-square-hmacsha256-signature"),
         )
     },
 }
@@ -85,6 +89,7 @@ def foreign_endpoint(kind: str) -> Endpoint:
         "slack": ("other",),
         "twilio": ("other",),
         "hmac": ("other",),
+        "square": ("other",),
     }
     return replace(endpoint, secrets=other.get(kind, endpoint.secrets))
 
@@ -125,7 +130,7 @@ def foreign(kind: str) -> bytes:
     if kind == "adyen":
         return hmac_digest(bytes.fromhex(endpoint.secrets[0]), BODY)
     url = request.url
-    _, headers = p.sign(endpoint, BODY, now=NOW, url=url)
+    _, headers = p.sign(endpoint, BODIES.get(kind, BODY), now=NOW, url=url)
     return parse({k.lower(): v for k, v in headers.items()}[header])
 
 
@@ -300,6 +305,8 @@ EMPTY_KEYS = [
     ("adyen", ""),
     ("adyen", "  "),
     ("sendgrid", ""),
+    ("square", ""),
+    ("square", " sq-signature-key"),
 ]
 
 

@@ -37,6 +37,7 @@ NAMES = [
     "paypal",
     "hmac",
     "hmac_by_header",
+    "square",
 ]
 # Headers the verifiers read beyond those a genuine delivery carries (tests/providers/test_fuzz.py has the list per kind).
 READ = {
@@ -47,6 +48,7 @@ READ = {
     "adyen": ["HmacSignature"],
     "adyen_basic": ["HmacSignature"],
     "hmac": ["X-Type"],
+    "square": ["X-Square-Signature", "Square-Environment"],
 }
 COMMON = ["Authorization", "Content-Type", "Content-Length", "Content-Encoding"]
 REASONS = {str(r) for r in Reason}

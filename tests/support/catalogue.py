@@ -31,6 +31,7 @@ SENT = {  # kind → payload file sent through `webhooks send`
     "sendgrid": "sendgrid/batch__delivery_engagement.json",
     "paypal": "paypal/payment.capture.completed__basic.json",
     "hmac": "hmac/invoice.created__basic.json",
+    "square": "square/payment.updated__completed.json",
 }
 
 
@@ -84,6 +85,10 @@ def endpoints() -> dict[str, dict[str, Any]]:
             "prefix": "sha256=",
             "id_path": "id",
             "type_path": "type",
+        },
+        "square": {
+            "secrets": ["old-square-key", "square-signature-key"],
+            "notification_url": f"https://{HOST}/webhooks/square",
         },
     }
 

@@ -54,6 +54,9 @@ ENDPOINTS: dict[str, Endpoint] = {
             "type_header": "X-Type",
         },
     ),
+    "square": Endpoint(
+        "square", "square", ("sq-signature-key",), options={"notification_url": "https://example.com/webhooks/fuzz"}
+    ),
 }
 URL = "https://example.com/webhooks/fuzz"
 

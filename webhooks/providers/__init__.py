@@ -11,6 +11,7 @@ from webhooks.providers.paypal import PayPal
 from webhooks.providers.sendgrid import SendGrid
 from webhooks.providers.shopify import Shopify
 from webhooks.providers.slack import Slack
+from webhooks.providers.square import Square
 from webhooks.providers.standard import Standard
 from webhooks.providers.stripe import Stripe
 from webhooks.providers.twilio import Twilio
@@ -28,6 +29,7 @@ PROVIDERS: dict[str, Provider] = {
         SendGrid(),
         PayPal(),
         GenericHmac(),
+        Square(),
     )
 }
 
