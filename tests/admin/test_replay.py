@@ -96,6 +96,7 @@ def replays_counted(app: Flask, name: str) -> int:
         ("twilio", {"I-Twilio-Idempotency-Token": "attacker-chosen"}),
         ("hmac_by_header", {"X-Event-Id": "evt-minted", "X-Event-Type": "invoice.refunded"}),
         ("square", {"Square-Environment": "Sandbox", "X-Square-Signature": "c2hhMQ=="}),
+        ("zoom", {"x-zm-trackingid": "attacker-chosen", "Authorization": "verification-token"}),
     ],
 )
 def test_a_relabelled_replay_is_a_duplicate_not_an_event(both: Flask, name: str, relabel: dict[str, str]) -> None:

@@ -34,6 +34,7 @@ SIGNATURE_HEADERS = {
     "hmac": ["X-Signature"],
     "adyen": ["HmacSignature"],
     "square": ["x-square-hmacsha256-signature"],
+    "zoom": ["x-zm-signature"],
 }
 RAW_BODY_KINDS = [k for k in SENT if k != "adyen"]  # Adyen signs fields, not bytes: see test_adyen.py
 

@@ -32,6 +32,7 @@ SHAPES = settings(max_examples=40, deadline=None)
 BODIES = {
     "sendgrid": b'[{"sg_event_id": "sg_1", "event": "delivered", "sg_message_id": "m1", "timestamp": 1}]',
     "square": b'{"event_id": "evt_1", "type": "t.created", "data": {"type": "t", "id": "1"}}',
+    "zoom": b'{"event": "meeting.started", "event_ts": 1700000000000, "payload": {"object": {"id": "1"}}}',
 }
 
 
@@ -63,6 +64,7 @@ CODECS: dict[str, Codec] = {
     ),
     "slack": ("x-slack-signature", _hex_after("v0="), lambda v, sigs: ", ".join(f"v0={s.hex()}" for s in sigs)),
     "hmac": ("x-signature", _hex_after("sha256="), lambda v, sigs: ", ".join(f"sha256={s.hex()}" for s in sigs)),
+    "zoom": ("x-zm-signature", _hex_after("v0="), lambda v, sigs: ", ".join(f"v0={s.hex()}" for s in sigs)),
     **{
         kind: (header, base64.b64decode, lambda v, sigs: ", ".join(b64(s) for s in sigs))
         for kind, header in (
@@ -90,6 +92,7 @@ def foreign_endpoint(kind: str) -> Endpoint:
         "twilio": ("other",),
         "hmac": ("other",),
         "square": ("other",),
+        "zoom": ("other",),
     }
     return replace(endpoint, secrets=other.get(kind, endpoint.secrets))
 
@@ -307,6 +310,8 @@ EMPTY_KEYS = [
     ("sendgrid", ""),
     ("square", ""),
     ("square", " sq-signature-key"),
+    ("zoom", ""),
+    ("zoom", "zoom-secret-token\n"),
 ]
 
 

@@ -38,6 +38,7 @@ NAMES = [
     "hmac",
     "hmac_by_header",
     "square",
+    "zoom",
 ]
 # Headers the verifiers read beyond those a genuine delivery carries (tests/providers/test_fuzz.py has the list per kind).
 READ = {

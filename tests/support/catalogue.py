@@ -32,6 +32,7 @@ SENT = {  # kind → payload file sent through `webhooks send`
     "paypal": "paypal/payment.capture.completed__basic.json",
     "hmac": "hmac/invoice.created__basic.json",
     "square": "square/payment.updated__completed.json",
+    "zoom": "zoom/meeting.started__basic.json",
 }
 
 
@@ -90,6 +91,7 @@ def endpoints() -> dict[str, dict[str, Any]]:
             "secrets": ["old-square-key", "square-signature-key"],
             "notification_url": f"https://{HOST}/webhooks/square",
         },
+        "zoom": {"secrets": ["old-zoom-token", "zoom-secret-token"]},
     }
 
 

@@ -57,6 +57,7 @@ ENDPOINTS: dict[str, Endpoint] = {
     "square": Endpoint(
         "square", "square", ("sq-signature-key",), options={"notification_url": "https://example.com/webhooks/fuzz"}
     ),
+    "zoom": Endpoint("zoom", "zoom", ("zoom-secret-token",)),
 }
 URL = "https://example.com/webhooks/fuzz"
 

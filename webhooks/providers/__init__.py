@@ -15,6 +15,7 @@ from webhooks.providers.square import Square
 from webhooks.providers.standard import Standard
 from webhooks.providers.stripe import Stripe
 from webhooks.providers.twilio import Twilio
+from webhooks.providers.zoom import Zoom
 
 PROVIDERS: dict[str, Provider] = {
     p.kind: p
@@ -30,6 +31,7 @@ PROVIDERS: dict[str, Provider] = {
         PayPal(),
         GenericHmac(),
         Square(),
+        Zoom(),
     )
 }
 
