@@ -39,6 +39,7 @@ NAMES = [
     "hmac_by_header",
     "square",
     "zoom",
+    "mailgun",
 ]
 # Headers the verifiers read beyond those a genuine delivery carries (tests/providers/test_fuzz.py has the list per kind).
 READ = {
@@ -73,7 +74,10 @@ def delivery(app: Flask, name: str, payload: bytes | None = None) -> tuple[bytes
     if name.startswith("adyen") and payload is not None:
         mac = base64.b64encode(hmac_digest(bytes.fromhex(ADYEN_KEY), payload)).decode()
         return payload, {"HmacSignature": mac, "Authorization": basic(BASIC)}, f"/webhooks/{name}"
-    body, headers, path = genuine(app, name, payload)
+    try:
+        body, headers, path = genuine(app, name, payload)
+    except ValueError:  # Mailgun signs inside a JSON object: a body that is none goes unsigned
+        return payload or b"", {}, f"/webhooks/{name}"
     if name == "adyen_basic":
         headers["Authorization"] = basic(BASIC)
     return body, headers, path

@@ -33,6 +33,7 @@ SENT = {  # kind → payload file sent through `webhooks send`
     "hmac": "hmac/invoice.created__basic.json",
     "square": "square/payment.updated__completed.json",
     "zoom": "zoom/meeting.started__basic.json",
+    "mailgun": "mailgun/delivered__basic.json",
 }
 
 
@@ -92,6 +93,7 @@ def endpoints() -> dict[str, dict[str, Any]]:
             "notification_url": f"https://{HOST}/webhooks/square",
         },
         "zoom": {"secrets": ["old-zoom-token", "zoom-secret-token"]},
+        "mailgun": {"secrets": ["old-mailgun-key", "mailgun-signing-key"]},
     }
 
 

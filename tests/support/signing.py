@@ -58,6 +58,7 @@ ENDPOINTS: dict[str, Endpoint] = {
         "square", "square", ("sq-signature-key",), options={"notification_url": "https://example.com/webhooks/fuzz"}
     ),
     "zoom": Endpoint("zoom", "zoom", ("zoom-secret-token",)),
+    "mailgun": Endpoint("mailgun", "mailgun", ("mailgun-signing-key",)),
 }
 URL = "https://example.com/webhooks/fuzz"
 

@@ -7,6 +7,7 @@ from webhooks.providers.adyen import Adyen
 from webhooks.providers.base import Endpoint, Provider
 from webhooks.providers.generic import GenericHmac
 from webhooks.providers.github import GitHub
+from webhooks.providers.mailgun import Mailgun
 from webhooks.providers.paypal import PayPal
 from webhooks.providers.sendgrid import SendGrid
 from webhooks.providers.shopify import Shopify
@@ -32,6 +33,7 @@ PROVIDERS: dict[str, Provider] = {
         GenericHmac(),
         Square(),
         Zoom(),
+        Mailgun(),
     )
 }
 
