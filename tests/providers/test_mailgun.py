@@ -16,18 +16,20 @@ import json
 import random
 import string
 from dataclasses import replace
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 from flask import Flask
 
-from tests.conftest import rows
+from tests.conftest import drain, rows, runtime
 from tests.support.catalogue import genuine
 from tests.support.delivering import at_once, kinds_app, post, stored
 from webhooks.errors import ConfigError, PayloadError, VerificationError
 from webhooks.providers.base import Endpoint, Request, replay_key
 from webhooks.providers.mailgun import Mailgun
+from webhooks.purge import Plan, purge
 
 PAYLOADS = Path(__file__).parents[1] / "payloads" / "mailgun"
 PROVIDER = Mailgun()
@@ -266,4 +268,19 @@ def test_refused_with_its_reason_and_nothing_stored(kinds: Flask, change: str, c
         body = json.dumps({"event-data": json.loads(body)["event-data"]}).encode()
     status, answer = post(kinds, path, body, headers)
     assert status in (400, 401) and answer == {"error": code}
+    assert stored(kinds, "mailgun") == []
+
+
+def test_the_token_stays_spent_after_purge(kinds: Flask) -> None:
+    body, headers, path = genuine(kinds, "mailgun")
+    assert post(kinds, path, body, headers)[0] == 200
+    drain(kinds)
+    rt = runtime(kinds)
+    assert purge(rt.sessions, Plan(timedelta(0), timedelta(0)), kinds=set(), force=True) == 1
+    token = json.loads(body)["signature"]["token"]
+    assert rows(kinds, "SELECT replay_key FROM tombstones") == [(replay_key("mailgun", token),)]
+    data = json.loads(body)
+    data["event-data"]["id"] = "minted-after-purge"
+    assert post(kinds, path, json.dumps(data).encode(), headers)[0] == 200
+    drain(kinds)
     assert stored(kinds, "mailgun") == []

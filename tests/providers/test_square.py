@@ -9,17 +9,20 @@ import json
 import random
 import string
 from dataclasses import replace
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
 from flask import Flask
 from square.utils.webhooks_helper import verify_signature
 
+from tests.conftest import drain, rows, runtime
 from tests.support.catalogue import genuine
 from tests.support.delivering import at_once, kinds_app, post, stored
 from webhooks.errors import ConfigError, PayloadError, VerificationError
 from webhooks.providers.base import Endpoint, Request, hmac_digest
 from webhooks.providers.square import Square
+from webhooks.purge import Plan, purge
 
 PAYLOADS = Path(__file__).parents[1] / "payloads" / "square"
 PROVIDER = Square()
@@ -303,4 +306,18 @@ def test_refused_with_its_reason_and_nothing_stored(kinds: Flask, change: str, c
         headers = {k: v for k, v in headers.items() if k != "x-square-hmacsha256-signature"}
     status, answer = post(kinds, path, body, headers)
     assert status in (400, 401) and answer == {"error": code}
+    assert stored(kinds, "square") == []
+
+
+def test_a_captured_delivery_after_purge_is_a_duplicate(kinds: Flask) -> None:
+    """No timestamp is signed, so a captured delivery never goes stale: after purge, the signed
+    ``event_id``'s tombstone is what keeps it from being stored and run again."""
+    body, headers, path = genuine(kinds, "square")
+    assert post(kinds, path, body, headers)[0] == 200
+    drain(kinds)
+    rt = runtime(kinds)
+    assert purge(rt.sessions, Plan(timedelta(0), timedelta(0)), kinds=set(), force=True) == 1
+    assert rows(kinds, "SELECT endpoint, event_id FROM tombstones") == [("square", json.loads(body)["event_id"])]
+    assert post(kinds, path, body, headers)[0] == 200
+    drain(kinds)
     assert stored(kinds, "square") == []
