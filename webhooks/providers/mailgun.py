@@ -8,7 +8,8 @@ parsed first (as Adyen's items are; the receiver has already bounded its size).
 bytes around the signature object. The token is random per request, so it is the replay key: one
 signature yields at most one event, whatever ``event-data`` it arrives with. A copy captured
 before the genuine delivery could carry other event data once: nothing in ``event-data`` is to be
-acted on without Mailgun's own copy (its Events API, by the event's ``id``).
+acted on without Mailgun's own copy: with ``api_key`` and ``domain``, ``refetch`` has handlers see
+only the copy in the domain's event log (``mailgun_api``); without them, handlers must fetch it.
 Event id: ``event-data.id``; type: ``event-data.event`` (``delivered``, ``failed``, ``opened``…).
 Object: ``message`` and ``event-data.message.headers.message-id``; state ``event-data``; version
 ``event-data.timestamp`` (float seconds) in ms. Legacy form-encoded webhooks are not accepted.
@@ -20,6 +21,7 @@ from __future__ import annotations
 import hashlib
 import json
 from typing import Any
+from urllib.parse import urlsplit
 
 from webhooks.errors import ConfigError, PayloadError, VerificationError
 from webhooks.providers.base import (
@@ -62,7 +64,7 @@ def _signature(body: Any) -> tuple[str, str, bytes]:
         raise VerificationError(Reason.MALFORMED_SIGNATURE, "signature is not hex") from exc
 
 
-def _message_id(data: Any) -> str | None:
+def message_id(data: Any) -> str | None:
     message = data.get("message") if isinstance(data, dict) else None
     headers = message.get("headers") if isinstance(message, dict) else None
     found = headers.get("message-id") if isinstance(headers, dict) else None
@@ -72,12 +74,32 @@ def _message_id(data: Any) -> str | None:
 class Mailgun(Provider):
     kind = "mailgun"
     retry_horizon = DAY  # retried over 8 hours (10 min … 4 h apart)
-    shorthands = {"MAILGUN_WEBHOOK_SIGNING_KEY": "secrets"}
+    shorthands = {"MAILGUN_WEBHOOK_SIGNING_KEY": "secrets", "MAILGUN_API_KEY": "api_key", "MAILGUN_DOMAIN": "domain"}
+    option_names = frozenset({"api_key", "domain", "region", "api_base"})
 
     def validate(self, endpoint: Endpoint) -> None:
         super().validate(endpoint)
+        name, options = endpoint.name, endpoint.options
         if any(s != s.strip() for s in endpoint.secrets):
-            raise ConfigError(f"endpoint {endpoint.name!r}: a signing key with surrounding spaces (fail closed)")
+            raise ConfigError(f"endpoint {name!r}: a signing key with surrounding spaces (fail closed)")
+        if bool(options.get("api_key")) != bool(options.get("domain")):
+            raise ConfigError(f"endpoint {name!r}: api_key and domain go together (the Events API of that domain)")
+        if options.get("region", "us") not in ("us", "eu"):
+            raise ConfigError(f'endpoint {name!r}: region must be "us" or "eu"')
+        base = urlsplit(str(options.get("api_base") or "https://api.mailgun.net"))
+        if base.scheme not in ("https", "http") or not base.hostname:
+            raise ConfigError(f"endpoint {name!r}: api_base must be an absolute http(s) URL")
+
+    def refetch(
+        self, endpoint: Endpoint, event_type: str, data: Any, ref: ObjectRef | None
+    ) -> tuple[Any, ObjectRef | None]:
+        """With ``api_key`` and ``domain``: only Mailgun's own copy of the event data is acted on."""
+        if not (endpoint.options.get("api_key") and endpoint.options.get("domain")):
+            return data, ref
+        from webhooks.providers import mailgun_api  # the API client is worker-side I/O, loaded only here
+
+        copy = {"event-data": mailgun_api.event(endpoint, data.get("event-data") if isinstance(data, dict) else None)}
+        return copy, self.extract(event_type, copy)
 
     def verify(self, request: Request, endpoint: Endpoint, *, now: float) -> Verified:
         try:
@@ -92,16 +114,16 @@ class Mailgun(Provider):
         event_type = data.get("event") if isinstance(data, dict) else None
         if not isinstance(event_id, str) or not event_id or not isinstance(event_type, str) or not event_type:
             raise PayloadError("Mailgun body without event-data.id or event-data.event")
-        event = VerifiedEvent(event_id, event_type, secret_index=index, signed_at=ts, object_id=_message_id(data))
+        event = VerifiedEvent(event_id, event_type, secret_index=index, signed_at=ts, object_id=message_id(data))
         return Verified([event], "mailgun-sha256", replay_key=replay_key("mailgun", token))
 
     def extract(self, event_type: str, data: Any) -> ObjectRef | None:
         inner = data.get("event-data") if isinstance(data, dict) else None
-        message_id = _message_id(inner)
+        found = message_id(inner)
         at = inner.get("timestamp") if isinstance(inner, dict) else None
-        if message_id is None or isinstance(at, bool) or not isinstance(at, int | float):
+        if found is None or isinstance(at, bool) or not isinstance(at, int | float):
             return None
-        return ObjectRef("message", message_id, int(at * 1000), inner)
+        return ObjectRef("message", found, int(at * 1000), inner)
 
     def describe_version(self, version: int) -> str | None:
         at = time_text(version) if version > 0 else None
