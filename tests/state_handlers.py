@@ -22,6 +22,7 @@ def reset() -> None:
 @on("stripe", "*")
 @on("adyen", "*")
 @on("paypal", "*")
+@on("mailgun", "*")
 def record(event: HandlerEvent, state: Any, idempotency_key: str) -> None:
     with _lock:
         CALLS.append(

@@ -39,9 +39,12 @@ SIGNATURE_HEADERS = {
     "razorpay": ["X-Razorpay-Signature"],
     "paddle": ["Paddle-Signature"],
     "gocardless": ["Webhook-Signature"],
+    "square": ["x-square-hmacsha256-signature"],
+    "zoom": ["x-zm-signature"],
 }
 REFUSED_STATUS = {"gocardless": 498}  # the status a provider asks for when a signature fails (else 400)
-RAW_BODY_KINDS = [k for k in SENT if k != "adyen"]  # Adyen signs fields, not bytes: see test_adyen.py
+# Adyen signs fields, not bytes: see test_adyen.py; Mailgun signs a timestamp and token in the body: test_mailgun.py
+RAW_BODY_KINDS = [k for k in SENT if k not in ("adyen", "mailgun")]
 
 
 def toml(config: dict[str, dict[str, Any]]) -> str:

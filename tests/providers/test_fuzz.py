@@ -25,6 +25,7 @@ EXTRA_HEADERS = {
     "twilio": ["x-twilio-webhooks-signature-settings"],
     "adyen": ["hmacsignature", "authorization"],
     "hmac": ["x-type"],
+    "square": ["x-square-signature"],
 }
 RAISES = (VerificationError, UnavailableError)
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import base64
 import functools
 import hashlib
+import json
 import time
 from collections.abc import Callable
 from dataclasses import replace
@@ -25,6 +26,9 @@ from webhooks.providers import PROVIDERS
 from webhooks.providers.base import Endpoint, Request, first_match, hmac_digest, replay_key
 
 KINDS = sorted(PROVIDERS)
+# Kinds whose signature sits inside the body, not in a header: their shapes are tested in their own file.
+IN_BODY = {"mailgun": "tests/providers/test_mailgun.py::test_signature_shapes_never_verify"}
+HEADER_KINDS = [k for k in KINDS if k not in IN_BODY]
 BODY = b'{"id": "evt_1", "type": "t.created", "event_type": "T", "data": {"id": 1}, "created": 1700000000}'
 PUBLIC_KEY = "whpk_A6EHv/POEL4dcN0Y50vAmWfk1jCbpQ1fHdyGZBJVMbg="  # SW4
 SW1_SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
@@ -39,6 +43,9 @@ BODIES = {
     b'"notification_id": "ntf_1", "data": {"id": "txn_1"}}',
     "gocardless": b'{"events": [{"id": "EV1", "created_at": "2023-11-14T22:13:20.000Z", "resource_type": "payments", '
     b'"action": "confirmed", "links": {"payment": "PM1"}}]}',
+    "square": b'{"event_id": "evt_1", "type": "t.created", "data": {"type": "t", "id": "1"}}',
+    "zoom": b'{"event": "meeting.started", "event_ts": 1700000000000, "payload": {"object": {"id": "1"}}}',
+    "mailgun": b'{"event-data": {"id": "evt_1", "event": "delivered", "timestamp": 1700000000.5}}',
 }
 
 
@@ -87,6 +94,7 @@ CODECS: dict[str, Codec] = {
             ("lemonsqueezy", "x-signature"),
         )
     },
+    "zoom": ("x-zm-signature", _hex_after("v0="), lambda v, sigs: ", ".join(f"v0={s.hex()}" for s in sigs)),
     **{
         kind: (header, base64.b64decode, lambda v, sigs: ", ".join(b64(s) for s in sigs))
         for kind, header in (
@@ -95,9 +103,14 @@ CODECS: dict[str, Codec] = {
             ("adyen", "hmacsignature"),
             ("sendgrid", "x-twilio-email-event-webhook-signature"),
             ("paypal", "paypal-transmission-sig"),
+            ("square", "x-square-hmacsha256-signature"),
         )
     },
 }
+
+
+def test_every_kind_has_its_signature_shapes_tested() -> None:
+    assert set(CODECS) | set(IN_BODY) == set(KINDS) and not set(CODECS) & set(IN_BODY)
 
 
 def foreign_endpoint(kind: str) -> Endpoint:
@@ -118,6 +131,8 @@ def foreign_endpoint(kind: str) -> Endpoint:
         "razorpay": ("other",),
         "paddle": ("pdl_other",),
         "gocardless": ("other",),
+        "square": ("other",),
+        "zoom": ("other",),
     }
     return replace(endpoint, secrets=other.get(kind, endpoint.secrets))
 
@@ -158,7 +173,7 @@ def foreign(kind: str) -> bytes:
     if kind == "adyen":
         return hmac_digest(bytes.fromhex(endpoint.secrets[0]), BODY)
     url = request.url
-    _, headers = p.sign(endpoint, BODY, now=NOW, url=url)
+    _, headers = p.sign(endpoint, BODIES.get(kind, BODY), now=NOW, url=url)
     return parse({k.lower(): v for k, v in headers.items()}[header])
 
 
@@ -190,7 +205,7 @@ def mangled(signature: bytes) -> list[bytes]:
     ]
 
 
-@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("kind", HEADER_KINDS)
 def test_genuine_and_foreign_signatures_are_what_they_claim(kind: str) -> None:
     """The oracles of this file: the genuine request verifies, the foreign signature does not."""
     header, parse, _ = CODECS[kind]
@@ -202,7 +217,7 @@ def test_genuine_and_foreign_signatures_are_what_they_claim(kind: str) -> None:
     ] or kind in ("stripe", "standard")  # rendered as a list there; still the same signature
 
 
-@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("kind", HEADER_KINDS)
 def test_empty_truncated_and_wrong_length_never_verify(kind: str) -> None:
     header, parse, _ = CODECS[kind]
     real, other = parse(genuine(kind).headers[header]), foreign(kind)
@@ -212,7 +227,7 @@ def test_empty_truncated_and_wrong_length_never_verify(kind: str) -> None:
         assert refused(kind, with_signatures(kind, [other, bad])), f"{kind}: after a foreign one"
 
 
-@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("kind", HEADER_KINDS)
 @SHAPES
 @given(data=st.data())
 def test_no_prefix_or_extension_of_the_genuine_signature_verifies(kind: str, data: st.DataObject) -> None:
@@ -348,6 +363,12 @@ EMPTY_KEYS = [
     ("paddle", "pdl_"),
     ("paddle", "ntfset_01gkpjp8bkh3ajkf6jj1zzss3z"),
     ("gocardless", ""),
+    ("square", ""),
+    ("square", " sq-signature-key"),
+    ("zoom", ""),
+    ("zoom", "zoom-secret-token\n"),
+    ("mailgun", ""),
+    ("mailgun", " mailgun-signing-key"),
 ]
 
 
@@ -410,7 +431,7 @@ def test_stripe_without_a_usable_v1(extra: list[str], reason: str) -> None:
 
 # -- one signature, one event: replay keys ------------------------------------------------------------
 
-REPLAY_KEYED = {"github", "shopify", "twilio", "hmac", "paypal", "razorpay"}
+REPLAY_KEYED = {"github", "shopify", "twilio", "hmac", "paypal", "razorpay", "mailgun"}
 UNSIGNED = {  # headers a sender may change without touching the signature
     "github": ["x-github-delivery", "x-github-event"],
     "shopify": ["x-shopify-webhook-id", "x-shopify-topic"],
@@ -434,7 +455,6 @@ def test_replay_key_only_where_nothing_unique_is_signed(kind: str) -> None:
     if kind not in REPLAY_KEYED:
         assert result.replay_key is None
         return
-    header, parse, _ = CODECS[kind]
     tag = {
         "github": "github-sha256",
         "shopify": "shopify-hmac",
@@ -444,7 +464,10 @@ def test_replay_key_only_where_nothing_unique_is_signed(kind: str) -> None:
     }
     if kind == "paypal":
         assert result.replay_key == replay_key("paypal", request.headers["paypal-transmission-id"])
+    elif kind == "mailgun":  # the signed token, inside the body
+        assert result.replay_key == replay_key("mailgun", json.loads(request.body)["signature"]["token"])
     else:
+        header, parse, _ = CODECS[kind]
         assert result.replay_key == replay_key(tag[kind], parse(request.headers[header]))
 
 

@@ -43,6 +43,9 @@ NAMES = [
     "razorpay",
     "paddle",
     "gocardless",
+    "square",
+    "zoom",
+    "mailgun",
 ]
 # Headers the verifiers read beyond those a genuine delivery carries (tests/providers/test_fuzz.py has the list per kind).
 READ = {
@@ -54,6 +57,7 @@ READ = {
     "adyen_basic": ["HmacSignature"],
     "hmac": ["X-Type"],
     "lemonsqueezy": ["X-Event-Name"],
+    "square": ["X-Square-Signature", "Square-Environment"],
 }
 COMMON = ["Authorization", "Content-Type", "Content-Length", "Content-Encoding"]
 REASONS = {str(r) for r in Reason}
@@ -77,7 +81,10 @@ def delivery(app: Flask, name: str, payload: bytes | None = None) -> tuple[bytes
     if name.startswith("adyen") and payload is not None:
         mac = base64.b64encode(hmac_digest(bytes.fromhex(ADYEN_KEY), payload)).decode()
         return payload, {"HmacSignature": mac, "Authorization": basic(BASIC)}, f"/webhooks/{name}"
-    body, headers, path = genuine(app, name, payload)
+    try:
+        body, headers, path = genuine(app, name, payload)
+    except ValueError:  # Mailgun signs inside a JSON object: a body that is none goes unsigned
+        return payload or b"", {}, f"/webhooks/{name}"
     if name == "adyen_basic":
         headers["Authorization"] = basic(BASIC)
     return body, headers, path

@@ -38,6 +38,9 @@ SENT = {  # kind → payload file sent through `webhooks send`
     "razorpay": "razorpay/payment.captured__card.json",
     "paddle": "paddle/transaction.completed__card.json",
     "gocardless": "gocardless/payments__batch.json",
+    "square": "square/payment.updated__completed.json",
+    "zoom": "zoom/meeting.started__basic.json",
+    "mailgun": "mailgun/delivered__basic.json",
 }
 
 
@@ -100,6 +103,12 @@ def endpoints() -> dict[str, dict[str, Any]]:
             "secrets": ["pdl_ntfset_01old_x", "pdl_ntfset_01gkpjp8bkh3ajkf6jj1zzss3z_WvRO0eL4Bj9rgYYIBZY6wZhG4EHy9jzh"]
         },
         "gocardless": {"secrets": ["old-gc-secret", "ED7D658C-D8EB-4941-948B-3973214F2D49"]},
+        "square": {
+            "secrets": ["old-square-key", "square-signature-key"],
+            "notification_url": f"https://{HOST}/webhooks/square",
+        },
+        "zoom": {"secrets": ["old-zoom-token", "zoom-secret-token"]},
+        "mailgun": {"secrets": ["old-mailgun-key", "mailgun-signing-key"]},
     }
 
 

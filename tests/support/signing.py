@@ -60,6 +60,11 @@ ENDPOINTS: dict[str, Endpoint] = {
     "razorpay": Endpoint("razorpay", "razorpay", ("rzp-secret",)),
     "paddle": Endpoint("paddle", "paddle", ("pdl_ntfset_01hfuzz_secret",)),
     "gocardless": Endpoint("gocardless", "gocardless", ("gc-secret",)),
+    "square": Endpoint(
+        "square", "square", ("sq-signature-key",), options={"notification_url": "https://example.com/webhooks/fuzz"}
+    ),
+    "zoom": Endpoint("zoom", "zoom", ("zoom-secret-token",)),
+    "mailgun": Endpoint("mailgun", "mailgun", ("mailgun-signing-key",)),
 }
 URL = "https://example.com/webhooks/fuzz"
 

@@ -10,6 +10,7 @@ from webhooks.providers.generic import GenericHmac
 from webhooks.providers.github import GitHub
 from webhooks.providers.gocardless import GoCardless
 from webhooks.providers.lemonsqueezy import LemonSqueezy
+from webhooks.providers.mailgun import Mailgun
 from webhooks.providers.paddle import Paddle
 from webhooks.providers.paypal import PayPal
 from webhooks.providers.paystack import Paystack
@@ -17,9 +18,11 @@ from webhooks.providers.razorpay import Razorpay
 from webhooks.providers.sendgrid import SendGrid
 from webhooks.providers.shopify import Shopify
 from webhooks.providers.slack import Slack
+from webhooks.providers.square import Square
 from webhooks.providers.standard import Standard
 from webhooks.providers.stripe import Stripe
 from webhooks.providers.twilio import Twilio
+from webhooks.providers.zoom import Zoom
 
 PROVIDERS: dict[str, Provider] = {
     p.kind: p
@@ -39,6 +42,9 @@ PROVIDERS: dict[str, Provider] = {
         Razorpay(),
         Paddle(),
         GoCardless(),
+        Square(),
+        Zoom(),
+        Mailgun(),
         GenericHmac(),
     )
 }
