@@ -60,6 +60,7 @@ ENDPOINTS: dict[str, Endpoint] = {
     "razorpay": Endpoint("razorpay", "razorpay", ("rzp-secret",)),
     "paddle": Endpoint("paddle", "paddle", ("pdl_ntfset_01hfuzz_secret",)),
     "gocardless": Endpoint("gocardless", "gocardless", ("gc-secret",)),
+    "braintree": Endpoint("braintree", "braintree", ("bt_fuzz_public:bt-fuzz-private-key",)),
 }
 URL = "https://example.com/webhooks/fuzz"
 
