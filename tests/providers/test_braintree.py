@@ -394,3 +394,11 @@ def test_a_relabelled_capture_is_no_second_event(bt_app: Flask) -> None:
         relabelled = form(f"pub{n}|{'e' * 40}&{signature}", payload.rstrip("\n") if n == 1 else payload)
         assert post(bt_app, relabelled, f"/webhooks/braintree?n={n}")[0] == 200
     assert len(stored(bt_app)) == 1 and stored(bt_app)[0][1] == "dispute_opened"
+
+
+def test_the_signed_timestamp_bounds_replays_to_the_retry_horizon() -> None:
+    """``webhooks purge`` never keeps events for less than ``retry_horizon``; a capture older than
+    that is refused, so a purged notification never comes back as new."""
+    horizon = PROVIDER.retry_horizon.total_seconds()
+    assert outcome(BODY, endpoint(), now=int(NOW) + horizon - 1) == "ok"
+    assert outcome(BODY, endpoint(), now=int(NOW) + horizon + 1) == "timestamp_out_of_tolerance"
