@@ -1,4 +1,4 @@
-"""``POST /webhooks/<endpoint>``: verify, store, enqueue, answer — and nothing slow."""
+"""``POST /webhooks/<endpoint>`` (and a kind's GET handshake): verify, store, enqueue, answer — and nothing slow."""
 
 from __future__ import annotations
 
@@ -118,13 +118,21 @@ def accept(rt: Runtime, name: str, headers: dict[str, str], body: bytes, url: st
 
 
 def deliver(
-    rt: Runtime, name: str, headers: dict[str, str], body: bytes, url: str, *, now: float, sender: str = ""
+    rt: Runtime,
+    name: str,
+    headers: dict[str, str],
+    body: bytes,
+    url: str,
+    *,
+    now: float,
+    sender: str = "",
+    method: str = "POST",
 ) -> Delivery:
     """``accept``, telling what became of the delivery."""
     endpoint = rt.settings.endpoints.get(name)
     if endpoint is None:
         raise VerificationError(Reason.UNKNOWN_ENDPOINT, status=404)
-    req = Request({k.lower(): v for k, v in headers.items()}, body, url, sender=sender)
+    req = Request({k.lower(): v for k, v in headers.items()}, body, url, method=method, sender=sender)
     verified = verify(endpoint, req, now)
     rows.check_storable(verified)
     new: list[str] = []
@@ -176,7 +184,8 @@ def handle(rt: Runtime, limits: RateLimits, endpoint_name: str, environ: dict[st
         body = read_body(environ, rt.settings.max_body_bytes, rt.settings.read_timeout)
         forwarded = environ.get("HTTP_X_FORWARDED_FOR")
         who = clients.sender(environ.get("REMOTE_ADDR"), [forwarded] if forwarded else [], rt.settings.trusted_proxies)
-        delivery = deliver(rt, endpoint_name, headers, body, url, now=time.time(), sender=who)
+        method = environ.get("REQUEST_METHOD", "POST")
+        delivery = deliver(rt, endpoint_name, headers, body, url, now=time.time(), sender=who, method=method)
     except VerificationError as exc:
         _account(label, started, "rejected", reason=exc.reason)
         kept = b"" if exc.reason in BODY_NOT_KEPT else body
@@ -214,13 +223,21 @@ class Front:
     def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
         path: str = environ.get("PATH_INFO", "")
         name = path[len(self.PREFIX) :]
-        if environ.get("REQUEST_METHOD") != "POST" or not path.startswith(self.PREFIX) or not name or "/" in name:
+        if not path.startswith(self.PREFIX) or not name or "/" in name or not self.answers(environ, name):
             return self.flask(environ, start_response)
         # WSGI carries the path's bytes as latin-1; the route matches the UTF-8 name (as Werkzeug does).
         name = name.encode("latin-1", "replace").decode("utf-8", "replace")
         status, headers, body = handle(self.rt, self.limits, name, environ)
         start_response(f"{status} {HTTP_STATUS_CODES.get(status, 'UNKNOWN').upper()}", headers)
         return [body]
+
+    def answers(self, environ: dict[str, Any], name: str) -> bool:
+        """A POST, or a GET to an endpoint whose kind ``answers_get`` (a handshake, never stored)."""
+        method = environ.get("REQUEST_METHOD")
+        if method != "GET":
+            return method == "POST"
+        endpoint = self.rt.settings.endpoints.get(name.encode("latin-1", "replace").decode("utf-8", "replace"))
+        return endpoint is not None and providers.get(endpoint.kind).answers_get
 
 
 @bp.post("/webhooks/<endpoint_name>")

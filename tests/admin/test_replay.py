@@ -106,6 +106,7 @@ def replays_counted(app: Flask, name: str) -> int:
         ("paddle", {"X-Request-Id": "relabelled"}),
         ("square", {"Square-Environment": "Sandbox", "X-Square-Signature": "c2hhMQ=="}),
         ("zoom", {"x-zm-trackingid": "attacker-chosen", "Authorization": "verification-token"}),
+        ("braintree", {"X-Request-Id": "relabelled", "Origin": "https://evil.example"}),
     ],
 )
 def test_a_relabelled_replay_is_a_duplicate_not_an_event(both: Flask, name: str, relabel: dict[str, str]) -> None:

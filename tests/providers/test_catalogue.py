@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qs, urlencode
 
 import pytest
 import requests
@@ -41,7 +42,10 @@ SIGNATURE_HEADERS = {
     "gocardless": ["Webhook-Signature"],
     "square": ["x-square-hmacsha256-signature"],
     "zoom": ["x-zm-signature"],
+    "braintree": [],  # a field of the form body: BODY_SIGNED
 }
+# Kinds whose signature is a form field of the body: a tamper of the signed field, and the field dropped.
+BODY_SIGNED = {"braintree": ("bt_payload=PD94", "bt_payload=PD95", "bt_signature")}
 REFUSED_STATUS = {"gocardless": 498}  # the status a provider asks for when a signature fails (else 400)
 # Adyen signs fields, not bytes: see test_adyen.py; Mailgun signs a timestamp and token in the body: test_mailgun.py
 RAW_BODY_KINDS = [k for k in SENT if k not in ("adyen", "mailgun")]
@@ -134,12 +138,18 @@ def test_tampered_body_is_refused_and_not_stored(server: tuple[str, dict[str, st
     body, headers = sign(env, kind, raw, post_url)
     before = len(events_of(base, kind))
     tampered = body.replace(b"e", b"E", 1)
+    unsigned_body = body
+    if kind in BODY_SIGNED:
+        signed_field, changed, name = BODY_SIGNED[kind]
+        tampered = body.replace(signed_field.encode(), changed.encode())
+        unsigned_body = urlencode({k: v[0] for k, v in parse_qs(body.decode()).items() if k != name}).encode()
+        assert tampered != body and unsigned_body != body
     response = requests.post(post_url, data=tampered, headers=headers, timeout=5)
     refused = REFUSED_STATUS.get(kind, 400)
     assert response.status_code in (refused, 401), response.text
     assert response.json()["error"] == "signature_mismatch"
     unsigned = {k: v for k, v in headers.items() if k not in SIGNATURE_HEADERS[kind]}
-    response = requests.post(post_url, data=body, headers=unsigned, timeout=5)
+    response = requests.post(post_url, data=unsigned_body, headers=unsigned, timeout=5)
     assert (response.status_code, response.json()["error"]) == (refused, "missing_signature")
     assert len(events_of(base, kind)) == before
     reasons = admin(base, "rejections")["counts"][kind]

@@ -46,6 +46,7 @@ NAMES = [
     "square",
     "zoom",
     "mailgun",
+    "braintree",
 ]
 # Headers the verifiers read beyond those a genuine delivery carries (tests/providers/test_fuzz.py has the list per kind).
 READ = {

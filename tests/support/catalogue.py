@@ -41,6 +41,7 @@ SENT = {  # kind → payload file sent through `webhooks send`
     "square": "square/payment.updated__completed.json",
     "zoom": "zoom/meeting.started__basic.json",
     "mailgun": "mailgun/delivered__basic.json",
+    "braintree": "braintree/subscription_charged_successfully__monthly.xml",
 }
 
 
@@ -109,6 +110,7 @@ def endpoints() -> dict[str, dict[str, Any]]:
         },
         "zoom": {"secrets": ["old-zoom-token", "zoom-secret-token"]},
         "mailgun": {"secrets": ["old-mailgun-key", "mailgun-signing-key"]},
+        "braintree": {"secrets": ["old_bt_public:old-bt-private-key", "bt_public_live:bt-private-key-0001"]},
     }
 
 

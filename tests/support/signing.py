@@ -65,6 +65,7 @@ ENDPOINTS: dict[str, Endpoint] = {
     ),
     "zoom": Endpoint("zoom", "zoom", ("zoom-secret-token",)),
     "mailgun": Endpoint("mailgun", "mailgun", ("mailgun-signing-key",)),
+    "braintree": Endpoint("braintree", "braintree", ("bt_fuzz_public:bt-fuzz-private-key",)),
 }
 URL = "https://example.com/webhooks/fuzz"
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from webhooks.errors import ConfigError
 from webhooks.providers.adyen import Adyen
 from webhooks.providers.base import Endpoint, Provider
+from webhooks.providers.braintree import Braintree
 from webhooks.providers.checkout import Checkout
 from webhooks.providers.generic import GenericHmac
 from webhooks.providers.github import GitHub
@@ -36,6 +37,7 @@ PROVIDERS: dict[str, Provider] = {
         Twilio(),
         SendGrid(),
         PayPal(),
+        Braintree(),
         Checkout(),
         Paystack(),
         LemonSqueezy(),

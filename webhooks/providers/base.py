@@ -169,6 +169,11 @@ class Provider:
 
     # -- capabilities; each default means "not supported" ------------------------------------
 
+    # A ``GET /webhooks/<name>`` is a handshake this kind answers (Braintree's challenge): it is
+    # verified with ``Request.method`` "GET" and answered with its ``Reply``, never stored. Other
+    # kinds' endpoints answer a GET 405.
+    answers_get: ClassVar[bool] = False
+
     # The object's state is a fold of all its events (``fold``), not the newest event's snapshot.
     folds: ClassVar[bool] = False
     # The object type whose folded state may say ``gap: true`` (an event missing before the
