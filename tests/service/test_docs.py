@@ -143,6 +143,8 @@ def test_every_endpoint_example_starts(page: str, toml: str, tmp_path: Path, mon
         "SENDGRID_WEBHOOK_PUBLIC_KEY": _sendgrid_public_key(),
         "ADYEN_BASIC_AUTH": "user:password",
         "PAYSTACK_SECRET_KEY": "sk_test_5f3ae2e7c0d4b1a9e8f7a6b5c4d3e2f1a0b9c8d7",
+        "BRAINTREE_OLD_KEY_PAIR": "old_public:old-private-key",
+        "BRAINTREE_WEBHOOK_SECRET": "live_public:live-private-key",
     }
     environ = {name: values.get(name, f"value-of-{name}") for name in re.findall(r'"env:(\w+)"', toml)}
     path = tmp_path / "webhooks.toml"
