@@ -48,6 +48,7 @@ ID_HEADERS = [
     "Authorization",
     "X-Razorpay-Event-Id",
     "Origin",
+    "x-amz-sns-message-id",
 ]
 
 
@@ -104,6 +105,7 @@ def replays_counted(app: Flask, name: str) -> int:
         ("lemonsqueezy", {"X-Event-Name": "order_refunded"}),
         ("razorpay", {"X-Razorpay-Event-Id": "KyQ7hiqZYeWWVn"}),
         ("paddle", {"X-Request-Id": "relabelled"}),
+        ("sns", {"x-amz-sns-message-id": "relabelled", "x-amz-sns-message-type": "UnsubscribeConfirmation"}),
     ],
 )
 def test_a_relabelled_replay_is_a_duplicate_not_an_event(both: Flask, name: str, relabel: dict[str, str]) -> None:

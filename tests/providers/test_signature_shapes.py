@@ -8,6 +8,7 @@ from __future__ import annotations
 import base64
 import functools
 import hashlib
+import json
 import time
 from collections.abc import Callable
 from dataclasses import replace
@@ -95,9 +96,11 @@ CODECS: dict[str, Codec] = {
             ("adyen", "hmacsignature"),
             ("sendgrid", "x-twilio-email-event-webhook-signature"),
             ("paypal", "paypal-transmission-sig"),
+            ("sns", "Signature"),  # a field of the JSON body: IN_BODY
         )
     },
 }
+IN_BODY = {"sns"}  # kinds whose signature is a field of the JSON body, not a header
 
 
 def foreign_endpoint(kind: str) -> Endpoint:
@@ -153,6 +156,14 @@ def foreign(kind: str) -> bytes:
         )
         key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
         return key.sign(message, padding.PKCS1v15(), hashes.SHA256())
+    if kind == "sns":
+        from cryptography.hazmat.primitives import hashes
+        from cryptography.hazmat.primitives.asymmetric import padding, rsa
+
+        from webhooks.providers.sns import signed_string
+
+        key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+        return key.sign(signed_string(json.loads(genuine(kind).body)), padding.PKCS1v15(), hashes.SHA256())
     p, endpoint = provider_of(kind), foreign_endpoint(kind)
     request = genuine(kind)
     if kind == "adyen":
@@ -162,10 +173,20 @@ def foreign(kind: str) -> bytes:
     return parse({k.lower(): v for k, v in headers.items()}[header])
 
 
+def signature_value(kind: str, request: Request) -> str:
+    """The signature as the request carries it (its header, or its body's field)."""
+    header = CODECS[kind][0]
+    return str(json.loads(request.body)[header]) if kind in IN_BODY else request.headers[header]
+
+
 def with_signatures(kind: str, signatures: list[bytes]) -> Request:
     request = genuine(kind)
     header, _, render = CODECS[kind]
-    return Request({**request.headers, header: render(request.headers[header], signatures)}, request.body, request.url)
+    value = render(signature_value(kind, request), signatures)
+    if kind in IN_BODY:
+        body = json.dumps({**json.loads(request.body), header: value}).encode()
+        return Request(dict(request.headers), body, request.url)
+    return Request({**request.headers, header: value}, request.body, request.url)
 
 
 def refused(kind: str, request: Request, endpoint: Endpoint | None = None) -> bool:
@@ -193,19 +214,19 @@ def mangled(signature: bytes) -> list[bytes]:
 @pytest.mark.parametrize("kind", KINDS)
 def test_genuine_and_foreign_signatures_are_what_they_claim(kind: str) -> None:
     """The oracles of this file: the genuine request verifies, the foreign signature does not."""
-    header, parse, _ = CODECS[kind]
+    _, parse, _ = CODECS[kind]
     request = genuine(kind)
     provider_of(kind).verify(request, ENDPOINTS[kind], now=NOW)
     assert refused(kind, with_signatures(kind, [foreign(kind)]))
-    assert with_signatures(kind, [parse(request.headers[header])]).headers[header] == request.headers[
-        header
-    ] or kind in ("stripe", "standard")  # rendered as a list there; still the same signature
+    again = with_signatures(kind, [parse(signature_value(kind, request))])
+    # Rendered as a list for stripe and standard; still the same signature.
+    assert signature_value(kind, again) == signature_value(kind, request) or kind in ("stripe", "standard")
 
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_empty_truncated_and_wrong_length_never_verify(kind: str) -> None:
-    header, parse, _ = CODECS[kind]
-    real, other = parse(genuine(kind).headers[header]), foreign(kind)
+    _, parse, _ = CODECS[kind]
+    real, other = parse(signature_value(kind, genuine(kind))), foreign(kind)
     for bad in mangled(real):
         assert refused(kind, with_signatures(kind, [bad])), f"{kind}: {len(bad)}-byte signature verified"
         assert refused(kind, with_signatures(kind, [bad, other])), f"{kind}: next to a foreign one"
@@ -216,8 +237,8 @@ def test_empty_truncated_and_wrong_length_never_verify(kind: str) -> None:
 @SHAPES
 @given(data=st.data())
 def test_no_prefix_or_extension_of_the_genuine_signature_verifies(kind: str, data: st.DataObject) -> None:
-    header, parse, _ = CODECS[kind]
-    real = parse(genuine(kind).headers[header])
+    _, parse, _ = CODECS[kind]
+    real = parse(signature_value(kind, genuine(kind)))
     cut = data.draw(st.integers(0, len(real) - 1))
     extra = data.draw(st.binary(min_size=1, max_size=8))
     noise = data.draw(st.binary(max_size=80).filter(lambda b: len(b) != len(real)))
@@ -419,6 +440,7 @@ UNSIGNED = {  # headers a sender may change without touching the signature
     "paypal": ["paypal-cert-url"],
     "lemonsqueezy": ["x-event-name"],
     "razorpay": ["x-razorpay-event-id"],
+    "sns": ["x-amz-sns-message-type", "x-amz-sns-topic-arn", "x-amz-sns-subscription-arn"],
 }
 
 

@@ -38,7 +38,9 @@ SENT = {  # kind → payload file sent through `webhooks send`
     "razorpay": "razorpay/payment.captured__card.json",
     "paddle": "paddle/transaction.completed__card.json",
     "gocardless": "gocardless/payments__batch.json",
+    "sns": "sns/Notification__docs_example.json",
 }
+SNS_CERT_URL = "https://sns.us-west-2.amazonaws.com/SimpleNotificationService-f3ecfb7224c7233fe7bb5f59f96de52f.pem"
 
 
 def _pem_pair() -> tuple[str, str]:
@@ -100,6 +102,13 @@ def endpoints() -> dict[str, dict[str, Any]]:
             "secrets": ["pdl_ntfset_01old_x", "pdl_ntfset_01gkpjp8bkh3ajkf6jj1zzss3z_WvRO0eL4Bj9rgYYIBZY6wZhG4EHy9jzh"]
         },
         "gocardless": {"secrets": ["old-gc-secret", "ED7D658C-D8EB-4941-948B-3973214F2D49"]},
+        "sns": {
+            "secrets": [],
+            "topic_arns": ["arn:aws:sns:us-west-2:123456789012:MyTopic"],
+            "certificate": cert,  # pinned: the tests never fetch from AWS
+            "signing_key": key,
+            "cert_url": SNS_CERT_URL,
+        },
     }
 
 

@@ -17,6 +17,7 @@ from webhooks.providers.razorpay import Razorpay
 from webhooks.providers.sendgrid import SendGrid
 from webhooks.providers.shopify import Shopify
 from webhooks.providers.slack import Slack
+from webhooks.providers.sns import Sns
 from webhooks.providers.standard import Standard
 from webhooks.providers.stripe import Stripe
 from webhooks.providers.twilio import Twilio
@@ -39,6 +40,7 @@ PROVIDERS: dict[str, Provider] = {
         Razorpay(),
         Paddle(),
         GoCardless(),
+        Sns(),
         GenericHmac(),
     )
 }
