@@ -30,6 +30,8 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric import padding, rsa
 from flask import Flask
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tests.conftest import base_config, make_app, rows
 from tests.support.paypal_cert import KEY, KEY_PEM, NOW, certificate
@@ -353,6 +355,19 @@ def test_a_signed_subscribe_url_off_sns_is_never_fetched(url: str) -> None:
     assert seen == []
 
 
+@settings(max_examples=200, deadline=None)
+@given(url=st.text(max_size=120), prefix=st.sampled_from(["", "https://", "https://sns.us-west-2.amazonaws.com"]))
+def test_hostile_certificate_urls_are_never_fetched(url: str, prefix: str) -> None:
+    fetched: list[str] = []
+    provider = Sns(cert_loader=lambda u, sender="": fetched.append(u) or CERT)
+    message = {**json.loads(BODY), "SigningCertURL": prefix + url}
+    try:
+        provider.verify(Request({}, json.dumps(message).encode()), endpoint(), now=NOW)
+    except VerificationError:
+        pass
+    assert all(is_sns_cert_url(u) and ".amazonaws.com/SimpleNotificationService-" in u for u in fetched)
+
+
 def test_host_rules() -> None:
     assert is_sns_cert_url(CERT_URL)
     assert is_sns_cert_url("https://sns.ap-southeast-2.amazonaws.com:443/SimpleNotificationService-a_b-c.pem")
@@ -454,8 +469,9 @@ def test_junk_certificate_urls_never_starve_a_genuine_one(local: tuple[str, list
 def test_the_confirmation_is_fetched_once(local: tuple[str, list[str], dict[str, Any]]) -> None:
     base, hits, _ = local
     provider = Sns(cert_loader=lambda url, sender="": CERT, confirmer=local_confirmer(base))
-    for _ in range(3):
-        assert outcome(signed(SUBSCRIBE), provider=provider) == "ok"
+    request = signed(SUBSCRIBE)
+    with ThreadPoolExecutor(5) as pool:  # concurrent copies share the one confirmation
+        assert list(pool.map(lambda _: outcome(request, provider=provider), range(10))) == ["ok"] * 10
     assert hits == [SUBSCRIBE["SubscribeURL"].split(".amazonaws.com", 1)[1]]
 
 
@@ -510,7 +526,11 @@ def stored(app: Flask) -> list[tuple[str, str]]:
 
 def test_subscription_confirmed_never_stored_and_unsubscription_recorded(sns_app: tuple[Flask, list[str]]) -> None:
     app, hits = sns_app
-    assert post(app, *app_signed(app, SUBSCRIBE)) == (200, {"confirmed": True})
+    body, headers = app_signed(app, SUBSCRIBE)
+    tampered = json.dumps({**json.loads(body), "Token": "0" + SUBSCRIBE["Token"]}).encode()
+    assert post(app, tampered, headers) == (400, {"error": "signature_mismatch"})
+    assert not [h for h in hits if "ConfirmSubscription" in h]  # never confirmed without a valid signature
+    assert post(app, body, headers) == (200, {"confirmed": True})
     assert stored(app) == []
     assert [h for h in hits if "ConfirmSubscription" in h] == [SUBSCRIBE["SubscribeURL"].split(".com", 1)[1]]
     unsubscribe = payload("UnsubscribeConfirmation__docs_example")

@@ -9,7 +9,8 @@ named ``sns.amazonaws.com`` or ``sns.<region>.amazonaws.com`` that chains to a t
 
 ``Confirmer(url)`` GETs a ``SubscribeURL`` (``sns_hosts.is_subscribe_url`` only; asked only after
 the message's signature verified) through ``outbound``: no redirects, 64 KiB cap, 5 s timeout. A
-URL confirmed is remembered and never fetched again (a re-sent confirmation is answered at once);
+URL confirmed (or being confirmed by a concurrent request) is remembered and never fetched again (a
+re-sent confirmation is answered at once);
 at most ``max_calls`` confirmations go out per ``per_seconds`` (beyond: ``UnavailableError``, a 503
 SNS retries). SNS unreachable, 5xx or 429 → ``UnavailableError``; another refusal (an expired token)
 → ``PayloadError``. ``fetch`` and ``clock`` are injectable for tests.
@@ -59,6 +60,7 @@ class Confirmer:
         self.timeout, self.fetch, self.clock = timeout, fetch or self._fetch, clock
         self.max_calls, self.per_seconds = max_calls, per_seconds
         self._confirmed: OrderedDict[str, None] = OrderedDict()
+        self._pending: set[str] = set()
         self._calls: deque[float] = deque()
         self._lock = threading.Lock()
 
@@ -66,7 +68,7 @@ class Confirmer:
         if not is_subscribe_url(url):
             raise VerificationError(Reason.URL_MISMATCH, "not an SNS SubscribeURL")
         with self._lock:
-            if url in self._confirmed:
+            if url in self._confirmed or url in self._pending:
                 return
             moment = self.clock()
             while self._calls and self._calls[0] <= moment - self.per_seconds:
@@ -74,15 +76,20 @@ class Confirmer:
             if len(self._calls) >= self.max_calls:
                 raise UnavailableError("SNS subscription confirmations are rate-limited; retry later")
             self._calls.append(moment)
-        answer = self.fetch(url)
-        if answer.status >= 500 or answer.status == 429:
-            raise UnavailableError(f"SNS answered the confirmation {answer.status}")
-        if not 200 <= answer.status < 300:
-            raise PayloadError(f"SNS refused the confirmation ({answer.status})")
-        with self._lock:
-            self._confirmed[url] = None
-            while len(self._confirmed) > REMEMBERED:
-                self._confirmed.popitem(last=False)
+            self._pending.add(url)
+        try:
+            answer = self.fetch(url)
+            if answer.status >= 500 or answer.status == 429:
+                raise UnavailableError(f"SNS answered the confirmation {answer.status}")
+            if not 200 <= answer.status < 300:
+                raise PayloadError(f"SNS refused the confirmation ({answer.status})")
+            with self._lock:
+                self._confirmed[url] = None
+                while len(self._confirmed) > REMEMBERED:
+                    self._confirmed.popitem(last=False)
+        finally:
+            with self._lock:
+                self._pending.discard(url)
 
     def _fetch(self, url: str) -> outbound.Answer:
         try:  # a redirect could leave SNS's hosts: it is an answer of its own, refused above
