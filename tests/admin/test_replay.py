@@ -48,6 +48,7 @@ ID_HEADERS = [
     "Authorization",
     "X-Razorpay-Event-Id",
     "Origin",
+    "x-amz-sns-message-id",
 ]
 
 
@@ -107,6 +108,7 @@ def replays_counted(app: Flask, name: str) -> int:
         ("square", {"Square-Environment": "Sandbox", "X-Square-Signature": "c2hhMQ=="}),
         ("zoom", {"x-zm-trackingid": "attacker-chosen", "Authorization": "verification-token"}),
         ("braintree", {"X-Request-Id": "relabelled", "Origin": "https://evil.example"}),
+        ("sns", {"x-amz-sns-message-id": "relabelled", "x-amz-sns-message-type": "UnsubscribeConfirmation"}),
     ],
 )
 def test_a_relabelled_replay_is_a_duplicate_not_an_event(both: Flask, name: str, relabel: dict[str, str]) -> None:

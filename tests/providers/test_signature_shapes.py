@@ -113,9 +113,11 @@ CODECS: dict[str, Codec] = {
             ("sendgrid", "x-twilio-email-event-webhook-signature"),
             ("paypal", "paypal-transmission-sig"),
             ("square", "x-square-hmacsha256-signature"),
+            ("sns", "Signature"),  # a field of the JSON body: JSON_FIELDS
         )
     },
 }
+JSON_FIELDS = {"sns"}  # kinds whose signature is a field of the JSON body, named by its codec
 
 
 def test_every_kind_has_its_signature_shapes_tested() -> None:
@@ -178,6 +180,14 @@ def foreign(kind: str) -> bytes:
         )
         key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
         return key.sign(message, padding.PKCS1v15(), hashes.SHA256())
+    if kind == "sns":
+        from cryptography.hazmat.primitives import hashes
+        from cryptography.hazmat.primitives.asymmetric import padding, rsa
+
+        from webhooks.providers.sns import signed_string
+
+        key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+        return key.sign(signed_string(json.loads(genuine(kind).body)), padding.PKCS1v15(), hashes.SHA256())
     p, endpoint = provider_of(kind), foreign_endpoint(kind)
     request = genuine(kind)
     if kind == "adyen":
@@ -188,9 +198,14 @@ def foreign(kind: str) -> bytes:
 
 
 def signature_value(kind: str, request: Request) -> str:
-    """The signature's header, or for ``BODY_FIELDS`` its form field."""
+    """The signature as the request carries it: its header, or its body's field (``BODY_FIELDS``:
+    of a form, ``JSON_FIELDS``: of a JSON object)."""
     name = CODECS[kind][0]
-    return parse_qs(request.body.decode())[name][0] if kind in BODY_FIELDS else request.headers[name]
+    if kind in BODY_FIELDS:
+        return parse_qs(request.body.decode())[name][0]
+    if kind in JSON_FIELDS:
+        return str(json.loads(request.body)[name])
+    return request.headers[name]
 
 
 def with_signatures(kind: str, signatures: list[bytes]) -> Request:
@@ -200,6 +215,9 @@ def with_signatures(kind: str, signatures: list[bytes]) -> Request:
     if kind in BODY_FIELDS:
         form = {k: v[0] for k, v in parse_qs(request.body.decode()).items()} | {header: value}
         return Request(request.headers, urlencode(form).encode(), request.url)
+    if kind in JSON_FIELDS:
+        body = json.dumps({**json.loads(request.body), header: value}).encode()
+        return Request(dict(request.headers), body, request.url)
     return Request({**request.headers, header: value}, request.body, request.url)
 
 
@@ -241,6 +259,7 @@ def test_genuine_and_foreign_signatures_are_what_they_claim(kind: str) -> None:
 @pytest.mark.parametrize("kind", HEADER_KINDS)
 def test_empty_truncated_and_wrong_length_never_verify(kind: str) -> None:
     parse = CODECS[kind][1]
+    _, parse, _ = CODECS[kind]
     real, other = parse(signature_value(kind, genuine(kind))), foreign(kind)
     for bad in mangled(real):
         assert refused(kind, with_signatures(kind, [bad])), f"{kind}: {len(bad)}-byte signature verified"
@@ -465,6 +484,7 @@ UNSIGNED = {  # headers a sender may change without touching the signature
     "paypal": ["paypal-cert-url"],
     "lemonsqueezy": ["x-event-name"],
     "razorpay": ["x-razorpay-event-id"],
+    "sns": ["x-amz-sns-message-type", "x-amz-sns-topic-arn", "x-amz-sns-subscription-arn"],
 }
 
 

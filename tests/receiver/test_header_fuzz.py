@@ -47,6 +47,7 @@ NAMES = [
     "zoom",
     "mailgun",
     "braintree",
+    "sns",
 ]
 # Headers the verifiers read beyond those a genuine delivery carries (tests/providers/test_fuzz.py has the list per kind).
 READ = {

@@ -42,7 +42,9 @@ SENT = {  # kind → payload file sent through `webhooks send`
     "zoom": "zoom/meeting.started__basic.json",
     "mailgun": "mailgun/delivered__basic.json",
     "braintree": "braintree/subscription_charged_successfully__monthly.xml",
+    "sns": "sns/Notification__docs_example.json",
 }
+SNS_CERT_URL = "https://sns.us-west-2.amazonaws.com/SimpleNotificationService-f3ecfb7224c7233fe7bb5f59f96de52f.pem"
 
 
 def _pem_pair() -> tuple[str, str]:
@@ -111,6 +113,13 @@ def endpoints() -> dict[str, dict[str, Any]]:
         "zoom": {"secrets": ["old-zoom-token", "zoom-secret-token"]},
         "mailgun": {"secrets": ["old-mailgun-key", "mailgun-signing-key"]},
         "braintree": {"secrets": ["old_bt_public:old-bt-private-key", "bt_public_live:bt-private-key-0001"]},
+        "sns": {
+            "secrets": [],
+            "topic_arns": ["arn:aws:sns:us-west-2:123456789012:MyTopic"],
+            "certificate": cert,  # pinned: the tests never fetch from AWS
+            "signing_key": key,
+            "cert_url": SNS_CERT_URL,
+        },
     }
 
 

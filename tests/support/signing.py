@@ -26,6 +26,10 @@ SG_PRIVATE = base64.b64encode(
     )
 ).decode()
 
+SNS_TOPIC = "arn:aws:sns:us-east-1:123456789012:fuzz"  # the region of sns.DEFAULT_CERT_URL; sns.sign
+# publishes any body that is no SNS message as the Message of a notification to it
+
+
 ENDPOINTS: dict[str, Endpoint] = {
     "stripe": Endpoint("stripe", "stripe", ("whsec_fuzz",)),
     "adyen": Endpoint("adyen", "adyen", ("44782DEF547AAA06C910C43932B1EB0C71FC68D9D0C057550C48EC2ACF6BA056",)),
@@ -66,6 +70,9 @@ ENDPOINTS: dict[str, Endpoint] = {
     "zoom": Endpoint("zoom", "zoom", ("zoom-secret-token",)),
     "mailgun": Endpoint("mailgun", "mailgun", ("mailgun-signing-key",)),
     "braintree": Endpoint("braintree", "braintree", ("bt_fuzz_public:bt-fuzz-private-key",)),
+    "sns": Endpoint(
+        "sns", "sns", (), options={"topic_arns": [SNS_TOPIC], "certificate": CERT.decode(), "signing_key": KEY_PEM}
+    ),
 }
 URL = "https://example.com/webhooks/fuzz"
 

@@ -19,6 +19,7 @@ from webhooks.providers.razorpay import Razorpay
 from webhooks.providers.sendgrid import SendGrid
 from webhooks.providers.shopify import Shopify
 from webhooks.providers.slack import Slack
+from webhooks.providers.sns import Sns
 from webhooks.providers.square import Square
 from webhooks.providers.standard import Standard
 from webhooks.providers.stripe import Stripe
@@ -47,6 +48,7 @@ PROVIDERS: dict[str, Provider] = {
         Square(),
         Zoom(),
         Mailgun(),
+        Sns(),
         GenericHmac(),
     )
 }

@@ -51,7 +51,19 @@ def _fail(detail: str) -> VerificationError:
 
 
 class CertLoader:
-    """A callable ``url -> PEM`` for ``PayPal(cert_loader=...)``; thread-safe, caching."""
+    """A callable ``url -> PEM`` for ``PayPal(cert_loader=...)``; thread-safe, caching. Another
+    provider's certificates (``sns_certs``) subclass it: ``name``, ``subjects`` and ``allows``."""
+
+    name = "PayPal"
+    subjects: tuple[str, ...] = SUBJECTS
+
+    def allows(self, url: str) -> bool:
+        """Whether ``url`` may be fetched at all (checked before any budget is spent)."""
+        return is_paypal_cert_url(url)
+
+    def is_subject(self, name: str) -> bool:
+        """Whether a leaf's common name is one the provider signs with (then the chain is checked for it)."""
+        return name in self.subjects
 
     def __init__(
         self,
@@ -79,8 +91,8 @@ class CertLoader:
 
     def __call__(self, url: str, sender: str = "") -> bytes:
         now = time.time()
-        if not is_paypal_cert_url(url):
-            raise VerificationError(Reason.URL_MISMATCH, "not a PayPal certificate URL")
+        if not self.allows(url):
+            raise VerificationError(Reason.URL_MISMATCH, f"not a {self.name} certificate URL")
         while True:
             with self._lock:
                 cached = self._cache.get(url)
@@ -125,7 +137,7 @@ class CertLoader:
                 while recent and recent[0] <= moment - self.per_seconds:
                     recent.popleft()
             if len(mine) >= self.per_sender or len(self._fetches) >= self.max_fetches:
-                raise UnavailableError("PayPal certificate fetches are rate-limited; retry later")
+                raise UnavailableError(f"{self.name} certificate fetches are rate-limited; retry later")
             self._fetches.append(moment)
             mine.append(moment)
             return
@@ -135,20 +147,20 @@ class CertLoader:
         raise VerificationError(reason, f"{detail} (remembered failure)")
 
     def _fetch(self, url: str) -> bytes:
-        try:  # a redirect could leave PayPal's hosts: it is an answer of its own, refused below
+        try:  # a redirect could leave the provider's hosts: it is an answer of its own, refused below
             answer = outbound.call(url, timeout=self.timeout, limit=MAX_BYTES, redirects=False)
         except outbound.Unreachable as exc:
-            raise UnavailableError("PayPal certificate host unreachable") from exc
+            raise UnavailableError(f"{self.name} certificate host unreachable") from exc
         if answer.status >= 500 or answer.status == 429:
-            raise UnavailableError(f"PayPal certificate host answered {answer.status}")
+            raise UnavailableError(f"{self.name} certificate host answered {answer.status}")
         if answer.status >= 300:
-            raise _fail(f"PayPal certificate host answered {answer.status}")
+            raise _fail(f"{self.name} certificate host answered {answer.status}")
         if len(answer.body) > MAX_BYTES:
             raise _fail("certificate response too large")
         return answer.body
 
     def check(self, pem: bytes, now: datetime) -> float:
-        """Raise unless ``pem`` is PayPal's signing certificate; return when the cache entry expires."""
+        """Raise unless ``pem`` is the provider's signing certificate; return when the cache entry expires."""
         try:
             certs = x509.load_pem_x509_certificates(pem)
         except ValueError as exc:
@@ -157,9 +169,9 @@ class CertLoader:
         if not leaf.not_valid_before_utc <= now <= leaf.not_valid_after_utc:
             raise _fail("certificate is not valid now")
         names = leaf.subject.get_attributes_for_oid(x509.NameOID.COMMON_NAME)
-        subject = next((str(n.value) for n in names if str(n.value) in SUBJECTS), None)
+        subject = next((str(n.value) for n in names if self.is_subject(str(n.value))), None)
         if subject is None:
-            raise _fail("certificate is not PayPal's message verification certificate")
+            raise _fail(f"certificate is not {self.name}'s message verification certificate")
         if self.check_chain:
             builder = PolicyBuilder().store(Store(_roots(self.ca_file))).time(now)
             try:
