@@ -39,6 +39,7 @@ SIGNATURE_HEADERS = {
     "razorpay": ["X-Razorpay-Signature"],
     "paddle": ["Paddle-Signature"],
     "gocardless": ["Webhook-Signature"],
+    "plaid": ["Plaid-Verification"],
 }
 REFUSED_STATUS = {"gocardless": 498}  # the status a provider asks for when a signature fails (else 400)
 RAW_BODY_KINDS = [k for k in SENT if k != "adyen"]  # Adyen signs fields, not bytes: see test_adyen.py
@@ -90,7 +91,7 @@ def sign(env: dict[str, str], kind: str, body: bytes, url: str, secret_index: in
 def test_webhooks_send_is_stored_and_processed(server: tuple[str, dict[str, str]], kind: str) -> None:
     base, env = server
     before = {e["event_id"] for e in events_of(base, kind)}
-    secret_index = 1 if kind not in ("adyen", "sendgrid", "paypal") else 0
+    secret_index = 1 if kind not in ("adyen", "sendgrid", "paypal", "plaid") else 0
     result = CliRunner().invoke(
         main,
         [

@@ -23,6 +23,7 @@ from tests.support.signing import provider as provider_of
 from webhooks.errors import ConfigError, UnavailableError, VerificationError
 from webhooks.providers import PROVIDERS
 from webhooks.providers.base import Endpoint, Request, first_match, hmac_digest, replay_key
+from webhooks.providers.plaid_jose import b64url
 
 KINDS = sorted(PROVIDERS)
 BODY = b'{"id": "evt_1", "type": "t.created", "event_type": "T", "data": {"id": 1}, "created": 1700000000}'
@@ -39,6 +40,7 @@ BODIES = {
     b'"notification_id": "ntf_1", "data": {"id": "txn_1"}}',
     "gocardless": b'{"events": [{"id": "EV1", "created_at": "2023-11-14T22:13:20.000Z", "resource_type": "payments", '
     b'"action": "confirmed", "links": {"payment": "PM1"}}]}',
+    "plaid": b'{"webhook_type": "TRANSACTIONS", "webhook_code": "SYNC_UPDATES_AVAILABLE", "item_id": "it_1"}',
 }
 
 
@@ -74,6 +76,11 @@ CODECS: dict[str, Codec] = {
         "paddle-signature",
         _hex_after("h1="),
         lambda v, sigs: ";".join([v.split(";")[0], *(f"h1={s.hex()}" for s in sigs)]),
+    ),
+    "plaid": (
+        "plaid-verification",
+        lambda v: base64.urlsafe_b64decode(v.rsplit(".", 1)[1] + "=" * (-len(v.rsplit(".", 1)[1]) % 4)),
+        lambda v, sigs: ", ".join(f"{v.rsplit('.', 1)[0]}.{b64url(s)}" for s in sigs),
     ),
     **{
         kind: (header, bytes.fromhex, lambda v, sigs: ", ".join(s.hex() for s in sigs))
@@ -153,6 +160,16 @@ def foreign(kind: str) -> bytes:
         )
         key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
         return key.sign(message, padding.PKCS1v15(), hashes.SHA256())
+    if kind == "plaid":  # another P-256 key under the configured kid
+        from cryptography.hazmat.primitives import serialization
+        from cryptography.hazmat.primitives.asymmetric import ec
+
+        other = ec.generate_private_key(ec.SECP256R1()).private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+        )
+        endpoint = replace(ENDPOINTS[kind], options={**ENDPOINTS[kind].options, "signing_key": other.decode()})
+        _, headers = provider_of(kind).sign(endpoint, BODIES[kind], now=NOW)
+        return parse(headers["Plaid-Verification"])
     p, endpoint = provider_of(kind), foreign_endpoint(kind)
     request = genuine(kind)
     if kind == "adyen":
@@ -410,7 +427,7 @@ def test_stripe_without_a_usable_v1(extra: list[str], reason: str) -> None:
 
 # -- one signature, one event: replay keys ------------------------------------------------------------
 
-REPLAY_KEYED = {"github", "shopify", "twilio", "hmac", "paypal", "razorpay"}
+REPLAY_KEYED = {"github", "shopify", "twilio", "hmac", "paypal", "razorpay", "plaid"}
 UNSIGNED = {  # headers a sender may change without touching the signature
     "github": ["x-github-delivery", "x-github-event"],
     "shopify": ["x-shopify-webhook-id", "x-shopify-topic"],
@@ -444,6 +461,8 @@ def test_replay_key_only_where_nothing_unique_is_signed(kind: str) -> None:
     }
     if kind == "paypal":
         assert result.replay_key == replay_key("paypal", request.headers["paypal-transmission-id"])
+    elif kind == "plaid":  # the JWS signing input: ECDSA's other (r, n - s) signature is the same event
+        assert result.replay_key == replay_key("plaid-es256", request.headers[header].rsplit(".", 1)[0].encode())
     else:
         assert result.replay_key == replay_key(tag[kind], parse(request.headers[header]))
 

@@ -13,6 +13,7 @@ from webhooks.providers.lemonsqueezy import LemonSqueezy
 from webhooks.providers.paddle import Paddle
 from webhooks.providers.paypal import PayPal
 from webhooks.providers.paystack import Paystack
+from webhooks.providers.plaid import Plaid
 from webhooks.providers.razorpay import Razorpay
 from webhooks.providers.sendgrid import SendGrid
 from webhooks.providers.shopify import Shopify
@@ -39,6 +40,7 @@ PROVIDERS: dict[str, Provider] = {
         Razorpay(),
         Paddle(),
         GoCardless(),
+        Plaid(),
         GenericHmac(),
     )
 }
