@@ -109,6 +109,7 @@ def replays_counted(app: Flask, name: str) -> int:
         ("zoom", {"x-zm-trackingid": "attacker-chosen", "Authorization": "verification-token"}),
         ("braintree", {"X-Request-Id": "relabelled", "Origin": "https://evil.example"}),
         ("sns", {"x-amz-sns-message-id": "relabelled", "x-amz-sns-message-type": "UnsubscribeConfirmation"}),
+        ("plaid", {"X-Request-Id": "relabelled", "Plaid-Webhook-Type": "TRANSFER"}),
     ],
 )
 def test_a_relabelled_replay_is_a_duplicate_not_an_event(both: Flask, name: str, relabel: dict[str, str]) -> None:

@@ -70,6 +70,8 @@ bodies = st.one_of(
                 "sg_event_id",
                 "payload",
                 "action",
+                "webhook_type",
+                "webhook_code",
             ]
         ),
         json_values,

@@ -25,6 +25,7 @@ from tests.support.signing import provider as provider_of
 from webhooks.errors import ConfigError, UnavailableError, VerificationError
 from webhooks.providers import PROVIDERS
 from webhooks.providers.base import Endpoint, Request, first_match, hmac_digest, replay_key
+from webhooks.providers.plaid_jose import b64url
 
 KINDS = sorted(PROVIDERS)
 # Kinds whose signature sits inside the body, not in a header: their shapes are tested in their own file.
@@ -49,6 +50,7 @@ BODIES = {
     "mailgun": b'{"event-data": {"id": "evt_1", "event": "delivered", "timestamp": 1700000000.5}}',
     "braintree": b'<notification><timestamp type="datetime">x</timestamp><kind>transaction_settled</kind>'
     b"<subject><transaction><id>t1</id></transaction></subject></notification>",
+    "plaid": b'{"webhook_type": "TRANSACTIONS", "webhook_code": "SYNC_UPDATES_AVAILABLE", "item_id": "it_1"}',
 }
 BODY_FIELDS = {"braintree"}  # kinds whose signature is a field of the (form) body, named by its codec
 
@@ -85,6 +87,11 @@ CODECS: dict[str, Codec] = {
         "paddle-signature",
         _hex_after("h1="),
         lambda v, sigs: ";".join([v.split(";")[0], *(f"h1={s.hex()}" for s in sigs)]),
+    ),
+    "plaid": (
+        "plaid-verification",
+        lambda v: base64.urlsafe_b64decode(v.rsplit(".", 1)[1] + "=" * (-len(v.rsplit(".", 1)[1]) % 4)),
+        lambda v, sigs: ", ".join(f"{v.rsplit('.', 1)[0]}.{b64url(s)}" for s in sigs),
     ),
     **{
         kind: (header, bytes.fromhex, lambda v, sigs: ", ".join(s.hex() for s in sigs))
@@ -188,6 +195,16 @@ def foreign(kind: str) -> bytes:
 
         key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
         return key.sign(signed_string(json.loads(genuine(kind).body)), padding.PKCS1v15(), hashes.SHA256())
+    if kind == "plaid":  # another P-256 key under the configured kid
+        from cryptography.hazmat.primitives import serialization
+        from cryptography.hazmat.primitives.asymmetric import ec
+
+        other = ec.generate_private_key(ec.SECP256R1()).private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+        )
+        endpoint = replace(ENDPOINTS[kind], options={**ENDPOINTS[kind].options, "signing_key": other.decode()})
+        _, headers = provider_of(kind).sign(endpoint, BODIES[kind], now=NOW)
+        return parse(headers["Plaid-Verification"])
     p, endpoint = provider_of(kind), foreign_endpoint(kind)
     request = genuine(kind)
     if kind == "adyen":
@@ -475,7 +492,7 @@ def test_stripe_without_a_usable_v1(extra: list[str], reason: str) -> None:
 
 # -- one signature, one event: replay keys ------------------------------------------------------------
 
-REPLAY_KEYED = {"github", "shopify", "twilio", "hmac", "paypal", "razorpay", "mailgun"}
+REPLAY_KEYED = {"github", "shopify", "twilio", "hmac", "paypal", "razorpay", "mailgun", "plaid"}
 UNSIGNED = {  # headers a sender may change without touching the signature
     "github": ["x-github-delivery", "x-github-event"],
     "shopify": ["x-shopify-webhook-id", "x-shopify-topic"],
@@ -511,6 +528,10 @@ def test_replay_key_only_where_nothing_unique_is_signed(kind: str) -> None:
         assert result.replay_key == replay_key("paypal", request.headers["paypal-transmission-id"])
     elif kind == "mailgun":  # the signed token, inside the body
         assert result.replay_key == replay_key("mailgun", json.loads(request.body)["signature"]["token"])
+    elif kind == "plaid":  # the JWS signing input: ECDSA's other (r, n - s) signature is the same event
+        assert result.replay_key == replay_key(
+            "plaid-es256", request.headers["plaid-verification"].rsplit(".", 1)[0].encode()
+        )
     else:
         header, parse, _ = CODECS[kind]
         assert result.replay_key == replay_key(tag[kind], parse(request.headers[header]))

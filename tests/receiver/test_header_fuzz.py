@@ -48,6 +48,7 @@ NAMES = [
     "mailgun",
     "braintree",
     "sns",
+    "plaid",
 ]
 # Headers the verifiers read beyond those a genuine delivery carries (tests/providers/test_fuzz.py has the list per kind).
 READ = {

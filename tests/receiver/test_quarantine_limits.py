@@ -186,7 +186,7 @@ def test_junk_to_one_endpoint_never_evicts_another_s_rejections(config: dict[str
     assert [bytes(b) for (b,) in rows(app, "SELECT body FROM rejections WHERE endpoint = 'adyen'")] == [genuine_failure]
 
 
-REPLAY_KEYED = ["github", "shopify", "twilio", "paypal", "hmac_by_header", "razorpay"]
+REPLAY_KEYED = ["github", "shopify", "twilio", "paypal", "hmac_by_header", "razorpay", "plaid"]
 
 
 @pytest.fixture(scope="module")

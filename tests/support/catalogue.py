@@ -5,6 +5,7 @@ quarantine tests."""
 from __future__ import annotations
 
 import base64
+import json
 import time
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -17,6 +18,7 @@ from flask import Flask
 
 from tests.conftest import ADYEN_KEY, PAYLOADS, STRIPE_SECRET
 from webhooks import providers
+from webhooks.providers.plaid_jose import jwk_of
 
 PUBLIC_TWILIO = "https://hooks.example.com/twilio/inbound"
 HOST = "hooks.example.com"
@@ -43,6 +45,7 @@ SENT = {  # kind → payload file sent through `webhooks send`
     "mailgun": "mailgun/delivered__basic.json",
     "braintree": "braintree/subscription_charged_successfully__monthly.xml",
     "sns": "sns/Notification__docs_example.json",
+    "plaid": "plaid/TRANSACTIONS.SYNC_UPDATES_AVAILABLE__basic.json",
 }
 SNS_CERT_URL = "https://sns.us-west-2.amazonaws.com/SimpleNotificationService-f3ecfb7224c7233fe7bb5f59f96de52f.pem"
 
@@ -76,9 +79,20 @@ def _ec_pair() -> tuple[str, str]:
     return base64.b64encode(public).decode(), base64.b64encode(private).decode()
 
 
+def _plaid_pair(kid: str) -> tuple[str, str]:
+    """A P-256 signing key (PEM) and its JWK as Plaid's key endpoint answers it (JSON)."""
+    key = ec.generate_private_key(ec.SECP256R1())
+    pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    return pem.decode(), json.dumps(jwk_of(key.public_key(), kid))
+
+
+PLAID_KID = "bfbd5111-8e33-4643-8ced-b2e642a72f3c"
+
+
 def endpoints() -> dict[str, dict[str, Any]]:
     cert, key = _pem_pair()
     sg_public, sg_private = _ec_pair()
+    plaid_key, plaid_jwk = _plaid_pair(PLAID_KID)
     return {
         "stripe": {"secrets": ["whsec_old_one", STRIPE_SECRET]},
         "adyen": {"secrets": [ADYEN_KEY]},
@@ -120,6 +134,7 @@ def endpoints() -> dict[str, dict[str, Any]]:
             "signing_key": key,
             "cert_url": SNS_CERT_URL,
         },
+        "plaid": {"secrets": [], "verification_key": plaid_jwk, "signing_key": plaid_key, "key_id": PLAID_KID},
     }
 
 

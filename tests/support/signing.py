@@ -13,6 +13,7 @@ from tests.support.paypal_cert import CERT, KEY_PEM
 from webhooks.providers import PROVIDERS
 from webhooks.providers.base import Endpoint, Provider, Request
 from webhooks.providers.paypal import PayPal
+from webhooks.providers.plaid_jose import jwk_of
 
 NOW = 1_700_000_000
 CERT_URL = "https://api.sandbox.paypal.com/v1/notifications/certs/CERT-fuzz"
@@ -25,6 +26,12 @@ SG_PRIVATE = base64.b64encode(
         serialization.Encoding.DER, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
     )
 ).decode()
+_PLAID_KEY = ec.generate_private_key(ec.SECP256R1())
+PLAID_KID = "6c5516e1-92dc-479e-a8ff-5a51992e0001"
+PLAID_SIGNING_KEY = _PLAID_KEY.private_bytes(
+    serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+).decode()
+PLAID_JWK = jwk_of(_PLAID_KEY.public_key(), PLAID_KID)
 
 SNS_TOPIC = "arn:aws:sns:us-east-1:123456789012:fuzz"  # the region of sns.DEFAULT_CERT_URL; sns.sign
 # publishes any body that is no SNS message as the Message of a notification to it
@@ -72,6 +79,12 @@ ENDPOINTS: dict[str, Endpoint] = {
     "braintree": Endpoint("braintree", "braintree", ("bt_fuzz_public:bt-fuzz-private-key",)),
     "sns": Endpoint(
         "sns", "sns", (), options={"topic_arns": [SNS_TOPIC], "certificate": CERT.decode(), "signing_key": KEY_PEM}
+    ),
+    "plaid": Endpoint(
+        "plaid",
+        "plaid",
+        (),
+        options={"verification_key": PLAID_JWK, "signing_key": PLAID_SIGNING_KEY, "key_id": PLAID_KID},
     ),
 }
 URL = "https://example.com/webhooks/fuzz"

@@ -15,6 +15,7 @@ from webhooks.providers.mailgun import Mailgun
 from webhooks.providers.paddle import Paddle
 from webhooks.providers.paypal import PayPal
 from webhooks.providers.paystack import Paystack
+from webhooks.providers.plaid import Plaid
 from webhooks.providers.razorpay import Razorpay
 from webhooks.providers.sendgrid import SendGrid
 from webhooks.providers.shopify import Shopify
@@ -49,6 +50,7 @@ PROVIDERS: dict[str, Provider] = {
         Zoom(),
         Mailgun(),
         Sns(),
+        Plaid(),
         GenericHmac(),
     )
 }
