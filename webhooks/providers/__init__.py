@@ -10,6 +10,7 @@ from webhooks.providers.generic import GenericHmac
 from webhooks.providers.github import GitHub
 from webhooks.providers.gocardless import GoCardless
 from webhooks.providers.lemonsqueezy import LemonSqueezy
+from webhooks.providers.mollie import Mollie
 from webhooks.providers.paddle import Paddle
 from webhooks.providers.paypal import PayPal
 from webhooks.providers.paystack import Paystack
@@ -39,6 +40,7 @@ PROVIDERS: dict[str, Provider] = {
         Razorpay(),
         Paddle(),
         GoCardless(),
+        Mollie(),
         GenericHmac(),
     )
 }
