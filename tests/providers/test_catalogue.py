@@ -39,6 +39,7 @@ SIGNATURE_HEADERS = {
     "razorpay": ["X-Razorpay-Signature"],
     "paddle": ["Paddle-Signature"],
     "gocardless": ["Webhook-Signature"],
+    "mollie": ["X-Mollie-Signature"],
 }
 REFUSED_STATUS = {"gocardless": 498}  # the status a provider asks for when a signature fails (else 400)
 RAW_BODY_KINDS = [k for k in SENT if k != "adyen"]  # Adyen signs fields, not bytes: see test_adyen.py

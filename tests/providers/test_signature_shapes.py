@@ -39,6 +39,8 @@ BODIES = {
     b'"notification_id": "ntf_1", "data": {"id": "txn_1"}}',
     "gocardless": b'{"events": [{"id": "EV1", "created_at": "2023-11-14T22:13:20.000Z", "resource_type": "payments", '
     b'"action": "confirmed", "links": {"payment": "PM1"}}]}',
+    "mollie": b'{"resource": "event", "id": "event_1", "type": "payment-link.paid", "entityId": "pl_1", '
+    b'"createdAt": "2023-11-14T22:13:20.0Z"}',
 }
 
 
@@ -70,6 +72,11 @@ CODECS: dict[str, Codec] = {
     ),
     "slack": ("x-slack-signature", _hex_after("v0="), lambda v, sigs: ", ".join(f"v0={s.hex()}" for s in sigs)),
     "hmac": ("x-signature", _hex_after("sha256="), lambda v, sigs: ", ".join(f"sha256={s.hex()}" for s in sigs)),
+    "mollie": (
+        "x-mollie-signature",
+        _hex_after("sha256="),
+        lambda v, sigs: ", ".join(f"sha256={s.hex()}" for s in sigs),
+    ),
     "paddle": (
         "paddle-signature",
         _hex_after("h1="),
@@ -118,6 +125,7 @@ def foreign_endpoint(kind: str) -> Endpoint:
         "razorpay": ("other",),
         "paddle": ("pdl_other",),
         "gocardless": ("other",),
+        "mollie": ("other",),
     }
     return replace(endpoint, secrets=other.get(kind, endpoint.secrets))
 
@@ -348,6 +356,7 @@ EMPTY_KEYS = [
     ("paddle", "pdl_"),
     ("paddle", "ntfset_01gkpjp8bkh3ajkf6jj1zzss3z"),
     ("gocardless", ""),
+    ("mollie", ""),
 ]
 
 

@@ -43,6 +43,7 @@ NAMES = [
     "razorpay",
     "paddle",
     "gocardless",
+    "mollie",
 ]
 # Headers the verifiers read beyond those a genuine delivery carries (tests/providers/test_fuzz.py has the list per kind).
 READ = {

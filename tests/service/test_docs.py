@@ -143,6 +143,7 @@ def test_every_endpoint_example_starts(page: str, toml: str, tmp_path: Path, mon
         "SENDGRID_WEBHOOK_PUBLIC_KEY": _sendgrid_public_key(),
         "ADYEN_BASIC_AUTH": "user:password",
         "PAYSTACK_SECRET_KEY": "sk_test_5f3ae2e7c0d4b1a9e8f7a6b5c4d3e2f1a0b9c8d7",
+        "MOLLIE_API_KEY": "test_dHar4XY7LxsDOtmnkVtjNVWXLSlXsM",
     }
     environ = {name: values.get(name, f"value-of-{name}") for name in re.findall(r'"env:(\w+)"', toml)}
     path = tmp_path / "webhooks.toml"

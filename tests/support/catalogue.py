@@ -38,6 +38,7 @@ SENT = {  # kind → payload file sent through `webhooks send`
     "razorpay": "razorpay/payment.captured__card.json",
     "paddle": "paddle/transaction.completed__card.json",
     "gocardless": "gocardless/payments__batch.json",
+    "mollie": "mollie/payment-link.paid__signed.json",
 }
 
 
@@ -100,6 +101,7 @@ def endpoints() -> dict[str, dict[str, Any]]:
             "secrets": ["pdl_ntfset_01old_x", "pdl_ntfset_01gkpjp8bkh3ajkf6jj1zzss3z_WvRO0eL4Bj9rgYYIBZY6wZhG4EHy9jzh"]
         },
         "gocardless": {"secrets": ["old-gc-secret", "ED7D658C-D8EB-4941-948B-3973214F2D49"]},
+        "mollie": {"secrets": ["old-mollie-secret", "mollie-signing-secret"]},
     }
 
 

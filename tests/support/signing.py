@@ -60,6 +60,7 @@ ENDPOINTS: dict[str, Endpoint] = {
     "razorpay": Endpoint("razorpay", "razorpay", ("rzp-secret",)),
     "paddle": Endpoint("paddle", "paddle", ("pdl_ntfset_01hfuzz_secret",)),
     "gocardless": Endpoint("gocardless", "gocardless", ("gc-secret",)),
+    "mollie": Endpoint("mollie", "mollie", ("mollie-secret",)),
 }
 URL = "https://example.com/webhooks/fuzz"
 
