@@ -99,9 +99,9 @@ class Mollie(Provider):
         if key is not None and not (isinstance(key, str) and API_KEY.fullmatch(key)):
             raise ConfigError(f"endpoint {name!r}: api_key is not a Mollie key (live_…, test_… or access_…)")
         if "api_base" in endpoint.options:
-            from webhooks.providers import mollie_api  # no I/O: only its host check
+            from webhooks.providers import api  # no I/O: only its host check
 
-            mollie_api.check_base(name, endpoint.options["api_base"])
+            api.check_base(name, endpoint.options["api_base"], "api.mollie.com")
 
     def verify(self, request: Request, endpoint: Endpoint, *, now: float) -> Verified:
         if not endpoint.secrets:  # classic: the body is a name to fetch, never acted on

@@ -18,7 +18,6 @@ import urllib.parse
 from typing import Any
 
 from webhooks import outbound
-from webhooks.errors import ConfigError
 from webhooks.providers import api
 from webhooks.providers.api import FetchError, MismatchError
 from webhooks.providers.base import Endpoint
@@ -26,16 +25,6 @@ from webhooks.providers.base import Endpoint
 MOLLIE_API = "https://api.mollie.com"
 API_RATE = 20.0  # requests a second per endpoint and process (Mollie allows more; junk must not use it all)
 LIMIT = 1 << 20  # bytes of one answer
-LOCAL = ("127.0.0.1", "localhost", "::1")
-
-
-def check_base(name: str, base: Any) -> None:
-    """``ConfigError`` unless ``base`` is Mollie's API or this machine."""
-    parts = urllib.parse.urlsplit(str(base))
-    mollie = parts.scheme == "https" and parts.hostname == "api.mollie.com" and parts.port in (None, 443)
-    local = parts.scheme in ("http", "https") and parts.hostname in LOCAL
-    if not isinstance(base, str) or not (mollie or local) or parts.path.strip("/") or parts.query:
-        raise ConfigError(f"endpoint {name!r}: api_base must be {MOLLIE_API} (or this machine, for tests)")
 
 
 def payment(endpoint: Endpoint, payment_id: str) -> dict[str, Any]:
