@@ -10,6 +10,7 @@ from webhooks.providers.generic import GenericHmac
 from webhooks.providers.github import GitHub
 from webhooks.providers.gocardless import GoCardless
 from webhooks.providers.lemonsqueezy import LemonSqueezy
+from webhooks.providers.mercadopago import MercadoPago
 from webhooks.providers.mollie import Mollie
 from webhooks.providers.paddle import Paddle
 from webhooks.providers.paypal import PayPal
@@ -41,6 +42,7 @@ PROVIDERS: dict[str, Provider] = {
         Paddle(),
         GoCardless(),
         Mollie(),
+        MercadoPago(),
         GenericHmac(),
     )
 }
