@@ -105,6 +105,7 @@ def replays_counted(app: Flask, name: str) -> int:
         ("razorpay", {"X-Razorpay-Event-Id": "KyQ7hiqZYeWWVn"}),
         ("paddle", {"X-Request-Id": "relabelled"}),
         ("mollie", {"X-Request-Id": "relabelled", "User-Agent": "Mollie.nl HTTP client/2.0"}),
+        ("mercadopago", {"User-Agent": "MercadoPago WebHook v1.0 payment"}),
     ],
 )
 def test_a_relabelled_replay_is_a_duplicate_not_an_event(both: Flask, name: str, relabel: dict[str, str]) -> None:

@@ -379,3 +379,11 @@ def test_a_signed_event_is_processed_as_delivered_without_any_fetch(classic_app:
         "/admin/api/objects/mollie_signed/payment-link/pl_qng5gbbv8NAZ5gpM5ZYgx", headers=admin_headers()
     )
     assert obj.get_json()["state"] == json.loads(SIGNED_BODY)["_embedded"]["entity"]
+
+
+def test_the_fetched_payment_file_is_what_handlers_see(fake: tuple[FakeMollie, str]) -> None:
+    api, base = fake
+    paid = json.loads((PAYLOADS / "payment__fetched_paid.json").read_text())
+    api.payments = {paid["id"]: paid}
+    data, ref = PROVIDER.refetch(classic("mollie-paid", api_base=base), CLASSIC_TYPE, {"id": paid["id"]}, None)
+    assert data == paid and ref is not None and ref.state["status"] == "paid"

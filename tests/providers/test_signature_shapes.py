@@ -41,6 +41,7 @@ BODIES = {
     b'"action": "confirmed", "links": {"payment": "PM1"}}]}',
     "mollie": b'{"resource": "event", "id": "event_1", "type": "payment-link.paid", "entityId": "pl_1", '
     b'"createdAt": "2023-11-14T22:13:20.0Z"}',
+    "mercadopago": b'{"action": "payment.updated", "data": {"id": "123456"}, "id": 1, "type": "payment"}',
 }
 
 
@@ -76,6 +77,11 @@ CODECS: dict[str, Codec] = {
         "x-mollie-signature",
         _hex_after("sha256="),
         lambda v, sigs: ", ".join(f"sha256={s.hex()}" for s in sigs),
+    ),
+    "mercadopago": (
+        "x-signature",
+        _hex_after("v1="),
+        lambda v, sigs: ",".join([v.split(",")[0], *(f"v1={s.hex()}" for s in sigs)]),
     ),
     "paddle": (
         "paddle-signature",
@@ -126,6 +132,7 @@ def foreign_endpoint(kind: str) -> Endpoint:
         "paddle": ("pdl_other",),
         "gocardless": ("other",),
         "mollie": ("other",),
+        "mercadopago": ("other",),
     }
     return replace(endpoint, secrets=other.get(kind, endpoint.secrets))
 
@@ -357,6 +364,7 @@ EMPTY_KEYS = [
     ("paddle", "ntfset_01gkpjp8bkh3ajkf6jj1zzss3z"),
     ("gocardless", ""),
     ("mollie", ""),
+    ("mercadopago", ""),
 ]
 
 

@@ -44,6 +44,7 @@ NAMES = [
     "paddle",
     "gocardless",
     "mollie",
+    "mercadopago",
 ]
 # Headers the verifiers read beyond those a genuine delivery carries (tests/providers/test_fuzz.py has the list per kind).
 READ = {

@@ -61,6 +61,7 @@ ENDPOINTS: dict[str, Endpoint] = {
     "paddle": Endpoint("paddle", "paddle", ("pdl_ntfset_01hfuzz_secret",)),
     "gocardless": Endpoint("gocardless", "gocardless", ("gc-secret",)),
     "mollie": Endpoint("mollie", "mollie", ("mollie-secret",)),
+    "mercadopago": Endpoint("mercadopago", "mercadopago", ("mp-secret",), options={"access_token": "TEST-" + "1" * 32}),
 }
 URL = "https://example.com/webhooks/fuzz"
 
