@@ -110,6 +110,8 @@ def replays_counted(app: Flask, name: str) -> int:
         ("braintree", {"X-Request-Id": "relabelled", "Origin": "https://evil.example"}),
         ("sns", {"x-amz-sns-message-id": "relabelled", "x-amz-sns-message-type": "UnsubscribeConfirmation"}),
         ("plaid", {"X-Request-Id": "relabelled", "Plaid-Webhook-Type": "TRANSFER"}),
+        ("mollie", {"X-Request-Id": "relabelled", "User-Agent": "Mollie.nl HTTP client/2.0"}),
+        ("mercadopago", {"User-Agent": "MercadoPago WebHook v1.0 payment"}),
     ],
 )
 def test_a_relabelled_replay_is_a_duplicate_not_an_event(both: Flask, name: str, relabel: dict[str, str]) -> None:

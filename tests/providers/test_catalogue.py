@@ -45,13 +45,15 @@ SIGNATURE_HEADERS = {
     "braintree": [],  # a field of the form body: BODY_SIGNED
     "sns": [],  # in the body: test_sns.py
     "plaid": ["Plaid-Verification"],
+    "mollie": ["X-Mollie-Signature"],
+    "mercadopago": ["x-signature"],
 }
 # Kinds whose signature is a form field of the body: a tamper of the signed field, and the field dropped.
 BODY_SIGNED = {"braintree": ("bt_payload=PD94", "bt_payload=PD95", "bt_signature")}
 REFUSED_STATUS = {"gocardless": 498}  # the status a provider asks for when a signature fails (else 400)
 # Adyen and SNS sign fields, not bytes (test_adyen.py, test_sns.py); Mailgun signs a timestamp and token in the
-# body (test_mailgun.py)
-RAW_BODY_KINDS = [k for k in SENT if k not in ("adyen", "mailgun", "sns")]
+# body (test_mailgun.py); Mercado Pago signs no body at all (what it signs is tampered with in test_mercadopago.py)
+RAW_BODY_KINDS = [k for k in SENT if k not in ("adyen", "mailgun", "sns", "mercadopago")]
 
 
 def toml(config: dict[str, dict[str, Any]]) -> str:

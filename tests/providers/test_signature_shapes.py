@@ -51,6 +51,9 @@ BODIES = {
     "braintree": b'<notification><timestamp type="datetime">x</timestamp><kind>transaction_settled</kind>'
     b"<subject><transaction><id>t1</id></transaction></subject></notification>",
     "plaid": b'{"webhook_type": "TRANSACTIONS", "webhook_code": "SYNC_UPDATES_AVAILABLE", "item_id": "it_1"}',
+    "mollie": b'{"resource": "event", "id": "event_1", "type": "payment-link.paid", "entityId": "pl_1", '
+    b'"createdAt": "2023-11-14T22:13:20.0Z"}',
+    "mercadopago": b'{"action": "payment.updated", "data": {"id": "123456"}, "id": 1, "type": "payment"}',
 }
 BODY_FIELDS = {"braintree"}  # kinds whose signature is a field of the (form) body, named by its codec
 
@@ -83,6 +86,16 @@ CODECS: dict[str, Codec] = {
     ),
     "slack": ("x-slack-signature", _hex_after("v0="), lambda v, sigs: ", ".join(f"v0={s.hex()}" for s in sigs)),
     "hmac": ("x-signature", _hex_after("sha256="), lambda v, sigs: ", ".join(f"sha256={s.hex()}" for s in sigs)),
+    "mollie": (
+        "x-mollie-signature",
+        _hex_after("sha256="),
+        lambda v, sigs: ", ".join(f"sha256={s.hex()}" for s in sigs),
+    ),
+    "mercadopago": (
+        "x-signature",
+        _hex_after("v1="),
+        lambda v, sigs: ",".join([v.split(",")[0], *(f"v1={s.hex()}" for s in sigs)]),
+    ),
     "paddle": (
         "paddle-signature",
         _hex_after("h1="),
@@ -152,6 +165,8 @@ def foreign_endpoint(kind: str) -> Endpoint:
         "square": ("other",),
         "zoom": ("other",),
         "braintree": ("bt_fuzz_public:another-private-key",),
+        "mollie": ("other",),
+        "mercadopago": ("other",),
     }
     return replace(endpoint, secrets=other.get(kind, endpoint.secrets))
 
@@ -430,6 +445,8 @@ EMPTY_KEYS = [
     ("braintree", "bt_fuzz_public:"),
     ("braintree", ":bt-fuzz-private-key"),
     ("braintree", "bt-fuzz-private-key"),
+    ("mollie", ""),
+    ("mercadopago", ""),
 ]
 
 

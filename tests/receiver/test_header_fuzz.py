@@ -49,6 +49,8 @@ NAMES = [
     "braintree",
     "sns",
     "plaid",
+    "mollie",
+    "mercadopago",
 ]
 # Headers the verifiers read beyond those a genuine delivery carries (tests/providers/test_fuzz.py has the list per kind).
 READ = {

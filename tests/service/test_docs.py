@@ -145,6 +145,8 @@ def test_every_endpoint_example_starts(page: str, toml: str, tmp_path: Path, mon
         "PAYSTACK_SECRET_KEY": "sk_test_5f3ae2e7c0d4b1a9e8f7a6b5c4d3e2f1a0b9c8d7",
         "BRAINTREE_OLD_KEY_PAIR": "old_public:old-private-key",
         "BRAINTREE_WEBHOOK_SECRET": "live_public:live-private-key",
+        "MOLLIE_API_KEY": "test_dHar4XY7LxsDOtmnkVtjNVWXLSlXsM",
+        "MERCADOPAGO_ACCESS_TOKEN": "TEST-7719417112948541-012318-4f4ee0ce29fd7f3f4f0d3b26e6a2d8c0-724484980",
     }
     environ = {name: values.get(name, f"value-of-{name}") for name in re.findall(r'"env:(\w+)"', toml)}
     path = tmp_path / "webhooks.toml"

@@ -5,6 +5,8 @@ quarantine tests."""
 from __future__ import annotations
 
 import base64
+import contextlib
+import functools
 import json
 import time
 from datetime import UTC, datetime, timedelta
@@ -17,6 +19,7 @@ from cryptography.x509.oid import NameOID
 from flask import Flask
 
 from tests.conftest import ADYEN_KEY, PAYLOADS, STRIPE_SECRET
+from tests.fake_apis import serve
 from webhooks import providers
 from webhooks.providers.plaid_jose import jwk_of
 
@@ -46,8 +49,28 @@ SENT = {  # kind → payload file sent through `webhooks send`
     "braintree": "braintree/subscription_charged_successfully__monthly.xml",
     "sns": "sns/Notification__docs_example.json",
     "plaid": "plaid/TRANSACTIONS.SYNC_UPDATES_AVAILABLE__basic.json",
+    "mollie": "mollie/payment-link.paid__signed.json",
+    "mercadopago": "mercadopago/payment.updated__basic.json",
 }
 SNS_CERT_URL = "https://sns.us-west-2.amazonaws.com/SimpleNotificationService-f3ecfb7224c7233fe7bb5f59f96de52f.pem"
+
+
+_RUNNING = contextlib.ExitStack()
+MERCADOPAGO_TOKEN = "TEST-7719417112948541-012318-4f4ee0ce29fd7f3f4f0d3b26e6a2d8c0-724484980"
+
+
+@functools.cache
+def mercadopago_api() -> str:
+    """A fake Mercado Pago API on 127.0.0.1 for the whole test run (Mercado Pago signs no body: the
+    worker fetches every payment): any ``/v1/payments/<digits>`` is an approved payment."""
+
+    def route(method: str, path: str, query: Any, headers: Any, body: bytes) -> tuple[int, Any]:
+        payment = path.removeprefix("/v1/payments/")
+        if not payment.isdigit() or headers.get("Authorization") != f"Bearer {MERCADOPAGO_TOKEN}":
+            return 404, {"message": "not found", "status": 404}
+        return 200, {"id": int(payment), "status": "approved", "transaction_amount": 58.8, "currency_id": "BRL"}
+
+    return _RUNNING.enter_context(serve(route))  # kept open (and referenced) until the run ends
 
 
 def _pem_pair() -> tuple[str, str]:
@@ -135,6 +158,12 @@ def endpoints() -> dict[str, dict[str, Any]]:
             "cert_url": SNS_CERT_URL,
         },
         "plaid": {"secrets": [], "verification_key": plaid_jwk, "signing_key": plaid_key, "key_id": PLAID_KID},
+        "mollie": {"secrets": ["old-mollie-secret", "mollie-signing-secret"]},
+        "mercadopago": {
+            "secrets": ["old-mp-secret", "your_secret_key_here"],
+            "access_token": MERCADOPAGO_TOKEN,
+            "api_base": mercadopago_api(),
+        },
     }
 
 

@@ -86,6 +86,8 @@ ENDPOINTS: dict[str, Endpoint] = {
         (),
         options={"verification_key": PLAID_JWK, "signing_key": PLAID_SIGNING_KEY, "key_id": PLAID_KID},
     ),
+    "mollie": Endpoint("mollie", "mollie", ("mollie-secret",)),
+    "mercadopago": Endpoint("mercadopago", "mercadopago", ("mp-secret",), options={"access_token": "TEST-" + "1" * 32}),
 }
 URL = "https://example.com/webhooks/fuzz"
 

@@ -12,6 +12,8 @@ from webhooks.providers.github import GitHub
 from webhooks.providers.gocardless import GoCardless
 from webhooks.providers.lemonsqueezy import LemonSqueezy
 from webhooks.providers.mailgun import Mailgun
+from webhooks.providers.mercadopago import MercadoPago
+from webhooks.providers.mollie import Mollie
 from webhooks.providers.paddle import Paddle
 from webhooks.providers.paypal import PayPal
 from webhooks.providers.paystack import Paystack
@@ -51,6 +53,8 @@ PROVIDERS: dict[str, Provider] = {
         Mailgun(),
         Sns(),
         Plaid(),
+        Mollie(),
+        MercadoPago(),
         GenericHmac(),
     )
 }

@@ -1,5 +1,5 @@
 """What the providers' API clients (``stripe_api``, ``paypal_api``) share: their errors, the
-per-endpoint call budget, and the version of a state fetched now.
+per-endpoint call budget, the version of a state fetched now, and the pinned API base.
 
 These modules do I/O (worker side, or a command); the provider modules beside them stay sans-I/O
 and load them only inside the capability that needs them (``Provider.refetch``, ``missed``).
@@ -10,7 +10,10 @@ from __future__ import annotations
 
 import threading
 import time
+import urllib.parse
+from typing import Any
 
+from webhooks.errors import ConfigError
 from webhooks.providers.base import Endpoint
 from webhooks.ratelimit import TokenBucket
 
@@ -48,3 +51,16 @@ def fresh_version() -> int:
     with _lock:
         _versions["last"] = max(_versions["last"] + 1, time.time_ns() // 100_000)
         return _versions["last"]
+
+
+LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1")
+
+
+def check_base(name: str, base: Any, host: str) -> None:
+    """``ConfigError`` unless ``base`` is ``https://<host>`` or this machine (the tests' fake API): an
+    API credential is never sent anywhere else."""
+    parts = urllib.parse.urlsplit(str(base))
+    official = parts.scheme == "https" and parts.hostname == host and parts.port in (None, 443)
+    local = parts.scheme in ("http", "https") and parts.hostname in LOCAL_HOSTS
+    if not isinstance(base, str) or not (official or local) or parts.path.strip("/") or parts.query:
+        raise ConfigError(f"endpoint {name!r}: api_base must be https://{host} (or this machine, for tests)")

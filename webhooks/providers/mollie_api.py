@@ -1,0 +1,50 @@
+"""Mollie's API: the payment a classic webhook names, as Mollie shows it now (worker side: I/O).
+
+``mollie.py`` stays sans-I/O and loads this module only inside its ``refetch`` (and its host check
+in ``validate``). ``GET <api_base>/v2/payments/<id>`` with ``Authorization: Bearer <api_key>``;
+``api_base`` defaults to https://api.mollie.com and may name only that host or this machine (the
+tests' fake): the key is never sent anywhere else, and redirects are not followed. A 404, or an
+answer that is not that payment, is ``MismatchError`` (the delivery named no payment of ours: fail
+at once, no handler); network, 401, 429 and 5xx are ``FetchError`` (RQ retries with backoff). Each
+call waits at most the endpoint's ``outbound_timeout``, reads at most ``LIMIT`` bytes, and shares
+the endpoint's budget (``API_RATE`` a second per process, by waiting).
+Docs: https://docs.mollie.com/reference/get-payment
+"""
+
+from __future__ import annotations
+
+import json
+import urllib.parse
+from typing import Any
+
+from webhooks import outbound
+from webhooks.providers import api
+from webhooks.providers.api import FetchError, MismatchError
+from webhooks.providers.base import Endpoint
+
+MOLLIE_API = "https://api.mollie.com"
+API_RATE = 20.0  # requests a second per endpoint and process (Mollie allows more; junk must not use it all)
+LIMIT = 1 << 20  # bytes of one answer
+
+
+def payment(endpoint: Endpoint, payment_id: str) -> dict[str, Any]:
+    """Mollie's current copy of the payment ``payment_id``."""
+    base = str(endpoint.options.get("api_base") or MOLLIE_API).rstrip("/")
+    url = f"{base}/v2/payments/{urllib.parse.quote(payment_id, safe='')}"
+    api.throttle(endpoint, API_RATE)
+    headers = {"Authorization": f"Bearer {endpoint.options.get('api_key')}", "Accept": "application/hal+json"}
+    try:
+        answer = outbound.call(url, headers=headers, timeout=endpoint.outbound_timeout, limit=LIMIT, redirects=False)
+    except outbound.Unreachable as exc:
+        raise FetchError(f"Mollie {exc}") from None
+    if answer.status == 404:
+        raise MismatchError(f"Mollie has no payment {payment_id!r}: the delivery is not Mollie's")
+    if answer.status != 200 or len(answer.body) > LIMIT:
+        raise FetchError(f"Mollie {url} answered {answer.status}")
+    try:
+        found = json.loads(answer.body)
+    except ValueError:
+        raise FetchError(f"Mollie {url}: not JSON") from None
+    if not isinstance(found, dict) or found.get("resource") != "payment" or found.get("id") != payment_id:
+        raise MismatchError(f"Mollie's answer for {payment_id!r} is not that payment")
+    return found
