@@ -39,6 +39,7 @@ from webhooks.providers.base import (
     replay_key,
     time_text,
 )
+from webhooks.providers.mailgun_message import message_id
 from webhooks.vocabulary import Reason
 
 MAX_TOKEN = 255  # Mailgun's tokens are 50 characters; a longer one costs a bigger HMAC for nothing
@@ -62,13 +63,6 @@ def _signature(body: Any) -> tuple[str, str, bytes]:
         return timestamp, token, bytes.fromhex(signature)
     except ValueError as exc:
         raise VerificationError(Reason.MALFORMED_SIGNATURE, "signature is not hex") from exc
-
-
-def message_id(data: Any) -> str | None:
-    message = data.get("message") if isinstance(data, dict) else None
-    headers = message.get("headers") if isinstance(message, dict) else None
-    found = headers.get("message-id") if isinstance(headers, dict) else None
-    return found if isinstance(found, str) and found else None
 
 
 class Mailgun(Provider):

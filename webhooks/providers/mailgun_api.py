@@ -26,7 +26,7 @@ from webhooks import outbound
 from webhooks.providers import api
 from webhooks.providers.api import FetchError, MismatchError
 from webhooks.providers.base import Endpoint
-from webhooks.providers.mailgun import message_id
+from webhooks.providers.mailgun_message import message_id
 
 HOSTS = {"us": "https://api.mailgun.net", "eu": "https://api.eu.mailgun.net"}
 API_RATE = 10.0  # requests a second per endpoint and process
