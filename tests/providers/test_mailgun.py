@@ -42,7 +42,9 @@ ORIGINAL = "CPgfbmQMTCKtHW6uIWtuVe"  # delivered__basic.json's event id
 
 
 def endpoint(*secrets: str) -> Endpoint:
-    return Endpoint("mailgun", "mailgun", secrets or (KEY,))
+    return Endpoint(
+        "mailgun", "mailgun", secrets or (KEY,), options={"api_key": "key-mailgun", "domain": "mg.example.com"}
+    )
 
 
 def signed(body: bytes, *, key: str = KEY, at: int = NOW) -> Request:
@@ -212,6 +214,13 @@ def test_start_up_refuses_a_missing_or_malformed_key(secrets: tuple[str, ...]) -
     with pytest.raises(ConfigError, match="'mailgun'"):
         PROVIDER.validate(replace(endpoint(), secrets=secrets))
     PROVIDER.validate(endpoint())
+
+
+@pytest.mark.parametrize("options", [{}, {"api_key": "key-mailgun"}, {"domain": "mg.example.com"}])
+def test_start_up_refuses_an_endpoint_that_cannot_fetch_mailguns_copy(options: dict[str, str]) -> None:
+    """The event data is unsigned: without the Events API nothing could check it (fail closed)."""
+    with pytest.raises(ConfigError, match="api_key and domain are required"):
+        PROVIDER.validate(replace(endpoint(), options=options))
 
 
 # -- through the app -----------------------------------------------------------------------------------

@@ -73,6 +73,24 @@ def mercadopago_api() -> str:
     return _RUNNING.enter_context(serve(route))  # kept open (and referenced) until the run ends
 
 
+MAILGUN_API_KEY = "key-catalogue-mailgun"
+
+
+@functools.cache
+def mailgun_api() -> str:
+    """A fake Mailgun Events API on 127.0.0.1 for the whole test run (Mailgun signs no event data:
+    the worker acts on its event log's copy): the log holds the catalogue's delivered event."""
+    logged = json.loads((PAYLOADS / SENT["mailgun"]).read_bytes())["event-data"]
+    auth = "Basic " + base64.b64encode(f"api:{MAILGUN_API_KEY}".encode()).decode()
+
+    def route(method: str, path: str, query: Any, headers: Any, body: bytes) -> tuple[int, Any]:
+        if headers.get("Authorization") != auth or path != "/v3/mg.example.com/events":
+            return 401, {"message": "Invalid private key"}
+        return 200, {"items": [logged], "paging": {}}
+
+    return _RUNNING.enter_context(serve(route))
+
+
 def _pem_pair() -> tuple[str, str]:
     key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
     name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "messageverificationcerts.sandbox.paypal.com")])
@@ -148,7 +166,12 @@ def endpoints() -> dict[str, dict[str, Any]]:
             "notification_url": f"https://{HOST}/webhooks/square",
         },
         "zoom": {"secrets": ["old-zoom-token", "zoom-secret-token"]},
-        "mailgun": {"secrets": ["old-mailgun-key", "mailgun-signing-key"]},
+        "mailgun": {
+            "secrets": ["old-mailgun-key", "mailgun-signing-key"],
+            "api_key": MAILGUN_API_KEY,
+            "domain": "mg.example.com",
+            "api_base": mailgun_api(),
+        },
         "braintree": {"secrets": ["old_bt_public:old-bt-private-key", "bt_public_live:bt-private-key-0001"]},
         "sns": {
             "secrets": [],

@@ -8,8 +8,9 @@ parsed first (as Adyen's items are; the receiver has already bounded its size).
 bytes around the signature object. The token is random per request, so it is the replay key: one
 signature yields at most one event, whatever ``event-data`` it arrives with. A copy captured
 before the genuine delivery could carry other event data once: nothing in ``event-data`` is to be
-acted on without Mailgun's own copy: with ``api_key`` and ``domain``, ``refetch`` has handlers see
-only the copy in the domain's event log (``mailgun_api``); without them, handlers must fetch it.
+acted on without Mailgun's own copy: ``api_key`` and ``domain`` are required (start-up fails
+closed without them), and ``refetch`` has handlers and forwarding see only the copy in the
+domain's event log (``mailgun_api``).
 Event id: ``event-data.id``; type: ``event-data.event`` (``delivered``, ``failed``, ``opened``…).
 Object: ``message`` and ``event-data.message.headers.message-id``; state ``event-data``; version
 ``event-data.timestamp`` (float seconds) in ms. Legacy form-encoded webhooks are not accepted.
@@ -76,8 +77,11 @@ class Mailgun(Provider):
         name, options = endpoint.name, endpoint.options
         if any(s != s.strip() for s in endpoint.secrets):
             raise ConfigError(f"endpoint {name!r}: a signing key with surrounding spaces (fail closed)")
-        if bool(options.get("api_key")) != bool(options.get("domain")):
-            raise ConfigError(f"endpoint {name!r}: api_key and domain go together (the Events API of that domain)")
+        if not (options.get("api_key") and options.get("domain")):
+            raise ConfigError(
+                f"endpoint {name!r}: api_key and domain are required: Mailgun signs no event data, so only the copy"
+                " in the domain's event log is acted on (fail closed)"
+            )
         if options.get("region", "us") not in ("us", "eu"):
             raise ConfigError(f'endpoint {name!r}: region must be "us" or "eu"')
         base = urlsplit(str(options.get("api_base") or "https://api.mailgun.net"))
@@ -87,9 +91,7 @@ class Mailgun(Provider):
     def refetch(
         self, endpoint: Endpoint, event_type: str, data: Any, ref: ObjectRef | None
     ) -> tuple[Any, ObjectRef | None]:
-        """With ``api_key`` and ``domain``: only Mailgun's own copy of the event data is acted on."""
-        if not (endpoint.options.get("api_key") and endpoint.options.get("domain")):
-            return data, ref
+        """Only Mailgun's own copy of the event data is acted on (``api_key`` and ``domain``: required)."""
         from webhooks.providers import mailgun_api  # the API client is worker-side I/O, loaded only here
 
         copy = {"event-data": mailgun_api.event(endpoint, data.get("event-data") if isinstance(data, dict) else None)}
