@@ -75,7 +75,9 @@ ENDPOINTS: dict[str, Endpoint] = {
         "square", "square", ("sq-signature-key",), options={"notification_url": "https://example.com/webhooks/fuzz"}
     ),
     "zoom": Endpoint("zoom", "zoom", ("zoom-secret-token",)),
-    "mailgun": Endpoint("mailgun", "mailgun", ("mailgun-signing-key",)),
+    "mailgun": Endpoint(
+        "mailgun", "mailgun", ("mailgun-signing-key",), options={"api_key": "key-fuzz", "domain": "mg.example.com"}
+    ),
     "braintree": Endpoint("braintree", "braintree", ("bt_fuzz_public:bt-fuzz-private-key",)),
     "sns": Endpoint(
         "sns", "sns", (), options={"topic_arns": [SNS_TOPIC], "certificate": CERT.decode(), "signing_key": KEY_PEM}
