@@ -270,7 +270,7 @@ def test_a_key_pair_is_accepted() -> None:
     PROVIDER.validate(endpoint(SECRET, f"{SDK_PUBLIC}:{SDK_PRIVATE}"))
 
 
-NOW = time.time()
+NOW = 1_700_000_000.0  # every check below passes its own `now`: a fixed instant, never a reading of the clock
 BODY, _ = PROVIDER.sign(endpoint(), (PAYLOADS / "subscription_charged_successfully__monthly.xml").read_bytes(), now=NOW)
 SIG, PAYLOAD = fields(BODY)
 
