@@ -1,5 +1,6 @@
-"""What the providers' API clients (``stripe_api``, ``paypal_api``) share: their errors, the
-per-endpoint call budget, the version of a state fetched now, and the pinned API base.
+"""What the providers' API clients (``stripe_api``, ``paypal_api``, ``mollie_api``…) share: their
+errors, the per-endpoint call budget, the version of a state fetched now, the pinned API base, and
+one bearer-token GET of a JSON resource.
 
 These modules do I/O (worker side, or a command); the provider modules beside them stay sans-I/O
 and load them only inside the capability that needs them (``Provider.refetch``, ``missed``).
@@ -8,11 +9,13 @@ Callers must not hold a database lock while they call.
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 import urllib.parse
 from typing import Any
 
+from webhooks import outbound
 from webhooks.errors import ConfigError
 from webhooks.providers.base import Endpoint
 from webhooks.ratelimit import TokenBucket
@@ -64,3 +67,26 @@ def check_base(name: str, base: Any, host: str) -> None:
     local = parts.scheme in ("http", "https") and parts.hostname in LOCAL_HOSTS
     if not isinstance(base, str) or not (official or local) or parts.path.strip("/") or parts.query:
         raise ConfigError(f"endpoint {name!r}: api_base must be https://{host} (or this machine, for tests)")
+
+
+def bearer_json(
+    endpoint: Endpoint, url: str, token: Any, *, who: str, accept: str, missing: str, rate: float, limit: int
+) -> Any:
+    """``GET url`` with ``Authorization: Bearer <token>``, within the endpoint's budget (``rate`` a
+    second) and ``outbound_timeout``, at most ``limit`` bytes, no redirects: the parsed JSON. A 404
+    is ``MismatchError(missing)`` (fail at once); no answer, another status, an answer too long or
+    not JSON is ``FetchError`` (retried). ``who`` names the provider in the messages."""
+    throttle(endpoint, rate)
+    headers = {"Authorization": f"Bearer {token}", "Accept": accept}
+    try:
+        answer = outbound.call(url, headers=headers, timeout=endpoint.outbound_timeout, limit=limit, redirects=False)
+    except outbound.Unreachable as exc:
+        raise FetchError(f"{who} {exc}") from None
+    if answer.status == 404:
+        raise MismatchError(missing)
+    if answer.status != 200 or len(answer.body) > limit:
+        raise FetchError(f"{who} {url} answered {answer.status}")
+    try:
+        return json.loads(answer.body)
+    except ValueError:
+        raise FetchError(f"{who} {url}: not JSON") from None

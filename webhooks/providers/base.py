@@ -385,3 +385,23 @@ def capped_split(value: str, sep: str | None, name: str, cap: int = MAX_SIGNATUR
     if len(parts) > cap:
         raise VerificationError(Reason.TOO_MANY_SIGNATURES, f"{name} has more than {cap} entries")
     return parts
+
+
+def timestamped_hex(header: str, sep: str, name: str, ts_key: str, sig_key: str) -> tuple[str | None, list[bytes], int]:
+    """``ts=…<sep>h1=…`` headers (Stripe's ``t``/``v1``, Paddle's ``ts``/``h1``): the timestamp, the
+    usable 32-byte hex signatures, and how many ``sig_key`` entries were unusable."""
+    timestamp, signatures, unusable = None, [], 0
+    for item in capped_split(header, sep, name):
+        key, found, value = item.strip().partition("=")
+        if found and key == ts_key:
+            timestamp = value
+        elif found and key == sig_key:
+            try:
+                signature = bytes.fromhex(value)
+            except ValueError:
+                signature = b""
+            if len(signature) == 32:
+                signatures.append(signature)
+            else:
+                unusable += 1
+    return timestamp, signatures, unusable

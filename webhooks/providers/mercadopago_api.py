@@ -13,13 +13,11 @@ Docs: https://www.mercadopago.com/developers/en/reference/payments/_payments_id/
 
 from __future__ import annotations
 
-import json
 import urllib.parse
 from typing import Any
 
-from webhooks import outbound
 from webhooks.providers import api
-from webhooks.providers.api import FetchError, MismatchError
+from webhooks.providers.api import MismatchError
 from webhooks.providers.base import Endpoint
 
 MERCADOPAGO_API = "https://api.mercadopago.com"
@@ -32,21 +30,16 @@ def payment(endpoint: Endpoint, payment_id: str) -> dict[str, Any]:
     if not payment_id:
         raise MismatchError("the notification names no payment")
     base = str(endpoint.options.get("api_base") or MERCADOPAGO_API).rstrip("/")
-    url = f"{base}/v1/payments/{urllib.parse.quote(payment_id, safe='')}"
-    api.throttle(endpoint, API_RATE)
-    headers = {"Authorization": f"Bearer {endpoint.options.get('access_token')}", "Accept": "application/json"}
-    try:
-        answer = outbound.call(url, headers=headers, timeout=endpoint.outbound_timeout, limit=LIMIT, redirects=False)
-    except outbound.Unreachable as exc:
-        raise FetchError(f"Mercado Pago {exc}") from None
-    if answer.status == 404:
-        raise MismatchError(f"Mercado Pago has no payment {payment_id!r}: the notification is not Mercado Pago's")
-    if answer.status != 200 or len(answer.body) > LIMIT:
-        raise FetchError(f"Mercado Pago {url} answered {answer.status}")
-    try:
-        found = json.loads(answer.body)
-    except ValueError:
-        raise FetchError(f"Mercado Pago {url}: not JSON") from None
+    found = api.bearer_json(
+        endpoint,
+        f"{base}/v1/payments/{urllib.parse.quote(payment_id, safe='')}",
+        endpoint.options.get("access_token"),
+        who="Mercado Pago",
+        accept="application/json",
+        missing=f"Mercado Pago has no payment {payment_id!r}: the notification is not Mercado Pago's",
+        rate=API_RATE,
+        limit=LIMIT,
+    )
     if not isinstance(found, dict) or str(found.get("id")) != payment_id:
         raise MismatchError(f"Mercado Pago's answer for {payment_id!r} is not that payment")
     return found

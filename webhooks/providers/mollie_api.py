@@ -13,13 +13,11 @@ Docs: https://docs.mollie.com/reference/get-payment
 
 from __future__ import annotations
 
-import json
 import urllib.parse
 from typing import Any
 
-from webhooks import outbound
 from webhooks.providers import api
-from webhooks.providers.api import FetchError, MismatchError
+from webhooks.providers.api import MismatchError
 from webhooks.providers.base import Endpoint
 
 MOLLIE_API = "https://api.mollie.com"
@@ -30,21 +28,16 @@ LIMIT = 1 << 20  # bytes of one answer
 def payment(endpoint: Endpoint, payment_id: str) -> dict[str, Any]:
     """Mollie's current copy of the payment ``payment_id``."""
     base = str(endpoint.options.get("api_base") or MOLLIE_API).rstrip("/")
-    url = f"{base}/v2/payments/{urllib.parse.quote(payment_id, safe='')}"
-    api.throttle(endpoint, API_RATE)
-    headers = {"Authorization": f"Bearer {endpoint.options.get('api_key')}", "Accept": "application/hal+json"}
-    try:
-        answer = outbound.call(url, headers=headers, timeout=endpoint.outbound_timeout, limit=LIMIT, redirects=False)
-    except outbound.Unreachable as exc:
-        raise FetchError(f"Mollie {exc}") from None
-    if answer.status == 404:
-        raise MismatchError(f"Mollie has no payment {payment_id!r}: the delivery is not Mollie's")
-    if answer.status != 200 or len(answer.body) > LIMIT:
-        raise FetchError(f"Mollie {url} answered {answer.status}")
-    try:
-        found = json.loads(answer.body)
-    except ValueError:
-        raise FetchError(f"Mollie {url}: not JSON") from None
+    found = api.bearer_json(
+        endpoint,
+        f"{base}/v2/payments/{urllib.parse.quote(payment_id, safe='')}",
+        endpoint.options.get("api_key"),
+        who="Mollie",
+        accept="application/hal+json",
+        missing=f"Mollie has no payment {payment_id!r}: the delivery is not Mollie's",
+        rate=API_RATE,
+        limit=LIMIT,
+    )
     if not isinstance(found, dict) or found.get("resource") != "payment" or found.get("id") != payment_id:
         raise MismatchError(f"Mollie's answer for {payment_id!r} is not that payment")
     return found

@@ -29,13 +29,13 @@ from webhooks.providers.base import (
     Request,
     Verified,
     VerifiedEvent,
-    capped_split,
     check_timestamp,
     first_match,
     hmac_digest,
     iso_ms,
     parse_json,
     require,
+    timestamped_hex,
     updated_text,
 )
 from webhooks.vocabulary import Reason
@@ -46,25 +46,6 @@ SECRET_PREFIX = "pdl_"
 
 def signed_string(timestamp: str, body: bytes) -> bytes:
     return timestamp.encode() + b":" + body
-
-
-def _parse(header: str) -> tuple[str | None, list[bytes], int]:
-    """(ts, usable h1 signatures, unusable h1 entries) of a ``Paddle-Signature`` header."""
-    timestamp, signatures, unusable = None, [], 0
-    for item in capped_split(header, ";", SIGNATURE):
-        key, sep, value = item.strip().partition("=")
-        if sep and key == "ts":
-            timestamp = value
-        elif sep and key == "h1":
-            try:
-                signature = bytes.fromhex(value)
-            except ValueError:
-                signature = b""
-            if len(signature) == 32:
-                signatures.append(signature)
-            else:
-                unusable += 1
-    return timestamp, signatures, unusable
 
 
 class Paddle(Provider):
@@ -80,7 +61,7 @@ class Paddle(Provider):
             )
 
     def verify(self, request: Request, endpoint: Endpoint, *, now: float) -> Verified:
-        timestamp, signatures, unusable = _parse(require(request, SIGNATURE))
+        timestamp, signatures, unusable = timestamped_hex(require(request, SIGNATURE), ";", SIGNATURE, "ts", "h1")
         if timestamp is None:
             raise VerificationError(Reason.MALFORMED_SIGNATURE, f"{SIGNATURE} has no ts=")
         if not signatures:

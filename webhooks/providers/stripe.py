@@ -32,7 +32,6 @@ from webhooks.providers.base import (
     Request,
     Verified,
     VerifiedEvent,
-    capped_split,
     check_timestamp,
     duration_seconds,
     encode_item,
@@ -43,6 +42,7 @@ from webhooks.providers.base import (
     parse_json,
     require,
     time_text,
+    timestamped_hex,
 )
 from webhooks.vocabulary import Reason
 
@@ -129,20 +129,7 @@ class Stripe(Provider):
 
     def verify(self, request: Request, endpoint: Endpoint, *, now: float) -> Verified:
         header = require(request, "Stripe-Signature")
-        timestamp, signatures, unusable = None, [], 0
-        for item in capped_split(header, ",", "Stripe-Signature"):
-            key, sep, value = item.strip().partition("=")
-            if sep and key == "t":
-                timestamp = value
-            elif sep and key == "v1":
-                try:
-                    signature = bytes.fromhex(value)
-                except ValueError:
-                    signature = b""
-                if len(signature) == 32:
-                    signatures.append(signature)
-                else:
-                    unusable += 1
+        timestamp, signatures, unusable = timestamped_hex(header, ",", "Stripe-Signature", "t", "v1")
         if timestamp is None:
             raise VerificationError(Reason.MALFORMED_SIGNATURE, "Stripe-Signature has no t=")
         if not signatures:
