@@ -49,39 +49,86 @@ def _pad(width: int) -> str:
 
 KINDS = (
     Kind(
-        "stripe", "stripe", (0, 30), ("payment_intent.succeeded", "charge.refunded", "invoice.paid", "charge.succeeded"),
-        "stripe/payment_intent.succeeded__basic.json", f"'evt_1Sc' || {_pad(17)}", "payment_intent",
-        f"'pi_3Sc' || lpad(({{i}} / 3)::text, 17, '0')",
-        {"Stripe-Signature": "t=1733000000,v1=" + "ab" * 32, "User-Agent": "Stripe/1.0 (+https://stripe.com/docs/webhooks)"},
+        "stripe",
+        "stripe",
+        (0, 30),
+        ("payment_intent.succeeded", "charge.refunded", "invoice.paid", "charge.succeeded"),
+        "stripe/payment_intent.succeeded__basic.json",
+        f"'evt_1Sc' || {_pad(17)}",
+        "payment_intent",
+        "'pi_3Sc' || lpad(({i} / 3)::text, 17, '0')",
+        {
+            "Stripe-Signature": "t=1733000000,v1=" + "ab" * 32,
+            "User-Agent": "Stripe/1.0 (+https://stripe.com/docs/webhooks)",
+        },
     ),
     Kind(
-        "stripe_eu", "stripe", (30, 40), ("charge.refunded", "customer.updated"),
-        "stripe/charge.refunded__partial.json", f"'evt_1Eu' || {_pad(17)}", "charge",
-        f"'ch_3Eu' || lpad(({{i}} / 2)::text, 17, '0')",
-        {"Stripe-Signature": "t=1733000000,v1=" + "cd" * 32, "User-Agent": "Stripe/1.0 (+https://stripe.com/docs/webhooks)"},
+        "stripe_eu",
+        "stripe",
+        (30, 40),
+        ("charge.refunded", "customer.updated"),
+        "stripe/charge.refunded__partial.json",
+        f"'evt_1Eu' || {_pad(17)}",
+        "charge",
+        "'ch_3Eu' || lpad(({i} / 2)::text, 17, '0')",
+        {
+            "Stripe-Signature": "t=1733000000,v1=" + "cd" * 32,
+            "User-Agent": "Stripe/1.0 (+https://stripe.com/docs/webhooks)",
+        },
     ),
     Kind(
-        "adyen", "adyen", (40, 60), ("AUTHORISATION", "CAPTURE", "REFUND"),
-        "adyen/CAPTURE__batch.json", "'PSP' || lpad(({i} / 4)::text, 13, '0') || ':' || {type} || chr(58) || (({i}) % 4)::text",
-        "payment", "'PSP' || lpad(({i} / 4)::text, 13, '0')", {},
+        "adyen",
+        "adyen",
+        (40, 60),
+        ("AUTHORISATION", "CAPTURE", "REFUND"),
+        "adyen/CAPTURE__batch.json",
+        "'PSP' || lpad(({i} / 4)::text, 13, '0') || ':' || {type} || chr(58) || (({i}) % 4)::text",
+        "payment",
+        "'PSP' || lpad(({i} / 4)::text, 13, '0')",
+        {},
     ),
     Kind(
-        "github", "github", (60, 75), ("issues", "push", "pull_request"),
-        "github/push__main.json", "'d6a0e6f0-' || lpad(to_hex({i}), 12, '0')", None, None,
-        {"X-GitHub-Event": "push", "X-Hub-Signature-256": "sha256=" + "ef" * 32, "User-Agent": "GitHub-Hookshot/abc1234"},
+        "github",
+        "github",
+        (60, 75),
+        ("issues", "push", "pull_request"),
+        "github/push__main.json",
+        "'d6a0e6f0-' || lpad(to_hex({i}), 12, '0')",
+        None,
+        None,
+        {
+            "X-GitHub-Event": "push",
+            "X-Hub-Signature-256": "sha256=" + "ef" * 32,
+            "User-Agent": "GitHub-Hookshot/abc1234",
+        },
     ),
     Kind(
-        "shopify", "shopify", (75, 90), ("orders/paid", "orders/updated", "products/update"),
-        "shopify/orders_paid__basic.json", f"'b54557e4-bdd9-4b37-8a5f-' || {_pad(12)}", "order",
-        f"lpad(({{i}} / 2)::text, 13, '8')",
-        {"X-Shopify-Topic": "orders/paid", "X-Shopify-Hmac-Sha256": "a" * 43 + "=", "X-Shopify-Shop-Domain": "shop.myshopify.com"},
+        "shopify",
+        "shopify",
+        (75, 90),
+        ("orders/paid", "orders/updated", "products/update"),
+        "shopify/orders_paid__basic.json",
+        f"'b54557e4-bdd9-4b37-8a5f-' || {_pad(12)}",
+        "order",
+        "lpad(({i} / 2)::text, 13, '8')",
+        {
+            "X-Shopify-Topic": "orders/paid",
+            "X-Shopify-Hmac-Sha256": "a" * 43 + "=",
+            "X-Shopify-Shop-Domain": "shop.myshopify.com",
+        },
     ),
     Kind(
-        "standard", "standard", (90, 100), ("user.created", "invoice.paid"),
-        "standard/user.created__spec_example.json", f"'msg_2Kw' || {_pad(20)}", None, None,
+        "standard",
+        "standard",
+        (90, 100),
+        ("user.created", "invoice.paid"),
+        "standard/user.created__spec_example.json",
+        f"'msg_2Kw' || {_pad(20)}",
+        None,
+        None,
         {"webhook-id": "msg_x", "webhook-timestamp": "1733000000", "webhook-signature": "v1," + "b" * 44},
     ),
-)  # fmt: skip
+)
 
 
 def adyen_item() -> str:
@@ -118,11 +165,13 @@ def _kind_insert(kind: Kind, n: int) -> str:
     adyen = kind.kind == "adyen"
     digest = "md5('b' || (i / 2)::text) || md5('c' || (i / 2)::text)" if adyen else "NULL"
     reference = "'order-' || (i / 4)::text" if adyen else "NULL"
+    status = STATUS_SQL.format(n=n, live=max(3, min(LIVE, n // 1000)))
+    lo, hi = kind.shares
     return f"""
 WITH rows AS (
-  SELECT i, {ident} AS event_id, {etype} AS event_type, {STATUS_SQL.format(n=n, live=LIVE)} AS status,
+  SELECT i, {ident} AS event_id, {etype} AS event_type, {status} AS status,
          CAST(:now AS timestamptz) - CAST(:span AS interval) * ({n} - i)::float / {n} AS at, {obj} AS object_id
-  FROM generate_series(CAST(:lo AS bigint), CAST(:hi AS bigint)) AS i WHERE i % 100 >= {kind.shares[0]} AND i % 100 < {kind.shares[1]}
+  FROM generate_series(CAST(:lo AS bigint), CAST(:hi AS bigint)) AS i WHERE i % 100 >= {lo} AND i % 100 < {hi}
 ), ev AS (
   INSERT INTO events (endpoint, event_id, kind, event_type, status, attempts, received_at, status_at,
                       processed_at, object_type, object_id, object_version, payload, item_index, headers,
@@ -136,7 +185,7 @@ WITH rows AS (
          {"i % 2" if adyen else "NULL"}, {"'{}'::jsonb" if adyen else ":headers ::jsonb"}, {digest},
          '{kind.kind}', 0, extract(epoch FROM at)::bigint,
          CASE WHEN status = 'failed' THEN 'HandlerError: upstream answered 503' END,
-         CASE WHEN status = 'failed' THEN repeat('Traceback (most recent call last): line 12 in handle' || chr(10), 12) END,
+         CASE WHEN status = 'failed' THEN repeat('Traceback (most recent call last): line 12' || chr(10), 12) END,
          {reference}, NULL
   FROM rows
   RETURNING endpoint, event_id, status, received_at, object_type, object_id, object_version, reference
@@ -152,7 +201,7 @@ WITH rows AS (
   SELECT DISTINCT ON (object_id) endpoint, object_type, object_id, object_version,
          jsonb_build_object('id', object_id, 'status', 'succeeded', 'amount', 2000, 'currency', 'eur',
                             'merchantReference', reference, 'applied', jsonb_build_array(event_id),
-                            'gap', {"(object_version / 4) % " + str(GAP_EVERY) + " = 0" if adyen else "false"}),
+                            'gap', {f"hashtext(object_id) % {GAP_EVERY} = 0" if adyen else "false"}),
          event_id, received_at
   FROM ev WHERE object_id IS NOT NULL ORDER BY object_id, object_version DESC
   ON CONFLICT DO NOTHING
@@ -235,16 +284,27 @@ def fill_pg(url: str, n: int, now: datetime, chunk: int = 100_000) -> dict[str, 
             indexes = _secondary_indexes(conn)
             for name, _ in indexes:
                 conn.execute(sa.text(f'DROP INDEX "{name}"'))
-        statements = [(sa.text(_kind_insert(k, n)), {"payload": template(k), "headers": json.dumps(k.headers)}) for k in KINDS]
+        statements = [
+            (sa.text(_kind_insert(k, n)), {"payload": template(k), "headers": json.dumps(k.headers)}) for k in KINDS
+        ]
         for lo in range(1, n + 1, chunk):
             hi = min(n, lo + chunk - 1)
             with engine.begin() as conn:
-                conn.execute(sa.text("SET LOCAL session_replication_role = replica; SET LOCAL synchronous_commit = off"))
+                conn.execute(
+                    sa.text("SET LOCAL session_replication_role = replica; SET LOCAL synchronous_commit = off")
+                )
                 for statement, params in statements:
                     conn.execute(statement, {**params, "lo": lo, "hi": hi, "now": now, "span": SPAN})
                 conn.execute(
                     sa.text(BODIES.format(n=n)),
-                    {"body": body, "headers": '{"Content-Type": "application/json"}', "lo": lo, "hi": hi, "now": now, "span": SPAN},
+                    {
+                        "body": body,
+                        "headers": '{"Content-Type": "application/json"}',
+                        "lo": lo,
+                        "hi": hi,
+                        "now": now,
+                        "span": SPAN,
+                    },
                 )
         inserted = time.monotonic() - started
         with engine.begin() as conn:
