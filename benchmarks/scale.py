@@ -54,14 +54,18 @@ SECRETS = {"stripe": "whsec_bench", "adyen": ADYEN_KEY, "standard": "whsec_C2FVs
 GOALS = {"query_p95_ms": 100, "ingest_ratio": 0.9, "purge_ingest_ratio": 0.8, "blocked_ms": 100}
 
 
-def config_file(work: Path) -> Path:
-    """The endpoints of the fill and a destination the ``stripe`` endpoint forwards to."""
+def config_file(work: Path, forward: bool = True) -> Path:
+    """The endpoints of the fill and (``forward``) a destination the ``stripe`` endpoint forwards to."""
     lines = []
     for kind in KINDS:
         secret = SECRETS.get(kind.kind, f"{kind.kind}-bench-secret")
         lines += [f"[endpoints.{kind.endpoint}]", f'provider = "{kind.kind}"', f'secrets = ["{secret}"]']
-        if kind.endpoint == "stripe":
+        if forward and kind.endpoint == "stripe":
             lines.append('forward = ["orders"]')
+    if not forward:
+        path = work / "webhooks-sqlite.toml"
+        path.write_text("\n".join(lines) + "\n")
+        return path
     lines += [
         "[destinations.orders]",
         'url = "http://127.0.0.1:9/orders"',

@@ -85,29 +85,35 @@ def cursor_at(engine: sa.Engine, offset: int, endpoint: str | None = None) -> st
         row = conn.execute(
             sa.text(
                 f"SELECT received_at, endpoint, event_id FROM events {where} "
-                "ORDER BY received_at DESC, endpoint DESC, event_id DESC OFFSET :offset LIMIT 1"
+                "ORDER BY received_at DESC, endpoint DESC, event_id DESC LIMIT 1 OFFSET :offset"
             ),
             {"offset": offset, "endpoint": endpoint},
         ).one()
-    return queries.encode_cursor(SimpleNamespace(received_at=row[0], endpoint=row[1], event_id=row[2]))  # type: ignore[arg-type]
+    at = row[0] if isinstance(row[0], datetime) else datetime.fromisoformat(row[0]).replace(tzinfo=UTC)  # SQLite: text
+    return queries.encode_cursor(SimpleNamespace(received_at=at, endpoint=row[1], event_id=row[2]))  # type: ignore[arg-type]
 
 
 def samples(engine: sa.Engine) -> dict[str, str]:
     """Ids the detail and search routes look up: a stripe event from the middle of the table (with
-    its object, attempt and delivery), an Adyen payment with a gap and its merchant reference."""
+    its object, attempt and, where there are deliveries, a delivery), an Adyen payment with a gap
+    and its merchant reference."""
+    pg = engine.dialect.name == "postgresql"
+    reference = "state ->> 'merchantReference'" if pg else "json_extract(state, '$.merchantReference')"
+    gap = "(state ->> 'gap')::boolean" if pg else "json_extract(state, '$.gap') = 1"
     with engine.connect() as conn:
         count = conn.execute(sa.text("SELECT count(*) FROM events")).scalar_one()
+        forwarded = conn.execute(sa.text("SELECT count(*) FROM deliveries")).scalar_one()
+        among = "deliveries d JOIN events e USING (endpoint, event_id)" if forwarded else "events e"
         event_id, object_id = conn.execute(
             sa.text(
-                "SELECT d.event_id, e.object_id FROM deliveries d JOIN events e USING (endpoint, event_id) "
-                "WHERE d.endpoint = 'stripe' ORDER BY d.event_id OFFSET (SELECT count(*) / 2 FROM deliveries) LIMIT 1"
+                f"SELECT e.event_id, e.object_id FROM {among} WHERE e.endpoint = 'stripe' "
+                f"ORDER BY e.event_id LIMIT 1 OFFSET (SELECT count(*) / 2 FROM {among} WHERE e.endpoint = 'stripe')"
             )
         ).one()
         psp, reference = conn.execute(
             sa.text(
-                "SELECT object_id, state ->> 'merchantReference' FROM objects WHERE endpoint = 'adyen' "
-                "AND (state ->> 'gap')::boolean ORDER BY object_id LIMIT 1 OFFSET (SELECT count(*) / 2 FROM objects "
-                "WHERE endpoint = 'adyen' AND (state ->> 'gap')::boolean)"
+                f"SELECT object_id, {reference} FROM objects WHERE endpoint = 'adyen' AND {gap} ORDER BY object_id "
+                f"LIMIT 1 OFFSET (SELECT count(*) / 2 FROM objects WHERE endpoint = 'adyen' AND {gap})"
             )
         ).one()
         adyen_id = conn.execute(
