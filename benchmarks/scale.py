@@ -42,7 +42,7 @@ from common import (  # the script's folder is on sys.path
 )
 from scale_costs import Prober, background, sizes, storage
 from scale_fill import KINDS, SPAN, fill_pg, utc_now
-from scale_queries import PASSWORD, measure
+from scale_queries import PASSWORD, PLANS, captured, measure, plans
 
 from webhooks import create_app
 from webhooks.purge import Plan, purge
@@ -150,8 +150,10 @@ def purge_under_ingest(db: str, toml: Path, url: str, work: Path, events: int, s
     def run() -> None:
         started = time.monotonic()
         plan = Plan(older_than=window, failed_older_than=window)
-        done["deleted"] = purge(rt.sessions, plan, kinds={k.kind for k in KINDS}, force=True)
+        with captured(rt.engine) as statements:
+            done["deleted"] = purge(rt.sessions, plan, kinds={k.kind for k in KINDS}, force=True)
         done["seconds"] = time.monotonic() - started
+        done["statements"] = statements
 
     thread = threading.Thread(target=run, daemon=True)
     prober = Prober(db)
@@ -170,6 +172,9 @@ def purge_under_ingest(db: str, toml: Path, url: str, work: Path, events: int, s
     thread.join()
     busy_probe = prober.stop()
     after = sizes(db)
+    # Its reads again, now that nothing is left to delete: what finding the next batch costs.
+    distinct = list({statement: (statement, params) for statement, params in done["statements"]}.values())
+    plans(rt.engine, distinct, PLANS / "pg-purge.txt")
     rps = statistics.mean(r["rps"] for r in busy)
     ratio = round(rps / quiet["rps"], 2)
     return {
@@ -237,7 +242,7 @@ def postgres(args: argparse.Namespace) -> dict[str, Any]:
         results["storage"] = storage(filled)
         print_table("Storage per event (bytes)", results["storage"], list(results["storage"][0]))
         apps = {label: create_app(app_config(db, toml)) for label, db in (("filled", filled), ("empty", empty))}
-        found = {label: measure(app, label, args.runs, now, label == "filled") for label, app in apps.items()}
+        found = measure(apps, args.runs, now)
         results["queries"] = compare(found["filled"], found["empty"], "query")
         for row in results["queries"]:
             row["verdict"] = verdict(row["filled_p95_ms"] <= GOALS["query_p95_ms"])
@@ -281,6 +286,8 @@ def postgres(args: argparse.Namespace) -> dict[str, Any]:
             for t in ("events", "attempts", "bodies", "tombstones")
         ]
         print_table("Sizes before and after the purge (bytes; no VACUUM FULL)", sized, list(sized[0]))
+        print(f"rows before → after: {p['before']['rows']} → {p['after']['rows']}; dead tuples in events after: "
+              f"{p['after']['events_dead_tuples']}")  # fmt: skip
     return results
 
 

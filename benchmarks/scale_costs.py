@@ -75,6 +75,7 @@ def sizes(url: str) -> dict[str, Any]:
                     "WHERE relname = 'events'"
                 )
             ).all()
+            rows = {t: conn.execute(sa.text(f"SELECT count(*) FROM {t}")).scalar_one() for t in ("events", "attempts")}
             dead = conn.execute(
                 sa.text("SELECT n_live_tup, n_dead_tup FROM pg_stat_user_tables WHERE relname = 'events'")
             ).one()
@@ -83,6 +84,7 @@ def sizes(url: str) -> dict[str, Any]:
     return {
         "tables": {t: {"heap": h, "toast": s, "indexes": i, "total": a} for t, h, s, i, a in tables},
         "events_indexes": dict(indexes),  # type: ignore[arg-type]
+        "rows": rows,
         "events_live_tuples": dead[0],
         "events_dead_tuples": dead[1],
     }

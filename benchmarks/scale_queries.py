@@ -173,41 +173,43 @@ def routes(engine: sa.Engine, now: datetime) -> list[tuple[str, str, dict[str, A
     ]
 
 
-def measure(app: Flask, label: str, runs: int, now: datetime, keep_plans: bool) -> list[dict[str, Any]]:
-    """Each route ``runs`` times: p50/p95 in ms, its statements and their shared blocks (PostgreSQL)."""
-    engine = app.extensions["webhooks"].engine
-    client = app.test_client()
-    found = []
-    for name, url, body in routes(engine, now):
+def measure(apps: dict[str, Flask], runs: int, now: datetime) -> dict[str, list[dict[str, Any]]]:
+    """Each route ``runs`` times on each app (``filled`` and ``empty``), the two alternating so that
+    load which comes and goes on the machine falls on both alike: p50/p95 in ms, its statements and
+    their shared blocks (PostgreSQL); the filled database's plans are written to ``PLANS``."""
+    engines = {label: app.extensions["webhooks"].engine for label, app in apps.items()}
+    clients = {label: app.test_client() for label, app in apps.items()}
+    listed = {label: routes(engine, now) for label, engine in engines.items()}
+    found: dict[str, list[dict[str, Any]]] = {label: [] for label in apps}
+    for i, (name, _, _) in enumerate(listed["filled"]):
 
-        def call(url: str = url, body: dict[str, Any] | None = body) -> int:
+        def call(label: str, i: int = i) -> int:
+            _, url, body = listed[label][i]
             if body is None:
-                return client.get(url, headers=AUTH).status_code
-            return client.post(url, json=body, headers=AUTH).status_code
+                return clients[label].get(url, headers=AUTH).status_code
+            return clients[label].post(url, json=body, headers=AUTH).status_code
 
-        with captured(engine) as statements:
-            status = call()
-        assert status == 200, f"{name}: {url} answered {status}"
-        times = []
+        statements = {}
+        for label, engine in engines.items():
+            with captured(engine) as statements[label]:
+                status = call(label)
+            assert status == 200, f"{name} on {label}: {listed[label][i][1]} answered {status}"
+        times: dict[str, list[float]] = {label: [] for label in apps}
         for _ in range(runs):
-            started = time.perf_counter()
-            call()
-            times.append((time.perf_counter() - started) * 1000)
-        prefix = "pg" if engine.dialect.name == "postgresql" else "sqlite"
-        path = PLANS / f"{prefix}-{name}.txt" if keep_plans else None
-        blocks = plans(engine, statements, path)
-        found.append(
-            {
-                "db": label,
-                "query": name,
-                "p50_ms": round(statistics.median(times), 2),
-                "p95_ms": round(percentile(times, 0.95), 2),
-                "statements": len(statements),
-                "blocks": blocks,
-            }
-        )
+            for label in apps:
+                started = time.perf_counter()
+                call(label)
+                times[label].append((time.perf_counter() - started) * 1000)
+        for label, engine in engines.items():
+            prefix = "pg" if engine.dialect.name == "postgresql" else "sqlite"
+            path = PLANS / f"{prefix}-{name}.txt" if label == "filled" else None
+            found[label].append(
+                {
+                    "query": name,
+                    "p50_ms": round(statistics.median(times[label]), 2),
+                    "p95_ms": round(percentile(times[label], 0.95), 2),
+                    "statements": len(statements[label]),
+                    "blocks": plans(engine, statements[label], path),
+                }
+            )
     return found
-
-
-def now_utc() -> datetime:
-    return datetime.now(UTC)

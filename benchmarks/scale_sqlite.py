@@ -180,11 +180,13 @@ def sqlite(args: argparse.Namespace) -> dict[str, Any]:
     f = results["fill_filled"]
     print(f"\nSQLite: filled {f['events']} events in {f['seconds']} s ({f['events_per_second']} events/s), "
           f"{f['bytes_per_event']} bytes/event on disk, then {f['analyzed']}")  # fmt: skip
-    found = {}
-    for label, folder in folders.items():
-        app = create_app({"DATABASE_URL": f"sqlite:///{folder / 'webhooks.db'}", "WEBHOOKS_CONFIG": str(toml),
-                          "WEBHOOKS_ADMIN_PASSWORD": PASSWORD, "WEBHOOKS_EMBEDDED_WORKER": "false"})  # fmt: skip
-        found[label] = measure(app, label, args.runs, now, label == "filled")
+    apps = {
+        label: create_app({"DATABASE_URL": f"sqlite:///{folder / 'webhooks.db'}", "WEBHOOKS_CONFIG": str(toml),
+                           "WEBHOOKS_ADMIN_PASSWORD": PASSWORD, "WEBHOOKS_EMBEDDED_WORKER": "false"})
+        for label, folder in folders.items()
+    }  # fmt: skip
+    found = measure(apps, args.runs, now)
+    for app in apps.values():
         app.extensions["webhooks"].engine.dispose()
     results["queries"] = [
         {"query": fq["query"], "empty_p95_ms": eq["p95_ms"], "filled_p95_ms": fq["p95_ms"],
