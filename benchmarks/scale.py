@@ -41,7 +41,7 @@ from common import (  # the script's folder is on sys.path
     wrk,
 )
 from scale_costs import Prober, background, sizes, storage
-from scale_fill import KINDS, SPAN, fill_pg, utc_now
+from scale_fill import KINDS, SPAN, config_file, fill_pg, utc_now
 from scale_queries import PASSWORD, PLANS, captured, measure, plans
 
 from webhooks import create_app
@@ -49,32 +49,7 @@ from webhooks.purge import Plan, purge
 
 EMPTY = 1000
 CONNECTIONS = 16
-ADYEN_KEY = "44782DEF547AAA06C910C43932B1EB0C71FC68D9D0C057550C48EC2ACF6BA056"
-SECRETS = {"stripe": "whsec_bench", "adyen": ADYEN_KEY, "standard": "whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD"}
 GOALS = {"query_p95_ms": 100, "ingest_ratio": 0.9, "purge_ingest_ratio": 0.8, "blocked_ms": 100}
-
-
-def config_file(work: Path, forward: bool = True) -> Path:
-    """The endpoints of the fill and (``forward``) a destination the ``stripe`` endpoint forwards to."""
-    lines = []
-    for kind in KINDS:
-        secret = SECRETS.get(kind.kind, f"{kind.kind}-bench-secret")
-        lines += [f"[endpoints.{kind.endpoint}]", f'provider = "{kind.kind}"', f'secrets = ["{secret}"]']
-        if forward and kind.endpoint == "stripe":
-            lines.append('forward = ["orders"]')
-    if not forward:
-        path = work / "webhooks-sqlite.toml"
-        path.write_text("\n".join(lines) + "\n")
-        return path
-    lines += [
-        "[destinations.orders]",
-        'url = "http://127.0.0.1:9/orders"',
-        "allow_private = true",
-        f'secrets = ["{SECRETS["standard"]}"]',
-    ]
-    path = work / "webhooks.toml"
-    path.write_text("\n".join(lines) + "\n")
-    return path
 
 
 def app_config(db: str, toml: Path) -> dict[str, Any]:

@@ -17,17 +17,19 @@ import json
 import time
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import sqlalchemy as sa
-from common import ROOT
 
 SPAN = timedelta(days=400)
 LIVE = 200  # the newest rows: not yet finished
 GAP_EVERY = 50
 DUP_EVERY = 50
 DESTINATION = "orders"
-PAYLOADS = ROOT / "tests" / "payloads"
+PAYLOADS = Path(__file__).resolve().parent.parent / "tests" / "payloads"
+ADYEN_KEY = "44782DEF547AAA06C910C43932B1EB0C71FC68D9D0C057550C48EC2ACF6BA056"
+SECRETS = {"stripe": "whsec_bench", "adyen": ADYEN_KEY, "standard": "whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD"}
 
 
 @dataclass(frozen=True)
@@ -145,6 +147,29 @@ def template(kind: Kind) -> str:
     if isinstance(raw, dict):
         raw["id"] = "{{ID}}"
     return json.dumps(raw)
+
+
+def config_file(work: Path, forward: bool = True) -> Path:
+    """The endpoints of the fill and (``forward``) a destination the ``stripe`` endpoint forwards to."""
+    lines = []
+    for kind in KINDS:
+        secret = SECRETS.get(kind.kind, f"{kind.kind}-bench-secret")
+        lines += [f"[endpoints.{kind.endpoint}]", f'provider = "{kind.kind}"', f'secrets = ["{secret}"]']
+        if forward and kind.endpoint == "stripe":
+            lines.append('forward = ["orders"]')
+    if not forward:
+        path = work / "webhooks-sqlite.toml"
+        path.write_text("\n".join(lines) + "\n")
+        return path
+    lines += [
+        "[destinations.orders]",
+        'url = "http://127.0.0.1:9/orders"',
+        "allow_private = true",
+        f'secrets = ["{SECRETS["standard"]}"]',
+    ]
+    path = work / "webhooks.toml"
+    path.write_text("\n".join(lines) + "\n")
+    return path
 
 
 # -- PostgreSQL ------------------------------------------------------------------------------

@@ -173,10 +173,12 @@ def routes(engine: sa.Engine, now: datetime) -> list[tuple[str, str, dict[str, A
     ]
 
 
-def measure(apps: dict[str, Flask], runs: int, now: datetime) -> dict[str, list[dict[str, Any]]]:
+def measure(
+    apps: dict[str, Flask], runs: int, now: datetime, plan_dir: Path = PLANS
+) -> dict[str, list[dict[str, Any]]]:
     """Each route ``runs`` times on each app (``filled`` and ``empty``), the two alternating so that
     load which comes and goes on the machine falls on both alike: p50/p95 in ms, its statements and
-    their shared blocks (PostgreSQL); the filled database's plans are written to ``PLANS``."""
+    their shared blocks (PostgreSQL); the filled database's plans are written to ``plan_dir``."""
     engines = {label: app.extensions["webhooks"].engine for label, app in apps.items()}
     clients = {label: app.test_client() for label, app in apps.items()}
     listed = {label: routes(engine, now) for label, engine in engines.items()}
@@ -202,7 +204,7 @@ def measure(apps: dict[str, Flask], runs: int, now: datetime) -> dict[str, list[
                 times[label].append((time.perf_counter() - started) * 1000)
         for label, engine in engines.items():
             prefix = "pg" if engine.dialect.name == "postgresql" else "sqlite"
-            path = PLANS / f"{prefix}-{name}.txt" if label == "filled" else None
+            path = plan_dir / f"{prefix}-{name}.txt" if label == "filled" else None
             found[label].append(
                 {
                     "query": name,

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from common import BIN, base_env, free_port, lua_script, prime, process, signed_events, workdir, wrk
-from scale_fill import KINDS, SPAN, Kind, adyen_item, template, utc_now
+from scale_fill import KINDS, SPAN, Kind, adyen_item, config_file, template, utc_now
 from scale_queries import PASSWORD, measure
 
 from webhooks import create_app
@@ -165,7 +165,7 @@ def _serve(stack: contextlib.ExitStack, work: Path, folder: Path, toml: Path) ->
 
 
 def sqlite(args: argparse.Namespace) -> dict[str, Any]:
-    from scale import config_file, median_ratio, print_table, verdict
+    from scale import median_ratio, print_table, verdict
 
     work = workdir()
     toml = config_file(work, forward=False)
