@@ -23,7 +23,7 @@ from typing import Any
 import sqlalchemy as sa
 
 SPAN = timedelta(days=400)
-LIVE = 200  # the newest rows: not yet finished
+LIVE = 200  # the newest rows: not yet finished (as many in the empty database: same backlog)
 GAP_EVERY = 50
 DUP_EVERY = 50
 DESTINATION = "orders"
@@ -190,7 +190,7 @@ def _kind_insert(kind: Kind, n: int) -> str:
     adyen = kind.kind == "adyen"
     digest = "md5('b' || (i / 2)::text) || md5('c' || (i / 2)::text)" if adyen else "NULL"
     reference = "'order-' || (i / 4)::text" if adyen else "NULL"
-    status = STATUS_SQL.format(n=n, live=max(3, min(LIVE, n // 1000)))
+    status = STATUS_SQL.format(n=n, live=min(LIVE, n // 5))
     lo, hi = kind.shares
     return f"""
 WITH rows AS (

@@ -42,7 +42,7 @@ def _stamp(at: datetime) -> str:
 
 
 def _status(i: int, n: int) -> str:
-    if i > n - max(3, min(200, n // 1000)):
+    if i > n - min(200, n // 5):
         return ("received", "queued", "processing")[i % 3]
     return "failed" if i % 1000 < 5 else "ignored" if i % 1000 < 20 else "processed"
 
