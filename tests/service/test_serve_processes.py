@@ -18,8 +18,8 @@ from tests.support.processes import BIN, clean_env, wait_http
 
 
 def children(pid: int) -> list[int]:
-    found = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
-    return [int(p) for p in found]
+    """Children of every thread of ``pid`` (the master starts the worker process again from one)."""
+    return [int(p) for task in Path(f"/proc/{pid}/task").iterdir() for p in (task / "children").read_text().split()]
 
 
 def command(pid: int) -> str:
