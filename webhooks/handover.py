@@ -21,6 +21,7 @@ import time
 from datetime import datetime, timedelta
 
 from webhooks.runtime import Runtime
+from webhooks.store.sqlite import SqliteStore
 
 log = logging.getLogger(__name__)
 POLL_SECONDS = 0.05  # between polls that found nothing new: a delivery waits about this long
@@ -60,7 +61,10 @@ class Handover:
         since = self.newest
         if clock - self.looked_back >= LOOKBACK_EVERY:
             since, self.looked_back = since - LOOKBACK, clock
-        found = self.rt.store.queued_since(since, PAGE)  # type: ignore[attr-defined]  # SqliteStore's
+        store = self.rt.store
+        if not isinstance(store, SqliteStore):
+            raise TypeError("the handover is SQLite's (webhooks serve)")
+        found = store.queued_since(since, PAGE)
         new = [(p, e, at) for p, e, at in found if self.handed.get((p, e)) != at]
         if new:
             self.rt.queue.admit([(p, e) for p, e, _ in new])
