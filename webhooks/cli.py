@@ -154,7 +154,7 @@ def main() -> None:
 @click.option("--host", default="127.0.0.1", show_default=True)
 @click.option("--port", type=int, default=lambda: int(os.environ.get("PORT", "8000")), show_default="$PORT or 8000")
 def serve(host: str, port: int) -> None:
-    """Run everything with one command: SQLite, web processes, a worker process, the admin console."""
+    """Run it all, nothing to install: SQLite, web and worker processes, the console."""
     from gunicorn.app.base import BaseApplication  # type: ignore[import-untyped]
 
     from webhooks import gunicorn_conf, handlers, serving
