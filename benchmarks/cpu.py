@@ -1,14 +1,15 @@
 """CPU per delivery through the WSGI app, with no server and no load: the receiver against the bare
 Flask view, in this one thread (``time.thread_time``, so other work on the machine barely moves it).
 
-    .venv/bin/python benchmarks/cpu.py [--requests 2000] [--sqlite] [--profile new|dup|process]
+    .venv/bin/python benchmarks/cpu.py [--requests 2000] [--sqlite | --serve] [--profile new|dup|process]
     .venv/bin/python benchmarks/cpu.py --kinds [--requests 300] [--sqlite]
 
 Runs first deliveries, then the same deliveries again (duplicates), one at a time: a group-commit
 batch of one, the receiver's worst case; then processes the stored events in this thread (the
 job's own CPU, without RQ's: a no-op handler and the object-state upsert). PostgreSQL + Redis
 (fresh database, ``BENCH_REDIS_URL``), or with ``--sqlite`` the embedded default (a SQLite file,
-the in-process queue; no worker runs).
+the in-process queue; no worker runs); ``--serve`` is a web process of ``webhooks serve`` (SQLite,
+and nothing queued: its worker process takes the rows from the database, ``webhooks.handover``).
 ``--profile`` prints cProfile's top functions (CPU time) for that case.
 
 ``--kinds``: CPU per genuine delivery for every registered kind, each signed as its provider would
@@ -161,14 +162,17 @@ def per_event(app: Flask, deliveries: list[tuple[str, str]], profile: cProfile.P
 
 
 @contextlib.contextmanager
-def receiver(sqlite: bool, endpoints: dict[str, Any] | None = None) -> Iterator[Flask]:
+def receiver(sqlite: bool, endpoints: dict[str, Any] | None = None, serve: bool = False) -> Iterator[Flask]:
     config: dict[str, Any] = {"WEBHOOKS_HANDLERS": "bench_handlers"}
     config |= {"ENDPOINTS": endpoints} if endpoints else {"STRIPE_WEBHOOK_SECRET": SECRET}
     if sqlite:
         with tempfile.TemporaryDirectory() as folder:
             url = f"sqlite:///{folder}/webhooks.db"
             upgrade(url)
-            yield create_app({"DATABASE_URL": url, "WEBHOOKS_EMBEDDED_WORKER": "false", **config})
+            app = create_app({"DATABASE_URL": url, "WEBHOOKS_EMBEDDED_WORKER": "false", **config})
+            if serve:
+                app.extensions["webhooks"].queue.hand_over()
+            yield app
         return
     with scratch_database() as db:
         yield create_app({"DATABASE_URL": db, "REDIS_URL": REDIS, **config})
@@ -178,14 +182,16 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--requests", type=int, default=2000)
     parser.add_argument("--sqlite", action="store_true", help="the embedded default instead of PostgreSQL + Redis")
+    parser.add_argument("--serve", action="store_true", help="a web process of `webhooks serve` (SQLite, handed over)")
     parser.add_argument("--profile", choices=["new", "dup", "process"])
     parser.add_argument("--kinds", action="store_true", help="CPU per genuine delivery for every registered kind")
     args = parser.parse_args()
+    args.sqlite = args.sqlite or args.serve
     sys.path.insert(0, str(workdir()))  # its bench_handlers: a no-op handler
     if args.kinds:
         kinds(args.sqlite, min(args.requests, 300))
         return
-    with receiver(args.sqlite) as app:
+    with receiver(args.sqlite, serve=args.serve) as app:
         warm, deliveries = signed_events(200, "warm"), signed_events(args.requests, "cpu")
         per_request(BASELINE, warm), per_request(app, warm)
         profile = cProfile.Profile(time.thread_time) if args.profile else None
@@ -202,8 +208,9 @@ def main() -> None:
         print(f"{case:<34}{value:>15.0f}{base / value:>12.2f}")
     print(f"{'processing: process_event':<34}{processing:>15.0f}  (CPU µs per event, RQ's own work not included)")
     print(
-        f"{'PostgreSQL + Redis' if not args.sqlite else 'SQLite + embedded queue'}, "
-        f"{args.requests} requests each, one at a time (the profiler, when on, inflates its case)"
+        f"{'PostgreSQL + Redis' if not args.sqlite else 'SQLite + embedded queue'}"
+        f"{' (a web process of webhooks serve: nothing queued)' if args.serve else ''}, {args.requests} requests"
+        " each, one at a time (the profiler, when on, inflates its case)"
     )
     if profile:
         pstats.Stats(profile).sort_stats("cumulative").print_stats(30)

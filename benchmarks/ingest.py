@@ -17,6 +17,7 @@ import argparse
 import contextlib
 import json
 import os
+import sqlite3
 from pathlib import Path
 from typing import Any
 
@@ -57,6 +58,13 @@ def interleaved(
     return {"case": "baseline: bare gunicorn + Flask", **base}, {"case": case, **run, "ratios": spread}
 
 
+def processed(work: Path) -> tuple[int, int]:
+    """``webhooks serve``'s SQLite file (in ``work``): (events processed, events stored)."""
+    with contextlib.closing(sqlite3.connect(work / "webhooks.db", timeout=30)) as conn:
+        done, total = conn.execute("SELECT sum(status = 'processed'), count(*) FROM events").fetchone()
+    return int(done or 0), int(total)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--seconds", type=int, default=4, help="length of one wrk run")
@@ -68,6 +76,7 @@ def main() -> None:
     ensure_tools()
     work = workdir()
     stored = None
+    during = None
     with scratch_database() as db, contextlib.ExitStack() as servers:
         # The baseline runs under the same gunicorn config, whose start-up waits for a migrated database.
         env = base_env(work, DATABASE_URL=db, REDIS_URL=REDIS)
@@ -94,6 +103,7 @@ def main() -> None:
         base_script = lua_script(work / "base.lua", signed_events(1000, "b"))
         stored_events = signed_events(2000, "dup")
         prime(url, stored_events)
+        processed_before = processed(work) if args.serve else None
         per_round = args.seconds * NEW_PER_SECOND
         rows: list[dict[str, Any]] = []
         for c in args.connections:
@@ -113,6 +123,11 @@ def main() -> None:
                 rows += [base, run]
         if not args.serve:
             stored = scalar(db, "SELECT count(*) FROM events")
+        else:  # while it still runs: what its worker processed during the measured runs
+            done = processed(work)
+            assert processed_before is not None
+            stored = done[1]
+            during = done[0] - processed_before[0]
     print(table(rows))
     print(
         f"gunicorn {env['WEB_CONCURRENCY']} processes × {env['WEB_THREADS']} threads (WEB_CONCURRENCY, "
@@ -121,8 +136,11 @@ def main() -> None:
     )
     if stored is not None:
         print(f"rows stored: {stored}")
+    if args.serve:
+        print(f"processed by the embedded worker during the measured runs: {during} (of {stored} stored)")
+        assert during > 0, "the embedded worker processed nothing while ingest ran"
     if args.json:
-        args.json.write_text(json.dumps({"cases": rows, "rows": stored}, indent=1))
+        args.json.write_text(json.dumps({"cases": rows, "rows": stored, "processed_during": during}, indent=1))
 
 
 if __name__ == "__main__":

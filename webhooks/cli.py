@@ -50,7 +50,7 @@ class LazyGroup(click.Group):
             raise click.ClickException(message) from exc
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
-        rows = [(name, command.get_short_help_str(80)) for name, command in self.commands.items()]
+        rows = [(name, command.get_short_help_str(80)) for name, command in self.commands.items() if not command.hidden]
         rows += [(name, text) for name, (_, _, text) in LAZY.items()]
         with formatter.section("Commands"):
             formatter.write_dl(sorted(rows))
@@ -154,19 +154,17 @@ def main() -> None:
 @click.option("--host", default="127.0.0.1", show_default=True)
 @click.option("--port", type=int, default=lambda: int(os.environ.get("PORT", "8000")), show_default="$PORT or 8000")
 def serve(host: str, port: int) -> None:
-    """Run everything in one process: SQLite, an in-process queue and worker, the admin console."""
+    """Run it all, nothing to install: SQLite, web and worker processes, the console."""
     from gunicorn.app.base import BaseApplication  # type: ignore[import-untyped]
 
-    from webhooks import create_app, embedded, gunicorn_conf, handlers, sweeper
-    from webhooks.process_setup import admin_password_file, kept_password, quiet
+    from webhooks import gunicorn_conf, handlers, serving
+    from webhooks.metrics import process_exited
+    from webhooks.process_setup import admin_password_file, kept_password, prepare_metrics_dir, quiet
 
     settings = load_settings()
     handlers.load(settings.handler_modules)  # refuse to start on a module it cannot import
     handlers.announce(settings.handler_modules)
-    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):  # one process needs none, but a named one must exist
-        from webhooks.process_setup import prepare_metrics_dir
-
-        prepare_metrics_dir()
+    prepare_metrics_dir()  # several processes: /metrics adds up their samples
     kept = None
     if not settings.admin_password:  # one password for this database, not a new one every start
         kept = admin_password_file(settings.database_url).resolve()
@@ -174,24 +172,17 @@ def serve(host: str, port: int) -> None:
     # Alembic's and the embedded worker's INFO lines would bury the banner; DEBUG shows them.
     quiet("alembic.runtime.migration", "rq.worker", "rq.scheduler")
     upgrade(settings.database_url)
-
-    def load() -> Any:
-        # In gunicorn's one worker process: the app, the in-process queue and its worker thread
-        # live there (threads and SQLite connections do not survive a fork).
-        app = create_app(settings)
-        rt = app.extensions["webhooks"]
-        # The in-process queue starts empty: whatever the last run left unfinished is stranded now.
-        sweeper.sweep(rt, age=0)
-        embedded.start_embedded(rt)  # the worker thread, and the ticker: due reconciliations, the sweep
-        return app
+    worker = serving.WorkerProcess([sys.executable, "-m", "webhooks", "serve-worker"])
+    workers = gunicorn_conf.workers
 
     def ready(process: Any) -> None:
-        # In the worker process once the app is loaded: after every start-up line, the banner.
-        click.echo(banner(settings, [str(s) for s in process.sockets], kept))
-        sys.stdout.flush()
+        # In the last web process of the first start, once its app is loaded: after every start-up line.
+        if process.age == workers:
+            click.echo(banner(settings, [str(s) for s in process.sockets], kept))
+            sys.stdout.flush()
 
     class Server(BaseApplication):  # type: ignore[misc]  # gunicorn ships no type hints
-        """gunicorn, one worker process with threads: the Procfile's web settings otherwise."""
+        """gunicorn with the Procfile's web settings; its master also runs the worker process."""
 
         def load_config(self) -> None:
             names = (
@@ -202,20 +193,36 @@ def serve(host: str, port: int) -> None:
                 "limit_request_fields",
                 "limit_request_field_size",
                 "control_socket_disable",
+                "worker_class",
+                "workers",
+                "threads",
+                "logger_class",
             )
             for name in names:
                 self.cfg.set(name, getattr(gunicorn_conf, name))
             self.cfg.set("bind", [f"{host}:{port}"])
-            self.cfg.set("workers", 1)  # one process: the embedded queue is in its memory
-            self.cfg.set("worker_class", gunicorn_conf.worker_class)
-            self.cfg.set("threads", gunicorn_conf.threads)
-            self.cfg.set("logger_class", gunicorn_conf.logger_class)
             self.cfg.set("post_worker_init", ready)
+            self.cfg.set("when_ready", lambda server: worker.start(lambda: bool(server.LISTENERS)))
+            self.cfg.set("on_exit", lambda server: worker.stop())
+            self.cfg.set("child_exit", lambda server, process: process_exited(process.pid))
 
         def load(self) -> Any:
-            return load()
+            # In each web process (threads and SQLite connections do not survive a fork).
+            return serving.web_app(settings)
 
     Server().run()
+
+
+@main.command("serve-worker", hidden=True)
+def serve_worker() -> None:
+    """The worker process ``serve`` starts (not for use on its own)."""
+    from webhooks import handlers, serving
+    from webhooks.process_setup import quiet
+
+    settings = load_settings()
+    handlers.load(settings.handler_modules)
+    quiet("rq.worker", "rq.scheduler")
+    serving.work(settings)
 
 
 def banner(settings: Settings, listeners: list[str], kept: Any) -> str:

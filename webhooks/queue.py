@@ -127,6 +127,13 @@ class JobQueue:
         self._shaped: tuple[int, str, tuple[str, ...]] | None = None
         self.embedded: Embedded | None = None
         self._start_lock = threading.Lock()
+        self.handed_over = False  # ``hand_over``: the jobs are another process's to queue
+
+    def hand_over(self) -> None:
+        """From now on queue nothing here: the process whose embedded worker works the events takes
+        the committed ``queued`` rows from the database (``webhooks serve``'s web processes:
+        ``webhooks.handover``). ``enqueue_many`` and ``requeue`` then succeed without a queue."""
+        self.handed_over = True
 
     def enqueue(self, endpoint: str, event_id: str) -> None:
         """Queue the event's job unless a job with its id exists. Raises ``redis.RedisError``."""
@@ -145,8 +152,8 @@ class JobQueue:
         computed as RQ computes them; the fields all jobs share go as one string (Redis's encoder
         per argument was most of the enqueue's CPU).
         """
-        if not events:
-            return 0
+        if not events or self.handed_over:
+            return len(events)
         ttl, shape, own = self._shape()
         keys: list[str] = [self.queue.key, self.queue.redis_queues_keys]
         args: list[str | bytes | int] = [ttl, shape, utcformat(now())]
@@ -240,6 +247,18 @@ class JobQueue:
                 pass  # a concurrent replay of this event deleted it first: enqueue below all the same
         self.enqueue(endpoint, event_id)
         return True
+
+    def admit(self, events: list[tuple[str, str]]) -> int:
+        """Queue the jobs of events the database says are ``queued`` (``webhooks.handover``): a job
+        for each that has none, and a fresh one for each whose job ended (a replay); one that is
+        live is left alone. Returns how many were queued."""
+        with self.connection.pipeline(transaction=False) as pipe:
+            for endpoint, event_id in events:
+                pipe.exists(Job.key_for(job_id(endpoint, event_id)))
+            found = pipe.execute()
+        fresh = [key for key, exists in zip(events, found, strict=True) if not exists]
+        again = [key for key, exists in zip(events, found, strict=True) if exists]  # rare: a replay
+        return self.enqueue_many(fresh) + sum(self.requeue(*key) for key in again)
 
     def start_embedded(self, build: Callable[[], Embedded]) -> None:
         """Start the in-process worker ``build`` makes (``webhooks.embedded``: a worker thread, the

@@ -8,12 +8,15 @@ from contextlib import AbstractContextManager
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Engine
+from sqlalchemy import Engine, select
 
-from webhooks.engines import sqlite_lock
+from webhooks.engines import deferred, sqlite_lock
+from webhooks.models import Event
 from webhooks.store import sqlite_worker
 from webhooks.store.base import Claimed, Key, Work
 from webhooks.store.sql import SqlStore
+from webhooks.timestamps import aware
+from webhooks.vocabulary import Status
 
 Hold = Callable[[float | None], AbstractContextManager[bool]]  # ``Runtime.processing``'s shape
 HOLD_TIMEOUT = 5.0  # seconds the sweeper waits for the processing lock (a job keeps it: next tick)
@@ -41,6 +44,19 @@ class SqliteStore(SqlStore):
         ``processing`` row is live (and when a job keeps it past ``HOLD_TIMEOUT``, none is taken)."""
         with self.processing(HOLD_TIMEOUT) as held:
             return super().abandoned(cutoff, limit, max_attempts, now) if held else []
+
+    # ===== ``webhooks serve``: its web processes hand events on through the database ===========
+    def queued_since(self, since: datetime, limit: int) -> list[tuple[str, str, datetime]]:
+        """``queued`` rows whose status changed at ``since`` or later, oldest first: (endpoint,
+        event_id, status_at); ``ix_events_status_status_at`` answers it (``webhooks.handover``)."""
+        query = (
+            select(Event.endpoint, Event.event_id, Event.status_at)
+            .where(Event.status == Status.QUEUED, Event.status_at >= since)
+            .order_by(Event.status_at)
+            .limit(limit)
+        )
+        with deferred(self.engine).connect() as conn:  # a plain read: no write lock, no ORM objects
+            return [(p, e, aware(at)) for p, e, at in conn.execute(query)]
 
 
 def _own_lock(engine: Engine) -> Hold:
