@@ -21,7 +21,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import click
-from sqlalchemy import delete, literal, or_, select, tuple_
+from sqlalchemy import ColumnElement, and_, delete, literal, or_, select, text, tuple_
 from sqlalchemy.orm import Session, sessionmaker
 
 from webhooks.engines import upsert
@@ -95,6 +95,22 @@ def _forwarding() -> Any:
     )
 
 
+STORED_ENDPOINTS = text(
+    "WITH RECURSIVE e(endpoint) AS (SELECT min(endpoint) FROM events UNION ALL"
+    " SELECT (SELECT min(endpoint) FROM events WHERE endpoint > e.endpoint) FROM e WHERE e.endpoint IS NOT NULL)"
+    " SELECT endpoint FROM e WHERE endpoint IS NOT NULL"
+)
+
+
+def stored_kinds(session: Session) -> set[str]:
+    """The kinds of the endpoints that have stored events: one primary-key seek per endpoint
+    name (a skip scan) and one row's ``kind`` each, not a scan of the table (an endpoint's
+    rows share its kind; configure another kind under another name)."""
+    names = session.scalars(STORED_ENDPOINTS).all()
+    first = select(Event.kind).order_by(Event.event_id).limit(1)  # ordered: a seek of the primary key
+    return {kind for name in names if (kind := session.scalar(first.where(Event.endpoint == name)))}
+
+
 def purge(
     sessions: sessionmaker[Session],
     plan: Plan,
@@ -114,7 +130,7 @@ def purge(
     tombstones, then its delete — and is followed by ``pause(yield_ratio × its own time)``.
     ``total`` gets the count up front, capped at ``COUNT_CAP + 1`` (more: "at least that")."""
     with sessions() as session:
-        kinds = kinds | set(session.scalars(select(Event.kind).distinct()))
+        kinds = kinds | stored_kinds(session)
     longest, which = horizon(kinds)
     if not force and min(plan.older_than, plan.failed_older_than) < longest:
         raise PurgeRefusedError(
@@ -167,6 +183,18 @@ def _batch(
     return [r for r in rows if not r[5]], (last[0], last[1], last[2])
 
 
+def _among(endpoint: Any, ident: Any, keys: Sequence[tuple[str, str]]) -> ColumnElement[bool]:
+    """``(endpoint, ident) IN keys``, with each column's own ``IN`` beside it: SQLite runs a bare
+    row-value ``IN`` list as a scan of the whole table, but seeks a primary key on two ``IN``
+    lists (the row values then only sort out the pairs)."""
+    pairs = list(keys)
+    return and_(
+        endpoint.in_(sorted({e for e, _ in pairs})),
+        ident.in_(sorted({i for _, i in pairs})),
+        tuple_(endpoint, ident).in_(pairs),
+    )
+
+
 def _bury(sessions: sessionmaker[Session], status: str, found: Sequence[Any], moment: datetime) -> int:
     """Tombstones for these events, committed first (an insert racing the delete then already
     sees them: the trigger skips it); then, in a second short transaction, the events still in
@@ -184,21 +212,21 @@ def _bury(sessions: sessionmaker[Session], status: str, found: Sequence[Any], mo
     with sessions.begin() as session:
         gone = session.execute(
             delete(Event)
-            .where(tuple_(Event.endpoint, Event.event_id).in_(keys), Event.status == status, ~_forwarding())
+            .where(_among(Event.endpoint, Event.event_id, keys), Event.status == status, ~_forwarding())
             .returning(Event.endpoint, Event.event_id, Event.body_digest)
         ).all()
         deleted = [(endpoint, event_id) for endpoint, event_id, _ in gone]
         kept = set(keys) - set(deleted)  # replayed or claimed for forwarding meanwhile: alive, no tombstone
         if kept:
-            session.execute(delete(Tombstone).where(tuple_(Tombstone.endpoint, Tombstone.event_id).in_(list(kept))))
+            session.execute(delete(Tombstone).where(_among(Tombstone.endpoint, Tombstone.event_id, list(kept))))
         if not gone:
             return 0
         for table in (Duplicate, Delivery, DeliveryAttempt):
-            session.execute(delete(table).where(tuple_(table.endpoint, table.event_id).in_(deleted)))
+            session.execute(delete(table).where(_among(table.endpoint, table.event_id, deleted)))
         digests = {(endpoint, digest) for endpoint, _, digest in gone if digest is not None}
         if digests:
             still = select(Event.event_id).where(Event.endpoint == Body.endpoint, Event.body_digest == Body.digest)
-            session.execute(delete(Body).where(tuple_(Body.endpoint, Body.digest).in_(list(digests)), ~still.exists()))
+            session.execute(delete(Body).where(_among(Body.endpoint, Body.digest, list(digests)), ~still.exists()))
     return len(gone)
 
 
@@ -229,9 +257,7 @@ def expire_tombstones(
             if not found:
                 return expired
             session.execute(
-                delete(Tombstone).where(
-                    tuple_(Tombstone.endpoint, Tombstone.event_id).in_([(e, i) for _, e, i in found])
-                )
+                delete(Tombstone).where(_among(Tombstone.endpoint, Tombstone.event_id, [(e, i) for _, e, i in found]))
             )
         after = (found[-1][0], found[-1][1], found[-1][2])
         expired += len(found)

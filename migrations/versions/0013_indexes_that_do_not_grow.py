@@ -75,7 +75,9 @@ def upgrade() -> None:
     _create("ix_events_endpoint_feed", "events", ["endpoint", "received_at", "event_id"], postgresql_include=["status"])
     _create("ix_events_unfinished", "events", ["status", "status_at"], UNFINISHED)
     _drop("ix_events_status_status_at", "events")
-    _create("ix_objects_gaps", "objects", ["updated_at", "endpoint", "object_id"], GAP_WHERE.get(dialect))
+    _create(
+        "ix_objects_gaps", "objects", ["endpoint", "object_type", "updated_at", "object_id"], GAP_WHERE.get(dialect)
+    )
     _create("ix_deliveries_failed", "deliveries", ["destination"], "status = 'failed'")
     _create("ix_tombstones_purged", "tombstones", ["purged_at", "endpoint", "event_id"])
     _drop("ix_tombstones_purged_at", "tombstones")
