@@ -6,6 +6,7 @@ explained (PostgreSQL: ``EXPLAIN (FORMAT JSON)``, the index names in the plan tr
 from __future__ import annotations
 
 import json
+import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
@@ -136,12 +137,34 @@ def plans_of(engine: sa.Engine, run: Callable[[], object]) -> list[set[str]]:
     return [plan(engine, statement, parameters) for statement, parameters in found]
 
 
-@pytest.fixture(params=["sqlite_url", "pg_url"])
-def populated(request: pytest.FixtureRequest) -> Any:
-    app = make_app(base_config(request.getfixturevalue(request.param)))
-    rt = runtime(app)
+def _populated(url: str) -> Any:
+    rt = runtime(make_app(base_config(url)))
     fill(rt.engine)
     return rt
+
+
+@pytest.fixture(scope="module", params=["sqlite", "postgresql"])
+def populated(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """One populated database per dialect for the read-only checks (filled once: seconds)."""
+    if request.param == "sqlite":
+        yield _populated(f"sqlite:///{tmp_path_factory.mktemp('plans') / 'webhooks.db'}")
+        return
+    admin = sa.create_engine(request.getfixturevalue("pg_admin_url"), isolation_level="AUTOCOMMIT")
+    name = f"wh_test_plans_{uuid.uuid4().hex[:12]}"
+    with admin.connect() as conn:
+        conn.execute(sa.text(f'CREATE DATABASE "{name}"'))
+    rt = _populated(admin.url.set(database=name).render_as_string(hide_password=False))
+    yield rt
+    rt.engine.dispose()
+    with admin.connect() as conn:
+        conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+    admin.dispose()
+
+
+@pytest.fixture(params=["sqlite_url", "pg_url"])
+def purged(request: pytest.FixtureRequest) -> Any:
+    """A database of its own, for the test that deletes."""
+    return _populated(request.getfixturevalue(request.param))
 
 
 def uses(found: list[set[str]], index: str, *, table: str = "events") -> None:
@@ -219,10 +242,10 @@ def test_the_sweeper_reads_only_unfinished_rows(populated: Any) -> None:
     uses(plans_of(rt.engine, run), "ix_events_unfinished")
 
 
-def test_purge_walks_the_status_index_and_tombstone_expiry_its_own(populated: Any) -> None:
-    rt = populated
-    plan = Plan(timedelta(days=60), timedelta(days=120), batch_size=2000, yield_ratio=0)
+def test_purge_walks_the_status_index_and_tombstone_expiry_its_own(purged: Any) -> None:
+    rt = purged
+    plan = Plan(timedelta(days=195), timedelta(days=200), batch_size=1000, yield_ratio=0)  # a batch or two
     found = plans_of(rt.engine, lambda: purge(rt.sessions, plan, kinds={"stripe"}, now=NOW, force=True))
     uses(found, "ix_events_status_feed")  # the batches; their deletes seek the primary key
-    expired = plans_of(rt.engine, lambda: expire_tombstones(rt.sessions, NOW - timedelta(days=365), 5000))
+    expired = plans_of(rt.engine, lambda: expire_tombstones(rt.sessions, NOW - timedelta(days=365), 10_000))
     uses(expired, "ix_tombstones_purged", table="tombstones")
