@@ -10,6 +10,10 @@ refused unless ``--force``. Failed events are kept twice as long by default
 purged, nor is an event still being forwarded (a ``pending`` delivery reads its body); its
 deliveries and their attempts go with it. A multi-event delivery's body (``bodies``) goes with the
 last of its events.
+
+The purge yields to ingest: keyset batches per status (never re-reading what it deleted), two
+short transactions each (tombstones, then the delete), and a pause after each in proportion to
+its own time (``Plan.yield_ratio``, ``--pause``).
 """
 
 from __future__ import annotations

@@ -46,7 +46,9 @@ def _postgresql() -> bool:
     return bool(op.get_bind().dialect.name == "postgresql")
 
 
-def _create(name: str, table: str, columns: Sequence[str], where: str | None = None, **kw: object) -> None:
+def _create(
+    name: str, table: str, columns: Sequence[str], where: str | None = None, include: Sequence[str] = ()
+) -> None:
     if _postgresql():
         with op.get_context().autocommit_block():
             op.execute(f"DROP INDEX CONCURRENTLY IF EXISTS {name}")  # an INVALID one a failed build left
@@ -56,7 +58,7 @@ def _create(name: str, table: str, columns: Sequence[str], where: str | None = N
                 list(columns),
                 postgresql_where=sa.text(where) if where else None,
                 postgresql_concurrently=True,
-                **kw,
+                postgresql_include=list(include),
             )
     else:
         op.create_index(name, table, list(columns), sqlite_where=sa.text(where) if where else None)
@@ -72,7 +74,7 @@ def _drop(name: str, table: str) -> None:
 
 def upgrade() -> None:
     dialect = op.get_bind().dialect.name
-    _create("ix_events_endpoint_feed", "events", ["endpoint", "received_at", "event_id"], postgresql_include=["status"])
+    _create("ix_events_endpoint_feed", "events", ["endpoint", "received_at", "event_id"], include=["status"])
     _create("ix_events_unfinished", "events", ["status", "status_at"], UNFINISHED)
     _drop("ix_events_status_status_at", "events")
     _create(

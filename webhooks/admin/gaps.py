@@ -29,7 +29,7 @@ def _gap_types() -> dict[str, str]:
     return {name: kind_type for name, kind_type in found.items() if kind_type is not None}
 
 
-def gaps_query(types: dict[str, str], anchor: Object | None, dialect: str) -> Select[tuple[Object]]:
+def gaps_query(types: dict[str, str], anchor: Object | None, dialect: str) -> Select[Object]:
     """A page of gap objects of ``types`` (endpoint → object type) older than ``anchor``. On
     PostgreSQL and SQLite the gap test is ``ix_objects_gaps``' own predicate, so only the gap rows
     are read (a few among millions of objects); elsewhere the JSON value is compared."""
