@@ -5,10 +5,13 @@ Revision ID: 0013
 Revises: 0012
 Create Date: 2026-12-02 05:00:00
 
-- ``ix_events_endpoint_feed`` (endpoint, received_at, event_id; on PostgreSQL ``INCLUDE
-  (status)``): the events feed filtered by endpoint, and that endpoint's status counts, read one
+- ``ix_events_endpoint_feed`` (endpoint, received_at; on PostgreSQL ``INCLUDE (status,
+  event_id)``): the events feed filtered by endpoint, and that endpoint's status counts, read one
   range of it; before, a rare endpoint's page walked ``ix_events_feed`` across every other
-  endpoint's rows.
+  endpoint's rows. Partial on ``status IS NOT NULL`` (every row: the column is NOT NULL), which
+  only the feed's queries state, and ``event_id`` carried, not a key: as a plain index on
+  ``endpoint, …``, PostgreSQL planned a primary-key lookup on a table without statistics through
+  it (every row of the endpoint), the trap 0008 removed.
 - ``ix_events_unfinished`` (status, status_at) over received, queued and processing rows only
   replaces ``ix_events_status_status_at``, which held an entry for every event ever stored: the
   sweeper and the oldest-pending gauges only ever ask for unfinished rows, and finished rows
@@ -38,6 +41,7 @@ down_revision = "0012"
 branch_labels = None
 depends_on = None
 
+ENDPOINT_FEED = "status IS NOT NULL"
 UNFINISHED = "status IN ('received', 'queued', 'processing')"
 GAP_WHERE = {"postgresql": "(state ->> 'gap') = 'true'", "sqlite": "json_extract(state, '$.gap') = 1"}
 
@@ -74,7 +78,9 @@ def _drop(name: str, table: str) -> None:
 
 def upgrade() -> None:
     dialect = op.get_bind().dialect.name
-    _create("ix_events_endpoint_feed", "events", ["endpoint", "received_at", "event_id"], include=["status"])
+    _create(
+        "ix_events_endpoint_feed", "events", ["endpoint", "received_at"], ENDPOINT_FEED, include=["status", "event_id"]
+    )
     _create("ix_events_unfinished", "events", ["status", "status_at"], UNFINISHED)
     _drop("ix_events_status_status_at", "events")
     _create(
