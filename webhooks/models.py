@@ -21,14 +21,18 @@ from sqlalchemy import (
     Integer,
     LargeBinary,
     MetaData,
+    Select,
     String,
     Text,
     false,
+    func,
     select,
     text,
 )
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import DeclarativeBase, Mapped, column_property, mapped_column
+from sqlalchemy.sql.elements import TextClause
+from sqlalchemy.sql.selectable import ScalarSelect
 
 from webhooks.vocabulary import DeliveryStatus, Status
 
@@ -49,6 +53,34 @@ STATUSES = tuple(s.value for s in Status)
 DELIVERY_STATUSES = tuple(s.value for s in DeliveryStatus)
 # The database refuses any other word (named ck_events_status by the naming convention).
 STATUS_CHECK = "status IN (" + ", ".join(f"'{s}'" for s in STATUSES) + ")"
+# The rows still to be processed (``ix_events_unfinished``'s predicate: a query must repeat it).
+UNFINISHED_STATUSES = (Status.RECEIVED.value, Status.QUEUED.value, Status.PROCESSING.value)
+UNFINISHED = "status IN (" + ", ".join(f"'{s}'" for s in UNFINISHED_STATUSES) + ")"
+
+
+def unfinished() -> TextClause:
+    """``ix_events_unfinished``'s predicate as a WHERE term, added word for word to the queries
+    meant to use it: SQLite uses a partial index only when the query repeats its condition
+    (a bound ``status IN (?, ?)`` does not), PostgreSQL proves it from literals too."""
+    return text(UNFINISHED)
+
+
+# ``ix_events_endpoint_feed``'s predicate: true of every row, stated only by the endpoint feed.
+ENDPOINT_FEED = "status IS NOT NULL"
+# Objects whose fold marked a gap (``ix_objects_gaps``' predicate, per dialect: a query must
+# repeat it word for word for the planner to use the partial index).
+GAP_WHERE = {"postgresql": "(state ->> 'gap') = 'true'", "sqlite": "json_extract(state, '$.gap') = 1"}
+
+
+# Counts of a set that grows with the history (failed events, failed deliveries, what a purge
+# will delete) stop at COUNT_CAP + 1 rows of an index: bounded whatever the table size; a count
+# above COUNT_CAP reads as "COUNT_CAP+" (the console) or as that floor (the metrics).
+COUNT_CAP = 10_000
+
+
+def capped_count(query: Select[Any]) -> ScalarSelect[int]:
+    """``SELECT count(*)`` of at most ``COUNT_CAP + 1`` rows of ``query``, as a scalar subquery."""
+    return select(func.count()).select_from(query.limit(COUNT_CAP + 1).subquery()).scalar_subquery()
 
 
 class Base(DeclarativeBase):
@@ -114,7 +146,28 @@ class Event(Base):
         # the order and the seek come straight from an index, whatever the table size.
         Index("ix_events_feed", "received_at", "endpoint", "event_id"),
         Index("ix_events_status_feed", "status", "received_at", "endpoint", "event_id"),
-        Index("ix_events_status_status_at", "status", "status_at"),  # the sweeper
+        # One endpoint's feed (``provider=``), its time range and, on PostgreSQL, its status counts
+        # read from the index alone. Partial on a condition every row meets (``status`` is NOT
+        # NULL) that only the feed's queries state (``ENDPOINT_FEED``): a lookup of ``endpoint =
+        # … AND event_id = …`` cannot use it, so on a table without statistics yet it is never
+        # planned through this index at the primary key's cost (every row of the endpoint; 0008).
+        Index(
+            "ix_events_endpoint_feed",
+            "endpoint",
+            "received_at",
+            postgresql_include=["status", "event_id"],
+            postgresql_where=text(ENDPOINT_FEED),
+            sqlite_where=text(ENDPOINT_FEED),
+        ),
+        # The sweeper and the oldest-pending gauges: unfinished rows only, so finished history
+        # (nearly every row) is neither read by them nor written into this index.
+        Index(
+            "ix_events_unfinished",
+            "status",
+            "status_at",
+            postgresql_where=text(UNFINISHED),
+            sqlite_where=text(UNFINISHED),
+        ),
         Index("ix_events_object_id", "object_id"),  # console search, and "events that moved it"
         # Partial: most events have neither (and a full index on ``endpoint, replay_key`` lured
         # PostgreSQL, without statistics, away from the primary key for ``endpoint, event_id``).
@@ -175,7 +228,8 @@ class Tombstone(Base):
             postgresql_where=text("replay_key IS NOT NULL"),
             sqlite_where=text("replay_key IS NOT NULL"),
         ),
-        Index("ix_tombstones_purged_at", "purged_at"),
+        # Expiry walks it in keyset order: one purge run gives all its tombstones the same time.
+        Index("ix_tombstones_purged", "purged_at", "endpoint", "event_id"),
     )
 
 
@@ -224,6 +278,20 @@ class Object(Base):
     state: Mapped[Any] = mapped_column(Json)
     last_event_id: Mapped[Ident]
     updated_at: Mapped[Timestamp]
+
+    __table_args__ = (
+        # The gaps list: only the objects marked ``gap``, an endpoint's type newest first (a few
+        # among millions; the primary key's endpoint and type lead too, or SQLite prefers it).
+        Index(
+            "ix_objects_gaps",
+            "endpoint",
+            "object_type",
+            "updated_at",
+            "object_id",
+            postgresql_where=text(GAP_WHERE["postgresql"]),
+            sqlite_where=text(GAP_WHERE["sqlite"]),
+        ),
+    )
 
 
 class Attempt(Base):
@@ -313,6 +381,13 @@ class Delivery(Base):
             "object_version",
             postgresql_where=text("status = 'pending'"),
             sqlite_where=text("status = 'pending'"),
+        ),
+        # The failed count per destination (the console, the API): failed rows only, counted capped.
+        Index(
+            "ix_deliveries_failed",
+            "destination",
+            postgresql_where=text("status = 'failed'"),
+            sqlite_where=text("status = 'failed'"),
         ),
         CheckConstraint(DELIVERY_CHECK, name="status"),
     )

@@ -10,22 +10,27 @@ refused unless ``--force``. Failed events are kept twice as long by default
 purged, nor is an event still being forwarded (a ``pending`` delivery reads its body); its
 deliveries and their attempts go with it. A multi-event delivery's body (``bodies``) goes with the
 last of its events.
+
+The purge yields to ingest: keyset batches per status (never re-reading what it deleted), two
+short transactions each (tombstones, then the delete), and a pause after each in proportion to
+its own time (``Plan.yield_ratio``, ``--pause``).
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import click
-from sqlalchemy import delete, func, select, tuple_
+from sqlalchemy import ColumnElement, and_, delete, literal, or_, select, text, tuple_
 from sqlalchemy.orm import Session, sessionmaker
 
 from webhooks.engines import upsert
 from webhooks.errors import ConfigError, WebhooksError
-from webhooks.models import Body, Delivery, DeliveryAttempt, Duplicate, Event, Tombstone
+from webhooks.models import COUNT_CAP, Body, Delivery, DeliveryAttempt, Duplicate, Event, Tombstone, capped_count
 from webhooks.providers import PROVIDERS
 from webhooks.providers.base import Provider, duration_seconds
 from webhooks.vocabulary import DeliveryStatus, Status
@@ -67,12 +72,47 @@ class Plan:
     failed_older_than: timedelta
     batch_size: int = 1000
     tombstones_older_than: timedelta | None = None  # None: the default (``tombstone_window``)
+    # Seconds of pause after each batch per second the batch took: 1.0 leaves the database to
+    # ingest half the time (0: no pause, a purge as fast as the database deletes).
+    yield_ratio: float = 1.0
 
     def tombstone_window(self) -> timedelta:
         """How long a purged event's tombstone is kept: longer than any event of this plan."""
         if self.tombstones_older_than is not None:
             return self.tombstones_older_than
         return max(TOMBSTONE_DAYS, 2 * self.failed_older_than, 2 * self.older_than)
+
+
+Key = tuple[datetime, str, str]
+
+
+def _forwarding() -> Any:
+    """An event still being forwarded: a ``pending`` delivery reads its body."""
+    return (
+        select(Delivery.event_id)
+        .where(
+            Delivery.endpoint == Event.endpoint,
+            Delivery.event_id == Event.event_id,
+            Delivery.status == DeliveryStatus.PENDING,
+        )
+        .exists()
+    )
+
+
+STORED_ENDPOINTS = text(
+    "WITH RECURSIVE e(endpoint) AS (SELECT min(endpoint) FROM events UNION ALL"
+    " SELECT (SELECT min(endpoint) FROM events WHERE endpoint > e.endpoint) FROM e WHERE e.endpoint IS NOT NULL)"
+    " SELECT endpoint FROM e WHERE endpoint IS NOT NULL"
+)
+
+
+def stored_kinds(session: Session) -> set[str]:
+    """The kinds of the endpoints that have stored events: one primary-key seek per endpoint
+    name (a skip scan) and one row's ``kind`` each, not a scan of the table (an endpoint's
+    rows share its kind; configure another kind under another name)."""
+    names = session.scalars(STORED_ENDPOINTS).all()
+    first = select(Event.kind).order_by(Event.event_id).limit(1)  # ordered: a seek of the primary key
+    return {kind for name in names if (kind := session.scalar(first.where(Event.endpoint == name)))}
 
 
 def purge(
@@ -84,10 +124,17 @@ def purge(
     now: datetime | None = None,
     progress: Callable[[int], None] | None = None,
     total: Callable[[int], None] | None = None,
+    pause: Callable[[float], None] = time.sleep,
 ) -> int:
-    """Delete finished events older than the plan's windows; returns how many were deleted."""
+    """Delete finished events older than the plan's windows; returns how many were deleted.
+
+    Each status is walked in keyset order of ``ix_events_status_feed`` (``status, received_at,
+    endpoint, event_id``), each batch starting after the last key of the one before: no batch
+    re-reads the entries the previous ones deleted. A batch is two short transactions — its
+    tombstones, then its delete — and is followed by ``pause(yield_ratio × its own time)``.
+    ``total`` gets the count up front, capped at ``COUNT_CAP + 1`` (more: "at least that")."""
     with sessions() as session:
-        kinds = kinds | set(session.scalars(select(Event.kind).distinct()))
+        kinds = kinds | stored_kinds(session)
     longest, which = horizon(kinds)
     if not force and min(plan.older_than, plan.failed_older_than) < longest:
         raise PurgeRefusedError(
@@ -95,70 +142,130 @@ def purge(
             "lets a late retry in as a new event; use --force to purge anyway"
         )
     moment = now or datetime.now(UTC)
-    forwarding = select(Delivery.event_id).where(
-        Delivery.endpoint == Event.endpoint,
-        Delivery.event_id == Event.event_id,
-        Delivery.status == DeliveryStatus.PENDING,
-    )
-    condition = (
-        (Event.status.in_(FINISHED) & (Event.received_at < moment - plan.older_than))
-        | ((Event.status == Status.FAILED) & (Event.received_at < moment - plan.failed_older_than))
-    ) & ~forwarding.exists()
-    with sessions() as session:
-        count = session.scalar(select(func.count()).select_from(Event).where(condition)) or 0
+    walks = [(status, moment - plan.older_than) for status in FINISHED]
+    walks.append((Status.FAILED, moment - plan.failed_older_than))
     if total is not None:
-        total(count)
+        due = [(Event.status == status) & (Event.received_at < cutoff) for status, cutoff in walks]
+        with sessions() as session:
+            total(session.scalar(select(capped_count(select(literal(1)).where(or_(*due), ~_forwarding())))) or 0)
     deleted = 0
-    while True:
-        with sessions.begin() as session:
-            found = session.execute(
-                select(Event.endpoint, Event.event_id, Event.replay_key, Event.body_digest)
-                .where(condition)
-                .limit(plan.batch_size)
-            ).all()
-            if not found:
+    for status, cutoff in walks:
+        after: Key | None = None
+        while True:
+            started = time.monotonic()
+            found, after = _batch(sessions, status, cutoff, after, plan.batch_size)
+            if after is None:
                 break
-            _bury(session, found, moment)
-        deleted += len(found)
-        if progress is not None:
-            progress(len(found))
-    expire_tombstones(sessions, moment - plan.tombstone_window(), plan.batch_size)
+            buried = _bury(sessions, status, found, moment) if found else 0
+            deleted += buried
+            if progress is not None and buried:
+                progress(buried)
+            pause(plan.yield_ratio * (time.monotonic() - started))
+    expire_tombstones(sessions, moment - plan.tombstone_window(), plan.batch_size, plan.yield_ratio, pause)
     return deleted
 
 
-def _bury(session: Session, found: Sequence[Any], moment: datetime) -> None:
-    """Delete these events, leaving their tombstones, and the bodies no event refers to any more."""
-    session.execute(
-        upsert(session, Tombstone).on_conflict_do_nothing(),
-        [
-            {"endpoint": endpoint, "event_id": event_id, "replay_key": key, "purged_at": moment}
-            for endpoint, event_id, key, _ in found
-        ],
+def _batch(
+    sessions: sessionmaker[Session], status: str, cutoff: datetime, after: Key | None, size: int
+) -> tuple[list[Any], Key | None]:
+    """The next ``size`` expired rows of ``status`` after ``after`` (those still being forwarded
+    left out), and the key to continue from (None: nothing left)."""
+    key = tuple_(Event.received_at, Event.endpoint, Event.event_id)
+    query = (
+        select(Event.received_at, Event.endpoint, Event.event_id, Event.replay_key, Event.body_digest, _forwarding())
+        .where(Event.status == status, Event.received_at < cutoff)
+        .order_by(Event.received_at, Event.endpoint, Event.event_id)
+        .limit(size)
     )
-    keys = [(endpoint, event_id) for endpoint, event_id, _, _ in found]
-    session.execute(delete(Event).where(tuple_(Event.endpoint, Event.event_id).in_(keys)))
-    for table in (Duplicate, Delivery, DeliveryAttempt):
-        session.execute(delete(table).where(tuple_(table.endpoint, table.event_id).in_(keys)))
-    digests = {(endpoint, digest) for endpoint, _, _, digest in found if digest is not None}
-    if digests:
-        still = select(Event.event_id).where(Event.endpoint == Body.endpoint, Event.body_digest == Body.digest)
-        session.execute(delete(Body).where(tuple_(Body.endpoint, Body.digest).in_(list(digests)), ~still.exists()))
+    if after is not None:
+        query = query.where(Event.received_at >= after[0], key > after)
+    with sessions() as session:
+        rows = session.execute(query).all()
+    if not rows:
+        return [], None
+    last = rows[-1]
+    return [r for r in rows if not r[5]], (last[0], last[1], last[2])
 
 
-def expire_tombstones(sessions: sessionmaker[Session], before: datetime, batch_size: int = 1000) -> int:
-    """Delete the tombstones of events purged before ``before``; returns how many."""
+def _among(endpoint: Any, ident: Any, keys: Sequence[tuple[str, str]]) -> ColumnElement[bool]:
+    """``(endpoint, ident) IN keys``, with each column's own ``IN`` beside it: SQLite runs a bare
+    row-value ``IN`` list as a scan of the whole table, but seeks a primary key on two ``IN``
+    lists (the row values then only sort out the pairs)."""
+    pairs = list(keys)
+    return and_(
+        endpoint.in_(sorted({e for e, _ in pairs})),
+        ident.in_(sorted({i for _, i in pairs})),
+        tuple_(endpoint, ident).in_(pairs),
+    )
+
+
+def _bury(sessions: sessionmaker[Session], status: str, found: Sequence[Any], moment: datetime) -> int:
+    """Tombstones for these events, committed first (an insert racing the delete then already
+    sees them: the trigger skips it); then, in a second short transaction, the events still in
+    ``status`` and not being forwarded, their duplicates' counts, deliveries and attempts, and
+    the bodies no event refers to any more. Returns how many events were deleted."""
+    with sessions.begin() as session:
+        session.execute(
+            upsert(session, Tombstone).on_conflict_do_nothing(),
+            [
+                {"endpoint": endpoint, "event_id": event_id, "replay_key": replay_key, "purged_at": moment}
+                for _, endpoint, event_id, replay_key, _, _ in found
+            ],
+        )
+    keys = [(endpoint, event_id) for _, endpoint, event_id, _, _, _ in found]
+    with sessions.begin() as session:
+        gone = session.execute(
+            delete(Event)
+            .where(_among(Event.endpoint, Event.event_id, keys), Event.status == status, ~_forwarding())
+            .returning(Event.endpoint, Event.event_id, Event.body_digest)
+        ).all()
+        deleted = [(endpoint, event_id) for endpoint, event_id, _ in gone]
+        kept = set(keys) - set(deleted)  # replayed or claimed for forwarding meanwhile: alive, no tombstone
+        if kept:
+            session.execute(delete(Tombstone).where(_among(Tombstone.endpoint, Tombstone.event_id, list(kept))))
+        if not gone:
+            return 0
+        for table in (Duplicate, Delivery, DeliveryAttempt):
+            session.execute(delete(table).where(_among(table.endpoint, table.event_id, deleted)))
+        digests = {(endpoint, digest) for endpoint, _, digest in gone if digest is not None}
+        if digests:
+            still = select(Event.event_id).where(Event.endpoint == Body.endpoint, Event.body_digest == Body.digest)
+            session.execute(delete(Body).where(_among(Body.endpoint, Body.digest, list(digests)), ~still.exists()))
+    return len(gone)
+
+
+def expire_tombstones(
+    sessions: sessionmaker[Session],
+    before: datetime,
+    batch_size: int = 1000,
+    yield_ratio: float = 0.0,
+    pause: Callable[[float], None] = time.sleep,
+) -> int:
+    """Delete the tombstones of events purged before ``before``; returns how many. Batches walk
+    ``ix_tombstones_purged`` in keyset order (one purge run stamps its tombstones with one time)."""
     expired = 0
+    key = tuple_(Tombstone.purged_at, Tombstone.endpoint, Tombstone.event_id)
+    after: Key | None = None
     while True:
+        started = time.monotonic()
+        query = (
+            select(Tombstone.purged_at, Tombstone.endpoint, Tombstone.event_id)
+            .where(Tombstone.purged_at < before)
+            .order_by(Tombstone.purged_at, Tombstone.endpoint, Tombstone.event_id)
+            .limit(batch_size)
+        )
+        if after is not None:
+            query = query.where(Tombstone.purged_at >= after[0], key > after)
         with sessions.begin() as session:
-            keys = session.execute(
-                select(Tombstone.endpoint, Tombstone.event_id).where(Tombstone.purged_at < before).limit(batch_size)
-            ).all()
-            if not keys:
+            found = session.execute(query).all()
+            if not found:
                 return expired
             session.execute(
-                delete(Tombstone).where(tuple_(Tombstone.endpoint, Tombstone.event_id).in_([tuple(k) for k in keys]))
+                delete(Tombstone).where(_among(Tombstone.endpoint, Tombstone.event_id, [(e, i) for _, e, i in found]))
             )
-        expired += len(keys)
+        after = (found[-1][0], found[-1][1], found[-1][2])
+        expired += len(found)
+        pause(yield_ratio * (time.monotonic() - started))
 
 
 @click.command("purge")
@@ -169,9 +276,21 @@ def expire_tombstones(sessions: sessionmaker[Session], before: datetime, batch_s
     "--tombstones-older-than",
     help="Forget purged ids older than this [default: the longer of 365d and 2 × each window]",
 )
+@click.option(
+    "--pause",
+    default=1.0,
+    show_default=True,
+    type=click.FloatRange(0, 100),
+    help="Pause after each batch, as a multiple of the batch's own time (0: no pause).",
+)
 @click.option("--force", is_flag=True, help="Purge even inside a provider's retry horizon.")
 def purge_command(
-    older_than: str, failed_older_than: str | None, batch_size: int, tombstones_older_than: str | None, force: bool
+    older_than: str,
+    failed_older_than: str | None,
+    batch_size: int,
+    tombstones_older_than: str | None,
+    pause: float,
+    force: bool,
 ) -> None:
     """Delete old finished events, in batches (never unfinished ones), leaving tombstones."""
     from webhooks import config
@@ -185,6 +304,7 @@ def purge_command(
             parse_age(failed_older_than) if failed_older_than else 2 * window,
             batch_size,
             parse_age(tombstones_older_than) if tombstones_older_than else None,
+            pause,
         )
         if plan.tombstone_window() < max(plan.older_than, plan.failed_older_than):
             raise ConfigError("--tombstones-older-than must be at least as long as the events' windows")
@@ -195,7 +315,8 @@ def purge_command(
     bars: list[Any] = []  # click's ProgressBar, opened once the count is known
 
     def start(count: int) -> None:
-        bars.append(click.progressbar(length=count, label=f"purging {count} events").__enter__())
+        label = f"purging {count} events" if count <= COUNT_CAP else f"purging more than {COUNT_CAP} events"
+        bars.append(click.progressbar(length=count, label=label).__enter__())
 
     try:
         deleted = purge(

@@ -265,3 +265,107 @@ def test_batch_bodies_split_into_items_and_joined_back(db: str, request: pytest.
         command.check(alembic_config(url))
     finally:
         engine.dispose()
+
+
+# 0013 from a populated 0012: a row in every table (tombstones, replay keys, duplicates, deliveries…).
+POPULATED_0012 = (
+    "INSERT INTO events (endpoint, event_id, kind, event_type, status, attempts, received_at, status_at, payload,"
+    " headers, scheme, replay_key, reference, object_type, object_id, object_version, body_digest, item_index)"
+    " VALUES ('stripe', 'evt_1', 'stripe', 't', 'processed', 1, :at, :at, :body, '{}', 's', NULL, 'ref_1',"
+    " 'charge', 'ch_1', 1, NULL, NULL),"
+    " ('github', 'gh_1', 'github', 'push', 'failed', 3, :at, :at, :body, '{}', 's', 'rk_1', NULL, NULL, NULL, NULL,"
+    " NULL, NULL),"
+    " ('sendgrid', 'sg_1', 'sendgrid', 'open', 'queued', 0, :at, :at, :body, '{}', 's', NULL, NULL, NULL, NULL, NULL,"
+    " 'd1', 0)",
+    "INSERT INTO bodies (endpoint, digest, body, headers, received_at) VALUES ('sendgrid', 'd1', :body, '{}', :at)",
+    "INSERT INTO tombstones (endpoint, event_id, replay_key, purged_at) VALUES ('stripe', 'evt_gone', NULL, :at),"
+    " ('github', 'gh_gone', 'rk_gone', :at)",
+    "INSERT INTO duplicates (endpoint, event_id, count, last_at) VALUES ('stripe', 'evt_1', 2, :at)",
+    "INSERT INTO objects (endpoint, object_type, object_id, version, state, last_event_id, updated_at)"
+    " VALUES ('adyen', 'payment', 'psp_1', 1, :gap, 'e', :at), ('stripe', 'charge', 'ch_1', 1, '{}', 'evt_1', :at)",
+    "INSERT INTO attempts (endpoint, event_id, number, started_at, finished_at, status, handlers)"
+    " VALUES ('stripe', 'evt_1', 1, :at, :at, 'processed', '[]')",
+    "INSERT INTO replays (at, who, reason, filter, count, event_ids) VALUES (:at, 'ops', 'r', '{}', 1, '[]')",
+    "INSERT INTO rejections (endpoint, kind, reason, detail, http_status, received_at, url, headers, body,"
+    " basic_auth_ok) VALUES ('stripe', 'stripe', 'bad_signature', 'd', 400, :at, '/w', '{}', :body, :no)",
+    "INSERT INTO rejection_counts (endpoint, reason, count, last_at) VALUES ('stripe', 'bad_signature', 1, :at)",
+    "INSERT INTO deliveries (endpoint, event_id, destination, message_id, status, event_type, forced, attempts,"
+    " lease, next_attempt_at, created_at, status_at) VALUES ('stripe', 'evt_1', 'crm', 'm1', 'failed', 't', :no,"
+    " 5, 1, :at, :at, :at), ('github', 'gh_1', 'crm', 'm2', 'pending', 'push', :no, 0, 0, :at, :at, :at)",
+    "INSERT INTO delivery_attempts (endpoint, event_id, destination, number, started_at, seconds, outcome)"
+    " VALUES ('stripe', 'evt_1', 'crm', 1, :at, 0.5, 'error')",
+    "INSERT INTO destinations (name, paused, failures) VALUES ('crm', :no, 2)",
+    "INSERT INTO forwarded_objects (destination, endpoint, object_type, object_id, version)"
+    " VALUES ('crm', 'stripe', 'charge', 'ch_1', 1)",
+)
+
+
+@pytest.mark.parametrize("db", ["sqlite_url", "pg_url"])
+def test_0013_from_a_populated_0012_keeps_every_row_and_every_dedup(db: str, request: pytest.FixtureRequest) -> None:
+    """0013 only builds and drops indexes (CONCURRENTLY on PostgreSQL): every row of every table
+    comes through the upgrade and the downgrade, and dedup holds after each — a stored id is
+    refused by the primary key, a tombstoned id and a tombstoned replay key are skipped by the
+    trigger, a second row with a stored replay key is refused."""
+    import sqlalchemy as sa
+    from sqlalchemy.exc import IntegrityError
+
+    from webhooks.models import Base
+
+    url = request.getfixturevalue(db)
+    at = datetime(2024, 1, 1, tzinfo=UTC)
+    upgrade(url, "0012")
+    engine = sa.create_engine(url)
+    params = {"at": at, "body": b"{}", "gap": '{"gap": true}', "no": False}
+    with engine.begin() as conn:
+        for sql in POPULATED_0012:
+            conn.execute(sa.text(sql), {k: v for k, v in params.items() if f":{k}" in sql})
+
+    def everything() -> dict[str, list[tuple[object, ...]]]:
+        with engine.connect() as conn:
+            found = {}
+            for table in Base.metadata.sorted_tables:
+                keys = ", ".join(c.name for c in table.primary_key.columns)
+                found[table.name] = [
+                    tuple(r) for r in conn.execute(sa.text(f"SELECT * FROM {table.name} ORDER BY {keys}"))
+                ]
+            return found
+
+    def dedup_holds() -> None:
+        event = (
+            "INSERT INTO events (endpoint, event_id, kind, event_type, status, attempts, received_at, status_at,"
+            " payload, headers, scheme, replay_key) VALUES (:endpoint, :id, 'github', 't', 'received', 0, :at, :at,"
+            " :body, '{}', 's', :key)"
+        )
+        for endpoint, event_id, key in (("stripe", "evt_gone", None), ("github", "gh_new", "rk_gone")):
+            with engine.begin() as conn:  # tombstoned id, tombstoned replay key: skipped, no error
+                conn.execute(sa.text(event), {"endpoint": endpoint, "id": event_id, "key": key, "at": at, "body": b""})
+        for endpoint, event_id, key in (("stripe", "evt_1", None), ("github", "gh_2", "rk_1")):
+            with pytest.raises(IntegrityError), engine.begin() as conn:  # stored id, stored replay key
+                conn.execute(sa.text(event), {"endpoint": endpoint, "id": event_id, "key": key, "at": at, "body": b""})
+        with engine.connect() as conn:
+            assert conn.execute(sa.text("SELECT count(*) FROM events")).scalar() == 3
+
+    try:
+        before = everything()
+        assert all(before.values()), [name for name, rows in before.items() if not rows]
+        engine.dispose()
+        upgrade(url)
+        assert everything() == before
+        dedup_holds()
+        with engine.connect() as conn:
+            names = {i["name"] for i in sa.inspect(conn).get_indexes("events")}
+        assert {
+            "ix_events_endpoint_feed",
+            "ix_events_unfinished",
+        } <= names and "ix_events_status_status_at" not in names
+        command.check(alembic_config(url))
+        engine.dispose()
+        command.downgrade(alembic_config(url), "0012")
+        assert everything() == before
+        dedup_holds()
+        engine.dispose()
+        upgrade(url)
+        assert everything() == before
+        command.check(alembic_config(url))
+    finally:
+        engine.dispose()

@@ -94,3 +94,33 @@ def test_cli(app: Flask, sqlite_url: str) -> None:
     assert done.exit_code == 0, done.output
     assert "deleted 1 events" in done.output
     assert rows(app, "SELECT 1 FROM events") == []
+
+
+def test_each_batch_is_followed_by_a_pause_in_proportion_to_its_own_time(app: Flask) -> None:
+    """``yield_ratio``: after every batch the purge sleeps that multiple of the batch's time, so
+    ingest gets the database back in between; 0 never pauses."""
+    for n in range(7):
+        deliver(app, f"evt_pause_{n}")
+    drain(app)
+    age(app, 40)
+    pauses: list[float] = []
+    deleted = purge(
+        runtime(app).sessions,
+        Plan(30 * DAY, 60 * DAY, batch_size=3, yield_ratio=50.0),
+        kinds={"stripe", "adyen"},
+        pause=pauses.append,
+    )
+    assert deleted == 7
+    batches = [p for p in pauses if p > 0]
+    assert len(batches) >= 3 and all(p >= 50 * 1e-6 for p in batches), pauses  # 3 + 3 + 1 rows, each timed
+    quiet: list[float] = []
+    deliver(app, "evt_pause_late")
+    drain(app)
+    age(app, 40, "event_id = 'evt_pause_late'")
+    assert (
+        purge(runtime(app).sessions, Plan(30 * DAY, 60 * DAY, yield_ratio=0), kinds={"stripe"}, pause=quiet.append) == 1
+    )
+    assert quiet and set(quiet) == {0.0}
+    assert deliver(app, "evt_pause_late") == 200  # re-delivered after purge: a duplicate, not stored again
+    drain(app)
+    assert rows(app, "SELECT 1 FROM events WHERE event_id = 'evt_pause_late'") == []

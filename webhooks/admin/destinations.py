@@ -21,7 +21,7 @@ from webhooks.admin.auth import WHO, runtime
 from webhooks.admin.queries import iso, storable
 from webhooks.forward.backlog import Backlog, backlogs
 from webhooks.forward.destinations import Destination
-from webhooks.models import Delivery, DeliveryAttempt
+from webhooks.models import COUNT_CAP, Delivery, DeliveryAttempt
 from webhooks.store import deliveries
 
 log = logging.getLogger(__name__)
@@ -125,7 +125,9 @@ def resume_destination(name: str) -> Any:
 
 # ----- the console -----------------------------------------------------------------------------
 def destinations_page() -> str:
-    return render_template("destinations.html", title="Destinations", rows=_listed(), done=request.args.get("done"))
+    return render_template(
+        "destinations.html", title="Destinations", rows=_listed(), done=request.args.get("done"), cap=COUNT_CAP
+    )
 
 
 def _page_pause(name: str, paused: bool) -> Response | tuple[str, int]:

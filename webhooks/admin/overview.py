@@ -3,7 +3,7 @@ outcomes over the last hour (5-minute bars) and day (hourly bars), and the oldes
 
 Every query reads one time range of an index (``ix_events_feed``, ``ix_rejections_received_at``,
 ``ix_attempts_finished_at``) grouped into at most 24 buckets in the database, so a page reads no
-row outside the day; the pending age is two index seeks (``ix_events_status_status_at``).
+row outside the day; the pending age is two index seeks (``ix_events_unfinished``, of unfinished rows only).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from sqlalchemy import Integer, cast, func, select
 from sqlalchemy.orm import Session
 from sqlalchemy.sql.elements import ColumnElement
 
-from webhooks.models import Attempt, Event, Rejection
+from webhooks.models import Attempt, Event, Rejection, unfinished
 from webhooks.timestamps import aware
 from webhooks.vocabulary import Status
 
@@ -98,7 +98,7 @@ def build(session: Session, endpoints: Iterable[str], now: datetime) -> Overview
         ):
             if status in OUTCOMES:
                 add(name, status, bucket, n)
-    oldest = [session.scalar(select(func.min(Event.status_at)).where(Event.status == s)) for s in PENDING]
+    oldest = [session.scalar(select(func.min(Event.status_at)).where(Event.status == s, unfinished())) for s in PENDING]
     found = [aware(o) for o in oldest if o is not None]
     return Overview(now=now, plots=plots, oldest_pending=min(found) if found else None)
 

@@ -1,9 +1,10 @@
 """The console's reads, shared by the pages, the JSON API and the CLI (no Flask here).
 
 The events list is keyset-paginated on ``(received_at, endpoint, event_id)`` — the order of the
-``ix_events_feed`` / ``ix_events_status_feed`` indexes — so a page costs the same on the first
-page of ten rows and deep into millions: one seek, ``limit + 1`` rows read. Status counts are
-capped (``COUNT_CAP``), so they too read a bounded slice of an index whatever the table size.
+``ix_events_feed`` / ``ix_events_status_feed`` / ``ix_events_endpoint_feed`` indexes — so a page
+costs the same on the first page of ten rows and deep into millions: one seek, ``limit + 1``
+rows read. Status counts are capped (``COUNT_CAP``), so they too read a bounded slice
+of an index whatever the table size.
 """
 
 from __future__ import annotations
@@ -22,11 +23,11 @@ from sqlalchemy.orm import Session, undefer
 from sqlalchemy.sql.elements import ColumnElement
 
 from webhooks.errors import WebhooksError
-from webhooks.models import STATUSES, Attempt, Body, Event, Object, Rejection, Replay
+from webhooks.models import COUNT_CAP as COUNT_CAP  # the console's cap, defined beside the tables
+from webhooks.models import STATUSES, Attempt, Body, Event, Object, Rejection, Replay, capped_count
 from webhooks.storable import is_storable
 from webhooks.timestamps import aware
 
-COUNT_CAP = 10_000
 REJECTED = "rejected"  # the key of the recent rejections' count beside the status counts (no status)
 MAX_LIMIT = 1000
 MAX_ID = 2**63 - 1  # BIGINT; SQLite's INTEGER too
@@ -197,8 +198,8 @@ def conditions(filters: Filters, endpoints: Iterable[str] = ()) -> list[ColumnEl
     """The WHERE terms of ``filters``. ``endpoints`` (the configured endpoint names) lets an
     event-id search use the primary key, whose leading column is ``endpoint``."""
     where: list[ColumnElement[bool]] = []
-    if filters.endpoint:
-        where.append(Event.endpoint == filters.endpoint)
+    if filters.endpoint:  # with ``ix_events_endpoint_feed``'s predicate, which only these queries state
+        where.extend((Event.endpoint == filters.endpoint, Event.status.is_not(None)))  # ENDPOINT_FEED
     if filters.status:
         where.append(Event.status == filters.status)
     if filters.type:
@@ -223,14 +224,32 @@ def feed(filters: Filters, endpoints: Iterable[str] = ()) -> Select[Any]:
     )
 
 
+def after(cursor: str) -> list[ColumnElement[bool]]:
+    """The rows after ``cursor`` in feed order: the row comparison, and ``received_at`` bounded on
+    its own too, which every feed index can seek on (``ix_events_endpoint_feed`` has no
+    ``endpoint`` between ``received_at`` and ``event_id``: a provider's deep page would otherwise
+    read that provider's newer rows again before the first one it shows)."""
+    at, endpoint, event_id = decode_cursor(cursor)
+    key = tuple_(Event.received_at, Event.endpoint, Event.event_id)
+    return [Event.received_at <= at, key < (at, endpoint, event_id)]
+
+
+def feed_page(
+    filters: Filters, *, limit: int = 50, cursor: str | None = None, endpoints: Iterable[str] = ()
+) -> Select[Any]:
+    """The statement of one page: ``limit`` rows of the feed after ``cursor``."""
+    query = feed(filters, endpoints)
+    if cursor:
+        query = query.where(*after(cursor))
+    return query.limit(limit)
+
+
 def page(
     session: Session, filters: Filters, *, limit: int = 50, cursor: str | None = None, endpoints: Iterable[str] = ()
 ) -> tuple[list[Event], str | None]:
     """One page of the feed and the cursor of the next (None at the end). One query."""
-    query = feed(filters, endpoints)
-    if cursor:
-        query = query.where(tuple_(Event.received_at, Event.endpoint, Event.event_id) < decode_cursor(cursor))
-    events = list(session.scalars(query.options(undefer(Event.duplicates)).limit(limit + 1)))
+    query = feed_page(filters, limit=limit + 1, cursor=cursor, endpoints=endpoints)
+    events = list(session.scalars(query.options(undefer(Event.duplicates))))
     more = len(events) > limit
     events = events[:limit]
     return events, encode_cursor(events[-1]) if more and events else None
@@ -239,7 +258,8 @@ def page(
 def counts_query(filters: Filters, rejected_since: datetime | None = None) -> Any:
     """Events per status for the endpoint and time range, each capped at ``COUNT_CAP + 1``.
 
-    Each status reads at most that many entries of ``ix_events_status_feed``: exact for the
+    Each status reads at most that many entries of ``ix_events_status_feed`` (with an endpoint,
+    of ``ix_events_endpoint_feed``, which carries the status: no table read): exact for the
     statuses an operator acts on (failed, queued), "10 000+" for the rest on a big table. With
     ``rejected_since``, a row ``REJECTED`` counts the rejections kept since then (as capped, from
     ``ix_rejections_received_at``) in the same query.
@@ -247,12 +267,10 @@ def counts_query(filters: Filters, rejected_since: datetime | None = None) -> An
     scope = conditions(Filters(endpoint=filters.endpoint, since=filters.since, until=filters.until))
     parts = []
     for status in STATUSES:
-        capped = select(literal(1).label("one")).where(Event.status == status, *scope).limit(COUNT_CAP + 1)
-        counted = select(func.count()).select_from(capped.subquery()).scalar_subquery()
+        counted = capped_count(select(literal(1).label("one")).where(Event.status == status, *scope))
         parts.append(select(literal(status).label("status"), counted.label("n")))
     if rejected_since is not None:
-        capped = select(literal(1).label("one")).where(Rejection.received_at >= rejected_since).limit(COUNT_CAP + 1)
-        counted = select(func.count()).select_from(capped.subquery()).scalar_subquery()
+        counted = capped_count(select(literal(1).label("one")).where(Rejection.received_at >= rejected_since))
         parts.append(select(literal(REJECTED).label("status"), counted.label("n")))
     return union_all(*parts)
 

@@ -2,7 +2,8 @@
 and the metrics at scrape time.
 
 Three statements whatever the history's size: the ``destinations`` rows, the pending deliveries
-(through a partial index of pending rows) and the failed ones (a plain count). Delivered rows are
+(through a partial index of pending rows) and the failed ones (through a partial index of failed
+rows, capped at ``COUNT_CAP + 1`` each: a count above ``COUNT_CAP`` means at least that many). Delivered rows are
 never read for the pending count. A destination never sent to has no row yet: it is ``active`` with nothing waiting.
 """
 
@@ -13,9 +14,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import func, select
+from sqlalchemy import func, literal, select, union_all
 
-from webhooks.models import Delivery, DestinationState
+from webhooks.models import Delivery, DestinationState, capped_count
 from webhooks.timestamps import aware
 from webhooks.vocabulary import DeliveryStatus
 
@@ -58,12 +59,19 @@ def pending_query(names: Sequence[str]) -> Any:
 
 
 def failed_query(names: Sequence[str]) -> Any:
-    """Per destination: its failed deliveries (a plain count: failed rows are kept until purged)."""
-    return (
-        select(Delivery.destination, func.count())
-        .where(Delivery.status == DeliveryStatus.FAILED, Delivery.destination.in_(names))
-        .group_by(Delivery.destination)
-    )
+    """Per destination: its failed deliveries, counted up to ``COUNT_CAP + 1`` (failed rows are
+    kept until purged, so they grow with the history) from the partial index of failed rows
+    (``ix_deliveries_failed``): one bounded range per destination."""
+    parts = [
+        select(
+            literal(name).label("destination"),
+            capped_count(
+                select(literal(1)).where(Delivery.status == DeliveryStatus.FAILED, Delivery.destination == name)
+            ).label("n"),
+        )
+        for name in names
+    ]
+    return union_all(*parts)
 
 
 def backlogs(db: Any, names: Sequence[str], now: datetime) -> list[Backlog]:

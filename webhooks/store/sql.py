@@ -15,7 +15,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
 from webhooks.engines import deferred, make_sessionmaker
-from webhooks.models import Event, Replay, Tombstone
+from webhooks.models import Event, Replay, Tombstone, unfinished
 from webhooks.quarantine import count as count_rejection
 from webhooks.store import attempts
 from webhooks.store.base import Claimed, Inserts, Key
@@ -198,7 +198,7 @@ class SqlStore:
         skips a live job's locked row; ``SqliteStore`` holds the processing lock around this)."""
         query = (
             select(Event.endpoint, Event.event_id, Event.attempts)
-            .where(Event.status.in_(ABANDON.sources), Event.status_at < cutoff)
+            .where(Event.status.in_(ABANDON.sources), Event.status_at < cutoff, unfinished())
             .order_by(Event.status_at)
             .limit(limit)
             .with_for_update(skip_locked=True)
@@ -227,7 +227,7 @@ class SqlStore:
         """``received`` / ``queued`` rows older than ``cutoff``: keyset pages of ``SWEEP_PAGE``."""
         base = (
             select(Event.status_at, Event.endpoint, Event.event_id, Event.status)
-            .where(Event.status.in_(REQUEUE.sources), Event.status_at < cutoff)
+            .where(Event.status.in_(REQUEUE.sources), Event.status_at < cutoff, unfinished())
             .order_by(Event.status_at, Event.endpoint, Event.event_id)
             .limit(SWEEP_PAGE)
         )
