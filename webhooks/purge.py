@@ -1,6 +1,6 @@
 """Retention: ``webhooks purge --older-than 30d`` deletes finished events, in batches.
 
-A purged event leaves a tombstone (its id and replay key, in the same transaction), and the
+A purged event leaves a tombstone (its id and replay key, committed just before the event goes), and the
 database skips any insert of a tombstoned id or replay key: a late retry or a captured delivery of
 a purged event is a duplicate, never a new event. Tombstones are kept far longer than events
 (``--tombstones-older-than``, default the longer of 365 days and twice the failed window), then
@@ -8,7 +8,7 @@ expire; a window shorter than the longest retry horizon among the provider kinds
 refused unless ``--force``. Failed events are kept twice as long by default
 (``--failed-older-than``), for replay. Unfinished rows (received, queued, processing) are never
 purged, nor is an event still being forwarded (a ``pending`` delivery reads its body); its
-deliveries and their attempts go with it. A multi-event delivery's body (``bodies``) goes with the
+processing attempts, deliveries and their attempts go with it. A multi-event delivery's body (``bodies``) goes with the
 last of its events.
 
 The purge yields to ingest: keyset batches per status (never re-reading what it deleted), two
@@ -30,7 +30,17 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from webhooks.engines import upsert
 from webhooks.errors import ConfigError, WebhooksError
-from webhooks.models import COUNT_CAP, Body, Delivery, DeliveryAttempt, Duplicate, Event, Tombstone, capped_count
+from webhooks.models import (
+    COUNT_CAP,
+    Attempt,
+    Body,
+    Delivery,
+    DeliveryAttempt,
+    Duplicate,
+    Event,
+    Tombstone,
+    capped_count,
+)
 from webhooks.providers import PROVIDERS
 from webhooks.providers.base import Provider, duration_seconds
 from webhooks.vocabulary import DeliveryStatus, Status
@@ -202,7 +212,8 @@ def _among(endpoint: Any, ident: Any, keys: Sequence[tuple[str, str]]) -> Column
 def _bury(sessions: sessionmaker[Session], status: str, found: Sequence[Any], moment: datetime) -> int:
     """Tombstones for these events, committed first (an insert racing the delete then already
     sees them: the trigger skips it); then, in a second short transaction, the events still in
-    ``status`` and not being forwarded, their duplicates' counts, deliveries and attempts, and
+    ``status`` and not being forwarded, their duplicates' counts, processing attempts, deliveries
+    and delivery attempts, and
     the bodies no event refers to any more. Returns how many events were deleted."""
     with sessions.begin() as session:
         session.execute(
@@ -225,7 +236,7 @@ def _bury(sessions: sessionmaker[Session], status: str, found: Sequence[Any], mo
             session.execute(delete(Tombstone).where(_among(Tombstone.endpoint, Tombstone.event_id, list(kept))))
         if not gone:
             return 0
-        for table in (Duplicate, Delivery, DeliveryAttempt):
+        for table in (Duplicate, Attempt, Delivery, DeliveryAttempt):
             session.execute(delete(table).where(_among(table.endpoint, table.event_id, deleted)))
         digests = {(endpoint, digest) for endpoint, _, digest in gone if digest is not None}
         if digests:

@@ -75,6 +75,9 @@ def test_purges_in_batches_keeps_failed_and_unfinished_and_dedup_holds(app: Flas
         "evt_recent",
         "evt_unfinished",
     ]
+    # A purged event's processing attempts go with it (the attempts table would otherwise grow for ever).
+    assert rows(app, "SELECT count(*) FROM attempts WHERE event_id LIKE 'evt_old_%'") == [(0,)]
+    assert rows(app, "SELECT count(*) FROM attempts WHERE event_id = 'evt_recent'") == [(1,)]
     # Inside the window, dedup holds: a retry of a kept event is a duplicate, no second effect.
     calls = len(rows(app, "SELECT 1 FROM test_handler_calls"))
     assert deliver(app, "evt_recent") == 200
