@@ -31,6 +31,7 @@ from webhooks import outbox
 from webhooks.duplicates import Duplicates
 from webhooks.models import Body
 from webhooks.providers.base import Endpoint, Verified
+from webhooks.recent import Recent
 from webhooks.runtime import Runtime
 
 log = logging.getLogger(__name__)
@@ -63,6 +64,21 @@ class GroupCommit:
         self._writing = False
         self._inserts = rt.store.inserts()  # used by the batch writer only (one at a time)
         self.duplicates = Duplicates(rt)
+        self.recent = Recent()
+
+    def known(self, endpoint: Endpoint, verified: Verified) -> bool:
+        """Whether this verified delivery is a duplicate of events the database lately confirmed
+        (``webhooks.recent``): if so it is counted, and nothing is asked of the database.
+
+        Only for schemes without replay keys: a delivery with one that stores nothing may still
+        be a replayed signature, which only the database can tell."""
+        if verified.replay_key is not None:
+            return False
+        keys = {(endpoint.name, e.event_id) for e in verified.events}
+        if not self.recent.holds(keys):
+            return False
+        self.duplicates.add(dict.fromkeys(keys, 1))
+        return True
 
     def store(self, item: Pending) -> Pending:
         """Store ``item``'s rows (alone or with others') and queue the new ones' jobs; returns it
@@ -112,6 +128,7 @@ class GroupCommit:
         else:
             self._enqueue([item for item in batch if item.new])
             self.duplicates.add(_duplicates(batch))
+            self.recent.add(_confirmed(batch))
         for item in batch:
             item.done = True
 
@@ -167,6 +184,17 @@ def _duplicates(batch: list[Pending]) -> dict[tuple[str, str], int]:
             key = (item.endpoint.name, event_id)
             again[key] = again.get(key, 0) + 1
     return again
+
+
+def _confirmed(batch: list[Pending]) -> list[tuple[str, str]]:
+    """After a commit: the keys the database now holds, for ``known``. Those of a delivery with a
+    replay key only when stored (an insert of one can be skipped for its key, not its id)."""
+    return [
+        (item.endpoint.name, e.event_id)
+        for item in batch
+        for e in item.verified.events
+        if item.verified.replay_key is None or e.event_id in item.new
+    ]
 
 
 def replayed(rt: Runtime, endpoint: Endpoint, verified: Verified, now: datetime) -> bool:

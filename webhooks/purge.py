@@ -23,6 +23,7 @@ import click
 from sqlalchemy import delete, func, select, tuple_
 from sqlalchemy.orm import Session, sessionmaker
 
+from webhooks import recent
 from webhooks.engines import upsert
 from webhooks.errors import ConfigError, WebhooksError
 from webhooks.models import Body, Delivery, DeliveryAttempt, Duplicate, Event, Tombstone
@@ -159,6 +160,7 @@ def expire_tombstones(sessions: sessionmaker[Session], before: datetime, batch_s
                 delete(Tombstone).where(tuple_(Tombstone.endpoint, Tombstone.event_id).in_([tuple(k) for k in keys]))
             )
         expired += len(keys)
+        recent.forget_everywhere()  # these ids may be new again: this process asks the database
 
 
 @click.command("purge")

@@ -138,6 +138,9 @@ def deliver(
     new: list[str] = []
     replayed = False
     if verified.events:
+        committer = batch.committer(rt)
+        if committer.known(endpoint, verified):  # verified, and lately confirmed by the database
+            return Delivery(verified)
         try:
             item = rows.pending(
                 endpoint,
@@ -149,7 +152,7 @@ def deliver(
             )
             if item is not None:
                 # Shares one INSERT, COMMIT and Redis round trip with concurrent deliveries.
-                done = batch.committer(rt).store(item)
+                done = committer.store(item)
                 new, replayed = done.new, done.replayed
         except SQLAlchemyError as exc:
             # Down, failing over, pool exhausted: nothing was acknowledged, the provider retries.
