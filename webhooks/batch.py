@@ -77,7 +77,7 @@ class GroupCommit:
         keys = {(endpoint.name, e.event_id) for e in verified.events}
         if not self.recent.holds(keys):
             return False
-        self.duplicates.add(dict.fromkeys(keys, 1))
+        self.duplicates.add(dict.fromkeys(keys, 1), inline=False)  # no database round trip here either
         return True
 
     def store(self, item: Pending) -> Pending:

@@ -46,14 +46,16 @@ class Duplicates:
         self._flushed = time.monotonic()
         self._timer: threading.Timer | None = None
 
-    def add(self, again: dict[tuple[str, str], int]) -> None:
+    def add(self, again: dict[tuple[str, str], int], *, inline: bool = True) -> None:
+        """Count ``again``; ``inline=False`` (a request's own thread, answered from
+        ``webhooks.recent``) leaves the write to the timer even when it is due."""
         if not again:
             return
         with self._lock:
             for key, n in again.items():
                 if key in self._waiting or len(self._waiting) < self.MAX_KEPT:
                     self._waiting[key] = self._waiting.get(key, 0) + n
-            due = time.monotonic() - self._flushed >= self.FLUSH_SECONDS
+            due = inline and time.monotonic() - self._flushed >= self.FLUSH_SECONDS
             if not due and self._timer is None:
                 self._timer = threading.Timer(self.FLUSH_SECONDS, self.flush)
                 self._timer.daemon = True

@@ -13,7 +13,6 @@ from urllib.parse import quote, urlsplit
 
 from flask import Blueprint, Flask, Response, current_app, jsonify, request
 from sqlalchemy.exc import SQLAlchemyError
-from werkzeug.datastructures import EnvironHeaders
 from werkzeug.http import HTTP_STATUS_CODES
 from werkzeug.wsgi import get_content_length, get_host, get_input_stream
 
@@ -21,6 +20,7 @@ from webhooks import batch, clients, metrics, providers, quarantine, rows
 from webhooks.errors import PayloadError, UnavailableError, VerificationError
 from webhooks.providers.base import Endpoint, Request, Verified
 from webhooks.ratelimit import RateLimits
+from webhooks.request_headers import environ_headers
 from webhooks.runtime import Runtime
 from webhooks.vocabulary import Reason
 
@@ -180,7 +180,7 @@ def handle(rt: Runtime, limits: RateLimits, endpoint_name: str, environ: dict[st
         if wait:  # before reading the body: a flood costs as little as possible
             _account(label, started, "rejected", reason=Reason.RATE_LIMITED)
             return _json(429, {"error": Reason.RATE_LIMITED}, ("Retry-After", str(wait)))
-    headers = dict(EnvironHeaders(environ).items())
+    headers = environ_headers(environ)
     url = raw_url(environ)
     body = b""
     try:
