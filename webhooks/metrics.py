@@ -17,7 +17,7 @@ import logging
 import os
 from collections.abc import Iterator, Mapping
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily
@@ -123,6 +123,20 @@ class Service(Protocol):
     def engine(self) -> Engine: ...
     @property
     def queue(self) -> _Queue: ...
+
+
+# Each counter's child per label values, as ``labels()`` returns it (which checks the values and
+# looks the child up under the counter's lock on every call). Bounded as the label values are.
+_children: dict[tuple[int, tuple[str, ...]], Any] = {}
+
+
+def child(counter: Counter, *values: str) -> Any:
+    """``counter.labels(*values)``, looked up once per process."""
+    key = (id(counter), values)
+    found = _children.get(key)
+    if found is None:
+        found = _children[key] = counter.labels(*values)
+    return found
 
 
 def endpoint_label(rt: Service, name: str) -> str:

@@ -259,9 +259,11 @@ def _account(
     endpoint: str, started: float, outcome: str, reason: str | None = None, ids: list[str] | None = None
 ) -> None:
     """Count the delivery and log its one line (never a body, a signature or a secret)."""
-    metrics.DELIVERIES.labels(endpoint, outcome).inc()
+    metrics.child(metrics.DELIVERIES, endpoint, outcome).inc()
     if reason is not None:
-        metrics.REJECTIONS.labels(endpoint, reason).inc()
+        metrics.child(metrics.REJECTIONS, endpoint, reason).inc()
+    if not log.isEnabledFor(logging.INFO):  # the line's fields are built only for a line written
+        return
     fields = {
         "endpoint": endpoint,
         "event_ids": ids or [],
