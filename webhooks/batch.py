@@ -4,6 +4,10 @@ round trip for their jobs; each is answered once the transaction holding its row
 No thread of its own and no added wait: the first delivery to arrive while no batch is being
 written writes the batch (every delivery waiting at that moment, itself included); those arriving
 meanwhile wait for it to finish and form the next batch. One request at a time pays nothing.
+The writer answers its batch-mates and hands the lead on as soon as the batch has committed, and
+queues the batch's jobs after (before its own answer), while the next batch's INSERT is under way:
+a committed event whose job is not queued yet is ``queued`` in the database, and the sweeper
+queues it if this process dies first, as it would after any crash between commit and enqueue.
 
 The committer keeps one connection for its batches (one batch is written at a time): no pool
 check-out, pre-ping and reset per batch. A batch that fails drops it, so the next one connects
@@ -97,7 +101,7 @@ class GroupCommit:
         with self._lock:
             batch = [item, *self._pending[: self.max_deliveries - 1]]
             del self._pending[: self.max_deliveries - 1]
-        self._write(batch)
+        stored = self._write(batch)
         for other in batch[1:]:
             other.wake.set()
         with self._lock:
@@ -106,9 +110,14 @@ class GroupCommit:
                 self._writing = False
         if following is not None:
             following.wake.set()  # not done: it leads the next batch
+        # Committed, its batch-mates answered, the next batch under way: its jobs now, while the
+        # next INSERT waits on the database (one Redis round trip overlaps one commit).
+        self._enqueue(stored)
         return _result(item)
 
-    def _write(self, batch: list[Pending]) -> None:
+    def _write(self, batch: list[Pending]) -> list[Pending]:
+        """Commit ``batch``; each of its deliveries done. Returns those that stored events."""
+        stored: list[Pending] = []
         try:
             self._commit(batch)
         except SQLAlchemyError as exc:
@@ -118,19 +127,20 @@ class GroupCommit:
                 # each gets the answer its own rows deserve.
                 log.warning("batch of %d failed (%s); storing each alone", len(batch), exc.__class__.__name__)
                 for item in batch:
-                    self._write([item])
-                return
+                    stored += self._write([item])
+                return stored
             batch[0].error = exc
         except BaseException as exc:  # a bug: each waiting delivery gets it, none waits forever
             self._drop_connection()
             for item in batch:
                 item.error = exc
         else:
-            self._enqueue([item for item in batch if item.new])
+            stored = [item for item in batch if item.new]
             self.duplicates.add(_duplicates(batch))
             self.recent.add(_confirmed(batch))
         for item in batch:
             item.done = True
+        return stored
 
     def _commit(self, batch: list[Pending]) -> None:
         rows = [row for item in batch for row in item.rows]
