@@ -14,7 +14,8 @@ Nothing of an event can be lost: a key not here goes to the database as before, 
 added before its commit. (A failover to a standby that had not received a commit loses that event
 whatever this does; within ``TTL_SECONDS`` its retry would be answered from here, not stored.)
 
-Bounded: at most ``MAX_KEYS`` keys (≈ 200 bytes each), the oldest dropped first.
+Bounded: at most ``MAX_KEYS`` keys (≈ 240 bytes each with a Stripe-sized id: 12 MB), the oldest
+dropped first.
 """
 
 from __future__ import annotations
