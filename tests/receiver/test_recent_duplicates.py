@@ -177,3 +177,17 @@ def test_a_batch_body_is_remembered_by_all_its_events(pg_url: str, redis_url: st
     assert client.post(path, data=body, headers=headers).status_code == 200
     with database_refused(app, pg_admin_url):
         assert client.post(path, data=body, headers=headers).status_code == 200
+
+
+def test_one_flush_counts_each_stored_event_and_no_other(any_app: Flask) -> None:
+    """One statement on PostgreSQL, one per key elsewhere: the same counts, none for an id not stored."""
+    for event_id in ("evt_a", "evt_b"):
+        assert post(any_app, event_id) == 200
+    for event_id in ("evt_a", "evt_b", "evt_a"):
+        assert post(any_app, event_id) == 200
+    duplicates = batch.committer(runtime(any_app)).duplicates
+    duplicates.add({("stripe", "evt_never_stored"): 1})
+    duplicates.flush()
+    duplicates.add({("stripe", "evt_b"): 2})
+    duplicates.flush()
+    assert rows(any_app, "SELECT event_id, count FROM duplicates ORDER BY event_id") == [("evt_a", 2), ("evt_b", 3)]
