@@ -4,6 +4,10 @@ round trip for their jobs; each is answered once the transaction holding its row
 No thread of its own and no added wait: the first delivery to arrive while no batch is being
 written writes the batch (every delivery waiting at that moment, itself included); those arriving
 meanwhile wait for it to finish and form the next batch. One request at a time pays nothing.
+The writer answers its batch-mates and hands the lead on as soon as the batch has committed, and
+queues the batch's jobs after (before its own answer), while the next batch's INSERT is under way:
+a committed event whose job is not queued yet is ``queued`` in the database, and the sweeper
+queues it if this process dies first, as it would after any crash between commit and enqueue.
 
 The committer keeps one connection for its batches (one batch is written at a time): no pool
 check-out, pre-ping and reset per batch. A batch that fails drops it, so the next one connects
@@ -31,6 +35,7 @@ from webhooks import outbox
 from webhooks.duplicates import Duplicates
 from webhooks.models import Body
 from webhooks.providers.base import Endpoint, Verified
+from webhooks.recent import Recent
 from webhooks.runtime import Runtime
 
 log = logging.getLogger(__name__)
@@ -63,6 +68,21 @@ class GroupCommit:
         self._writing = False
         self._inserts = rt.store.inserts()  # used by the batch writer only (one at a time)
         self.duplicates = Duplicates(rt)
+        self.recent = Recent()
+
+    def known(self, endpoint: Endpoint, verified: Verified) -> bool:
+        """Whether this verified delivery is a duplicate of events the database lately confirmed
+        (``webhooks.recent``): if so it is counted, and nothing is asked of the database.
+
+        Only for schemes without replay keys: a delivery with one that stores nothing may still
+        be a replayed signature, which only the database can tell."""
+        if verified.replay_key is not None:
+            return False
+        keys = {(endpoint.name, e.event_id) for e in verified.events}
+        if not self.recent.holds(keys):
+            return False
+        self.duplicates.add(dict.fromkeys(keys, 1), inline=False)  # no database round trip here either
+        return True
 
     def store(self, item: Pending) -> Pending:
         """Store ``item``'s rows (alone or with others') and queue the new ones' jobs; returns it
@@ -81,7 +101,7 @@ class GroupCommit:
         with self._lock:
             batch = [item, *self._pending[: self.max_deliveries - 1]]
             del self._pending[: self.max_deliveries - 1]
-        self._write(batch)
+        stored = self._write(batch)
         for other in batch[1:]:
             other.wake.set()
         with self._lock:
@@ -90,9 +110,14 @@ class GroupCommit:
                 self._writing = False
         if following is not None:
             following.wake.set()  # not done: it leads the next batch
+        # Committed, its batch-mates answered, the next batch under way: its jobs now, while the
+        # next INSERT waits on the database (one Redis round trip overlaps one commit).
+        self._enqueue(stored)
         return _result(item)
 
-    def _write(self, batch: list[Pending]) -> None:
+    def _write(self, batch: list[Pending]) -> list[Pending]:
+        """Commit ``batch``; each of its deliveries done. Returns those that stored events."""
+        stored: list[Pending] = []
         try:
             self._commit(batch)
         except SQLAlchemyError as exc:
@@ -102,18 +127,20 @@ class GroupCommit:
                 # each gets the answer its own rows deserve.
                 log.warning("batch of %d failed (%s); storing each alone", len(batch), exc.__class__.__name__)
                 for item in batch:
-                    self._write([item])
-                return
+                    stored += self._write([item])
+                return stored
             batch[0].error = exc
         except BaseException as exc:  # a bug: each waiting delivery gets it, none waits forever
             self._drop_connection()
             for item in batch:
                 item.error = exc
         else:
-            self._enqueue([item for item in batch if item.new])
+            stored = [item for item in batch if item.new]
             self.duplicates.add(_duplicates(batch))
+            self.recent.add(_confirmed(batch))
         for item in batch:
             item.done = True
+        return stored
 
     def _commit(self, batch: list[Pending]) -> None:
         rows = [row for item in batch for row in item.rows]
@@ -167,6 +194,17 @@ def _duplicates(batch: list[Pending]) -> dict[tuple[str, str], int]:
             key = (item.endpoint.name, event_id)
             again[key] = again.get(key, 0) + 1
     return again
+
+
+def _confirmed(batch: list[Pending]) -> list[tuple[str, str]]:
+    """After a commit: the keys the database now holds, for ``known``. Those of a delivery with a
+    replay key only when stored (an insert of one can be skipped for its key, not its id)."""
+    return [
+        (item.endpoint.name, e.event_id)
+        for item in batch
+        for e in item.verified.events
+        if item.verified.replay_key is None or e.event_id in item.new
+    ]
 
 
 def replayed(rt: Runtime, endpoint: Endpoint, verified: Verified, now: datetime) -> bool:

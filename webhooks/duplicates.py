@@ -24,6 +24,18 @@ COUNT_DUPLICATES = text(
     " ON CONFLICT (endpoint, event_id) DO UPDATE SET count = duplicates.count + excluded.count,"
     " last_at = excluded.last_at"
 ).bindparams(bindparam("n", type_=BigInteger()), bindparam("now", type_=DateTime(timezone=True)))
+# PostgreSQL: every count in one statement (an executemany of 2 000 keys held the flushing thread,
+# and with it the GIL, long enough to be the p99 of duplicates at 16 connections), in key order.
+COUNT_DUPLICATES_PG = text(
+    "INSERT INTO duplicates (endpoint, event_id, count, last_at)"
+    " SELECT e.endpoint, e.event_id, k.n, :now"
+    " FROM unnest(CAST(:endpoints AS text[]), CAST(:event_ids AS text[]), CAST(:ns AS bigint[]))"
+    " AS k(endpoint, event_id, n)"
+    " JOIN events e ON e.endpoint = k.endpoint AND e.event_id = k.event_id"
+    " ORDER BY e.endpoint, e.event_id"
+    " ON CONFLICT (endpoint, event_id) DO UPDATE SET count = duplicates.count + excluded.count,"
+    " last_at = excluded.last_at"
+).bindparams(bindparam("now", type_=DateTime(timezone=True)))
 
 
 class Duplicates:
@@ -46,14 +58,16 @@ class Duplicates:
         self._flushed = time.monotonic()
         self._timer: threading.Timer | None = None
 
-    def add(self, again: dict[tuple[str, str], int]) -> None:
+    def add(self, again: dict[tuple[str, str], int], *, inline: bool = True) -> None:
+        """Count ``again``; ``inline=False`` (a request's own thread, answered from
+        ``webhooks.recent``) leaves the write to the timer even when it is due."""
         if not again:
             return
         with self._lock:
             for key, n in again.items():
                 if key in self._waiting or len(self._waiting) < self.MAX_KEPT:
                     self._waiting[key] = self._waiting.get(key, 0) + n
-            due = time.monotonic() - self._flushed >= self.FLUSH_SECONDS
+            due = inline and time.monotonic() - self._flushed >= self.FLUSH_SECONDS
             if not due and self._timer is None:
                 self._timer = threading.Timer(self.FLUSH_SECONDS, self.flush)
                 self._timer.daemon = True
@@ -73,10 +87,21 @@ class Duplicates:
             return
         now = datetime.now(UTC)
         try:
+            counts = sorted(waiting.items())
             with self.rt.engine.begin() as conn:
-                conn.execute(
-                    COUNT_DUPLICATES,
-                    [{"endpoint": p, "event_id": e, "n": n, "now": now} for (p, e), n in sorted(waiting.items())],
-                )
+                if conn.dialect.name == "postgresql":
+                    conn.execute(
+                        COUNT_DUPLICATES_PG,
+                        {
+                            "endpoints": [p for (p, _), _ in counts],
+                            "event_ids": [e for (_, e), _ in counts],
+                            "ns": [n for _, n in counts],
+                            "now": now,
+                        },
+                    )
+                else:
+                    conn.execute(
+                        COUNT_DUPLICATES, [{"endpoint": p, "event_id": e, "n": n, "now": now} for (p, e), n in counts]
+                    )
         except SQLAlchemyError as exc:
             log.warning("could not count %d duplicate deliveries (%s)", sum(waiting.values()), exc.__class__.__name__)

@@ -125,6 +125,20 @@ class Service(Protocol):
     def queue(self) -> _Queue: ...
 
 
+# Each counter's child per label values, as ``labels()`` returns it (which checks the values and
+# looks the child up under the counter's lock on every call). Bounded as the label values are.
+_children: dict[tuple[int, tuple[str, ...]], Any] = {}
+
+
+def child(counter: Counter, *values: str) -> Any:
+    """``counter.labels(*values)``, looked up once per process."""
+    key = (id(counter), values)
+    found = _children.get(key)
+    if found is None:
+        found = _children[key] = counter.labels(*values)
+    return found
+
+
 def endpoint_label(rt: Service, name: str) -> str:
     return name if name in rt.settings.endpoints else UNKNOWN
 

@@ -13,7 +13,6 @@ from urllib.parse import quote, urlsplit
 
 from flask import Blueprint, Flask, Response, current_app, jsonify, request
 from sqlalchemy.exc import SQLAlchemyError
-from werkzeug.datastructures import EnvironHeaders
 from werkzeug.http import HTTP_STATUS_CODES
 from werkzeug.wsgi import get_content_length, get_host, get_input_stream
 
@@ -21,6 +20,7 @@ from webhooks import batch, clients, metrics, providers, quarantine, rows
 from webhooks.errors import PayloadError, UnavailableError, VerificationError
 from webhooks.providers.base import Endpoint, Request, Verified
 from webhooks.ratelimit import RateLimits
+from webhooks.request_headers import environ_headers
 from webhooks.runtime import Runtime
 from webhooks.vocabulary import Reason
 
@@ -138,6 +138,9 @@ def deliver(
     new: list[str] = []
     replayed = False
     if verified.events:
+        committer = batch.committer(rt)
+        if committer.known(endpoint, verified):  # verified, and lately confirmed by the database
+            return Delivery(verified)
         try:
             item = rows.pending(
                 endpoint,
@@ -149,7 +152,7 @@ def deliver(
             )
             if item is not None:
                 # Shares one INSERT, COMMIT and Redis round trip with concurrent deliveries.
-                done = batch.committer(rt).store(item)
+                done = committer.store(item)
                 new, replayed = done.new, done.replayed
         except SQLAlchemyError as exc:
             # Down, failing over, pool exhausted: nothing was acknowledged, the provider retries.
@@ -177,7 +180,7 @@ def handle(rt: Runtime, limits: RateLimits, endpoint_name: str, environ: dict[st
         if wait:  # before reading the body: a flood costs as little as possible
             _account(label, started, "rejected", reason=Reason.RATE_LIMITED)
             return _json(429, {"error": Reason.RATE_LIMITED}, ("Retry-After", str(wait)))
-    headers = dict(EnvironHeaders(environ).items())
+    headers = environ_headers(environ)
     url = raw_url(environ)
     body = b""
     try:
@@ -256,9 +259,11 @@ def _account(
     endpoint: str, started: float, outcome: str, reason: str | None = None, ids: list[str] | None = None
 ) -> None:
     """Count the delivery and log its one line (never a body, a signature or a secret)."""
-    metrics.DELIVERIES.labels(endpoint, outcome).inc()
+    metrics.child(metrics.DELIVERIES, endpoint, outcome).inc()
     if reason is not None:
-        metrics.REJECTIONS.labels(endpoint, reason).inc()
+        metrics.child(metrics.REJECTIONS, endpoint, reason).inc()
+    if not log.isEnabledFor(logging.INFO):  # the line's fields are built only for a line written
+        return
     fields = {
         "endpoint": endpoint,
         "event_ids": ids or [],

@@ -183,3 +183,43 @@ def test_a_failed_replay_check_after_the_commit_costs_nothing_stored(
     assert sizes == [2]  # not stored again one by one
     assert outcomes[0].new == ["evt_fresh"] and (outcomes[1].new, outcomes[1].replayed) == ([], False)
     assert job_id("stripe", "evt_fresh") in queued_jobs(pg_app)
+
+
+def test_batch_mates_are_answered_before_the_leader_queues_their_jobs(pg_app: Flask) -> None:
+    """Once committed, the batch-mates are answered and the lead handed on; the leader queues the
+    batch's jobs after (while the next batch commits), and only then answers itself."""
+    committer = batch.GroupCommit(runtime(pg_app))
+    enqueue, entered, release = committer._enqueue, threading.Event(), threading.Event()
+
+    def held(stored: list[batch.Pending]) -> None:
+        entered.set()
+        assert release.wait(60)
+        enqueue(stored)
+
+    committer._enqueue = held  # type: ignore[method-assign]
+    items = [pending(pg_app, f"evt_lead_{i}") for i in range(3)]
+    outcomes: dict[int, Any] = {}
+
+    def deliver(position: int) -> None:
+        outcomes[position] = committer.store(items[position])
+
+    with committer._lock:
+        committer._writing = True  # as if a batch were being written: all three queue up
+    threads = [threading.Thread(target=deliver, args=(i,)) for i in range(3)]
+    for thread in threads:
+        thread.start()
+    wait_until(lambda: len(committer._pending) == 3)
+    with committer._lock:
+        leader = committer._pending.pop(0)
+    leader.wake.set()
+    assert entered.wait(60)
+    wait_until(lambda: len(outcomes) == 2)  # the two batch-mates, answered while the leader waits
+    assert leader not in outcomes.values() and all(o.new for o in outcomes.values())
+    assert rows(pg_app, "SELECT count(*) FROM events") == [(3,)]
+    assert queued_jobs(pg_app) == set()
+    assert not committer._writing  # the lead was handed on: a next batch need not wait
+    release.set()
+    for thread in threads:
+        thread.join(60)
+    assert len(outcomes) == 3
+    assert queued_jobs(pg_app) == {job_id("stripe", f"evt_lead_{i}") for i in range(3)}
