@@ -153,6 +153,17 @@ def failed_query() -> Any:
     return capped_count(select(literal(1)).where(Event.status == Status.FAILED))
 
 
+def waiting_query() -> Any:
+    """The ``queued`` rows, capped like ``failed_query`` (from ``ix_events_unfinished``): the queue's
+    depth where this process queues nothing (``webhooks serve``'s web processes hand the rows over
+    to the worker process, whose queue is in its own memory)."""
+    from sqlalchemy import literal, select
+
+    from webhooks.models import Event, capped_count
+
+    return capped_count(select(literal(1)).where(Event.status == Status.QUEUED))
+
+
 def oldest_query() -> Any:
     """When the oldest pending event arrived: one seek per status at the low end of its range of
     ``ix_events_status_feed`` (an ``IN`` over the statuses would read every pending row)."""
@@ -171,6 +182,9 @@ class ServiceCollector(Collector):
     def __init__(self, rt: Service) -> None:
         self.rt = rt
 
+    def _handed_over(self) -> bool:
+        return bool(getattr(self.rt.queue, "handed_over", False))
+
     def collect(self) -> Iterator[Metric]:
         from sqlalchemy import select
         from sqlalchemy.exc import SQLAlchemyError
@@ -179,11 +193,13 @@ class ServiceCollector(Collector):
         from webhooks.models import COUNT_CAP
 
         up = GaugeMetricFamily("webhooks_up", "1 when the database or Redis answered this scrape", labels=["service"])
+        waiting: int | None = None
         try:
             with self.rt.engine.connect() as conn:
                 failed = conn.execute(select(failed_query())).scalar_one()
                 oldest = conn.execute(oldest_query()).scalar()
                 forwarding = backlogs(conn, list(self.rt.settings.destinations), datetime.now(UTC))
+                waiting = conn.execute(select(waiting_query())).scalar_one() if self._handed_over() else None
             up.add_metric(["database"], 1)
         except SQLAlchemyError as exc:
             log.warning("metrics: database unavailable (%s)", exc.__class__.__name__)
@@ -207,6 +223,8 @@ class ServiceCollector(Collector):
         try:
             depth = self.rt.queue.queue.count
             up.add_metric(["redis"], 1)
+            if waiting is not None:
+                depth = waiting
         except Exception as exc:  # a scrape must answer whatever Redis does
             log.warning("metrics: Redis unavailable (%s)", exc.__class__.__name__)
             up.add_metric(["redis"], 0)

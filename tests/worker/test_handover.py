@@ -87,3 +87,23 @@ def test_older_rows_are_the_start_up_sweeps_not_the_handovers(sqlite_url: str) -
     handover = Handover(runtime(worker), datetime.now(UTC) + LOOKBACK + timedelta(seconds=1))
     handover.poll(0.0)
     assert runtime(worker).queue.queue.count == 0
+
+
+def test_a_handed_over_web_process_reports_the_queued_rows_as_the_queue_depth(sqlite_url: str) -> None:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from webhooks.metrics import exposition
+
+    web, worker = web_and_worker(sqlite_url)
+
+    def depth(app: Flask) -> float:
+        body, _ = exposition(runtime(app))
+        [family] = [f for f in text_string_to_metric_families(body.decode()) if f.name == "webhooks_queue_depth"]
+        return family.samples[0].value
+
+    deliver(web, "evt_d1", "evt_d2", "evt_d3")
+    # Its own queue holds nothing (the worker process's does): the rows waiting are the depth.
+    assert runtime(web).queue.queue.count == 0 and depth(web) == 3
+    Handover(runtime(worker), datetime.now(UTC) - LOOKBACK).poll(0.0)
+    drain(worker)
+    assert depth(web) == 0
