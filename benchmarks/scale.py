@@ -168,8 +168,12 @@ def purge_under_ingest(db: str, toml: Path, url: str, work: Path, events: int, s
         "probe_max_ms_quiet": quiet_probe["max_ms"],
         "probe_p99_ms_purging": busy_probe["p99_ms"],
         "probe_max_ms_purging": busy_probe["max_ms"],
+        "lock_waits_purging": busy_probe["lock_waits"],
+        "lock_wait_max_ms_purging": busy_probe["lock_wait_max_ms"],
         "ratio_verdict": verdict(ratio >= GOALS["purge_ingest_ratio"]),
-        "blocked_verdict": verdict((busy_probe["max_ms"] or 0) <= GOALS["blocked_ms"]),
+        # The goal is about locks: a statement seen waiting on one (any statement, the inserts
+        # included) for longer than the bound; the prober's slowest insert (I/O too) is beside it.
+        "blocked_verdict": verdict(busy_probe["lock_wait_max_ms"] <= GOALS["blocked_ms"]),
         "before": before,
         "after": after,
     }
@@ -250,7 +254,9 @@ def postgres(args: argparse.Namespace) -> dict[str, Any]:
         results["purge"] = p = purge_under_ingest(filled, toml, urls["filled"], work, args.events, args.seconds)
         shown = {k: v for k, v in p.items() if k not in ("before", "after")}
         print_table(
-            "Purge while ingest runs (goals: ingest ≥ 0.8 × without, no insert blocked > 100 ms)", [shown], list(shown)
+            "Purge while ingest runs (goals: ingest ≥ 0.8 × without, no lock held against a statement > 100 ms)",
+            [shown],
+            list(shown),
         )
         sized = [
             {

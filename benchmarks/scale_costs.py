@@ -138,6 +138,9 @@ def storage(url: str) -> list[dict[str, Any]]:
     return found
 
 
+LOCK_EVERY = 0.01  # seconds between looks for statements waiting on a lock
+
+
 class Prober(threading.Thread):
     """Inserts one event row every ``PROBE_EVERY`` s on its own connection (autocommit) and
     keeps each insert's time: the longest is the longest an insert was blocked."""
@@ -148,6 +151,11 @@ class Prober(threading.Thread):
         self.times: list[float] = []
         self.stopping = threading.Event()
         self.tag = uuid.uuid4().hex[:8]
+        self.locks = LockWatch(url, self.stopping)
+
+    def start(self) -> None:
+        super().start()
+        self.locks.start()
 
     def run(self) -> None:
         insert = sa.text(
@@ -168,8 +176,38 @@ class Prober(threading.Thread):
     def stop(self) -> dict[str, Any]:
         self.stopping.set()
         self.join()
+        self.locks.join()
+        waits = list(self.locks.waits.values())
         return {
             "probes": len(self.times),
             "p99_ms": round(percentile(self.times, 0.99), 1) if self.times else None,
             "max_ms": round(max(self.times), 1) if self.times else None,
+            "lock_waits": len(waits),
+            "lock_wait_max_ms": round(max((last - first for first, last in waits), default=0.0) * 1000, 1),
         }
+
+
+class LockWatch(threading.Thread):
+    """Samples ``pg_stat_activity`` every ``LOCK_EVERY`` s for statements waiting on a lock
+    (``wait_event_type = 'Lock'``): each wait's first and last sighting, by backend and statement
+    start, so a slow insert that waited on a lock is told from one that waited on I/O."""
+
+    def __init__(self, url: str, stopping: threading.Event) -> None:
+        super().__init__(daemon=True)
+        self.engine = sa.create_engine(url, isolation_level="AUTOCOMMIT")
+        self.stopping = stopping
+        self.waits: dict[tuple[int, Any], tuple[float, float]] = {}
+
+    def run(self) -> None:
+        query = sa.text(
+            "SELECT pid, query_start FROM pg_stat_activity"
+            " WHERE wait_event_type = 'Lock' AND datname = current_database()"
+        )
+        with self.engine.connect() as conn:
+            while not self.stopping.is_set():
+                seen = time.monotonic()
+                for pid, started in conn.execute(query):
+                    first, _ = self.waits.get((pid, started), (seen, seen))
+                    self.waits[(pid, started)] = (first, seen)
+                self.stopping.wait(LOCK_EVERY)
+        self.engine.dispose()
