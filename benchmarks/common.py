@@ -255,7 +255,7 @@ def scratch_database() -> Iterator[str]:
         with admin.connect() as conn:
             conn.execute(sa.text(f'CREATE DATABASE "{name}"'))
         url = admin.url.set(database=name).render_as_string(hide_password=False)
-        redis.Redis.from_url(REDIS).flushdb()
+        redis.Redis.from_url(REDIS).flushdb(asynchronous=True)  # a long run leaves millions of jobs
         subprocess.run(
             [str(BIN / "webhooks"), "db", "upgrade"],
             env={**os.environ, "DATABASE_URL": url},
@@ -267,7 +267,7 @@ def scratch_database() -> Iterator[str]:
         with admin.connect() as conn:
             conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
         admin.dispose()
-        redis.Redis.from_url(REDIS).flushdb()
+        redis.Redis.from_url(REDIS).flushdb(asynchronous=True)  # a long run leaves millions of jobs
 
 
 def scalar(url: str, sql: str) -> Any:

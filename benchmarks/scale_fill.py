@@ -195,7 +195,7 @@ def _kind_insert(kind: Kind, n: int) -> str:
     return f"""
 WITH rows AS (
   SELECT i, {ident} AS event_id, {etype} AS event_type, {status} AS status,
-         CAST(:now AS timestamptz) - CAST(:span AS interval) * ({n} - i)::float / {n} AS at, {obj} AS object_id
+         CAST(:now AS timestamptz) - CAST(:span AS interval) * (({n} - i)::float / {n}) AS at, {obj} AS object_id
   FROM generate_series(CAST(:lo AS bigint), CAST(:hi AS bigint)) AS i WHERE i % 100 >= {lo} AND i % 100 < {hi}
 ), ev AS (
   INSERT INTO events (endpoint, event_id, kind, event_type, status, attempts, received_at, status_at,
@@ -261,7 +261,7 @@ def _deliveries(kind: Kind) -> str:
 BODIES = """
 INSERT INTO bodies (endpoint, digest, body, headers, received_at)
 SELECT 'adyen', md5('b' || (i / 2)::text) || md5('c' || (i / 2)::text), convert_to(:body, 'UTF8'), :headers ::jsonb,
-       CAST(:now AS timestamptz) - CAST(:span AS interval) * ({n} - i)::float / {n}
+       CAST(:now AS timestamptz) - CAST(:span AS interval) * (({n} - i)::float / {n})
 FROM generate_series(CAST(:lo AS bigint), CAST(:hi AS bigint)) AS i WHERE i % 100 >= 40 AND i % 100 < 60 AND i % 2 = 0
 ON CONFLICT DO NOTHING"""
 
