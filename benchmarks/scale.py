@@ -71,13 +71,16 @@ def median_ratio(pairs: list[tuple[dict[str, Any], dict[str, Any]]]) -> tuple[fl
     return statistics.median(ratios), ratios
 
 
-def ingest(urls: dict[str, str], work: Path, seconds: int, rounds: int) -> list[dict[str, Any]]:
-    """First deliveries and duplicates at 16 connections on each database, alternating; each
-    round's ratio filled ÷ empty, the median reported."""
-    stored = signed_events(2000, "dup")
+def ingest(
+    urls: dict[str, str], work: Path, seconds: int, rounds: int, per_second: int = 4000, tag: str = ""
+) -> list[dict[str, Any]]:
+    """First deliveries and duplicates at 16 connections on each database (``urls``: ``empty``
+    and ``filled``), alternating; each round's ratio filled ÷ empty, the median reported.
+    ``per_second``: new events written a second of wrk (more than the server takes)."""
+    stored = signed_events(2000, f"{tag}dup")
     for url in urls.values():
         prime(url, stored)
-    dup = lua_script(work / "dup.lua", stored)
+    dup = lua_script(work / f"{tag}dup.lua", stored)
     rows = []
     for case in ("first deliveries", "duplicates"):
         pairs = []
@@ -87,7 +90,9 @@ def ingest(urls: dict[str, str], work: Path, seconds: int, rounds: int) -> list[
                 script = (
                     dup
                     if case == "duplicates"
-                    else lua_script(work / f"new_{label}_{r}.lua", signed_events(seconds * 4000, f"{label[0]}{r}"))
+                    else lua_script(
+                        work / f"{tag}new_{label}_{r}.lua", signed_events(seconds * per_second, f"{tag}{label[0]}{r}")
+                    )
                 )
                 run[label] = wrk(url, script, seconds, CONNECTIONS)
             pairs.append((run["empty"], run["filled"]))

@@ -24,7 +24,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from common import BIN, base_env, free_port, lua_script, prime, process, signed_events, workdir, wrk
+from common import BIN, base_env, free_port, lua_script, process, signed_events, workdir, wrk
 from scale_fill import KINDS, SPAN, Kind, adyen_item, config_file, template, utc_now
 from scale_queries import PASSWORD, measure
 
@@ -165,7 +165,7 @@ def _serve(stack: contextlib.ExitStack, work: Path, folder: Path, toml: Path) ->
 
 
 def sqlite(args: argparse.Namespace) -> dict[str, Any]:
-    from scale import median_ratio, print_table, verdict
+    from scale import ingest, print_table, verdict
 
     work = workdir()
     toml = config_file(work, forward=False)
@@ -198,37 +198,7 @@ def sqlite(args: argparse.Namespace) -> dict[str, Any]:
                 results["queries"], list(results["queries"][0]))  # fmt: skip
     with contextlib.ExitStack() as stack:
         urls = {label: _serve(stack, work, folder, toml) for label, folder in folders.items()}
-        stored = signed_events(1000, "sdup")
-        for url in urls.values():
-            prime(url, stored)
-        dup = lua_script(work / "sdup.lua", stored)
-        rows = []
-        for case in ("first deliveries", "duplicates"):
-            pairs = []
-            for r in range(args.rounds):
-                run = {}
-                for label, url in urls.items():
-                    script = (
-                        dup
-                        if case == "duplicates"
-                        else lua_script(
-                            work / f"s{label}{r}.lua", signed_events(args.seconds * 2000, f"s{label[0]}{r}")
-                        )
-                    )
-                    run[label] = wrk(url, script, args.seconds, CONNECTIONS)
-                pairs.append((run["empty"], run["filled"]))
-            ratio, spread = median_ratio(pairs)
-            empty, filled = pairs[len(pairs) // 2]
-            rows.append(
-                {
-                    "case": case,
-                    "empty_rps": round(empty["rps"]),
-                    "filled_rps": round(filled["rps"]),
-                    "ratio": ratio,
-                    "ratios": spread,
-                    "verdict": verdict(ratio >= GOALS["ingest_ratio"]),
-                }
-            )
+        rows = ingest(urls, work, args.seconds, args.rounds, per_second=2000, tag="s")
         results["ingest"] = rows  # fmt: skip
         print_table("SQLite ingest (webhooks serve) at 16 connections, filled ÷ empty", rows, list(rows[0]))
         results["purge"] = _purge(urls["filled"], folders["filled"] / "webhooks.db", toml, work, args)
