@@ -37,7 +37,7 @@ from datetime import UTC, datetime
 
 from rq import get_current_job
 
-from webhooks import handlers, metrics, providers, runtime
+from webhooks import handlers, job_errors, metrics, providers, runtime
 from webhooks.forward.dispatcher import nudge
 from webhooks.storable import storable_text
 from webhooks.store import deliveries
@@ -116,6 +116,7 @@ def process_event(endpoint: str, event_id: str) -> str:
             return "skipped"
         attempt = claimed.attempts
         with running(Claim(endpoint, event_id, attempt, last_try, started_at, clock, label)) as claim:
+            job_errors.reach()  # from here on an error is this attempt's, recorded below
             try:
                 # After the claim: a handler module that cannot be imported is a recorded, counted
                 # attempt (and in the end a failed event), never a job that retries unseen forever.

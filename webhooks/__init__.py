@@ -7,8 +7,46 @@ provider module or running ``webhooks --help`` loads no web framework.
 
 from __future__ import annotations
 
+import os as _os
+import sys as _sys
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
+
+
+def _prefer_installed() -> bool:
+    """Whether this is a source tree's ``webhooks/`` that shadowed the installed package, now
+    replaced by it (``sys.modules["webhooks"]`` and ``sys.path`` without the tree's root).
+
+    ``python -m``, gunicorn (its ``chdir``, by default the working directory) and ``rq worker``
+    (its ``--path .``) put the working directory first on ``sys.path``. Run from a clone with a
+    non-editable install, they would import the clone's ``webhooks/``, which has no ``jobs`` (the
+    install maps the top-level ``jobs/`` to ``webhooks.jobs``): every job would fail to import.
+    An installed package holds ``webhooks/jobs``; an editable install's finder maps it; only a
+    source tree that is neither gives way, and only to another ``webhooks`` on the path.
+    """
+    here = _os.path.dirname(_os.path.abspath(__file__))
+    if _os.path.isdir(_os.path.join(here, "jobs")):
+        return False  # an installed package
+    import importlib.util
+
+    if importlib.util.find_spec("webhooks.jobs") is not None:
+        return False  # this tree, installed editable: its finder maps jobs/ to webhooks.jobs
+    root = _os.path.realpath(_os.path.dirname(here))
+    rest = [p for p in _sys.path if _os.path.realpath(p or _os.curdir) != root]
+    from importlib.machinery import PathFinder
+
+    if PathFinder.find_spec("webhooks", rest) is None:
+        return False  # nothing else to run: a job's import names the problem (webhooks.queue.check_job)
+    _sys.path[:] = rest
+    del _sys.modules["webhooks"]
+    import importlib
+
+    # The import system hands the importer whatever ``sys.modules`` holds once this file has run.
+    _sys.modules["webhooks"] = importlib.import_module("webhooks")
+    return True
+
+
+_prefer_installed()
 
 if TYPE_CHECKING:
     from flask import Flask

@@ -155,16 +155,19 @@ def main() -> None:
 @click.option("--port", type=int, default=lambda: int(os.environ.get("PORT", "8000")), show_default="$PORT or 8000")
 def serve(host: str, port: int) -> None:
     """Run it all, nothing to install: SQLite, web and worker processes, the console."""
+    from webhooks.process_setup import admin_password_file, kept_password, prepare_metrics_dir, quiet
+
+    # Several processes: /metrics adds up their samples. First, before anything imports
+    # prometheus_client, which decides at import whether its values go to files (every process).
+    prepare_metrics_dir()
     from gunicorn.app.base import BaseApplication  # type: ignore[import-untyped]
 
     from webhooks import gunicorn_conf, handlers, serving
-    from webhooks.metrics import process_exited
-    from webhooks.process_setup import admin_password_file, kept_password, prepare_metrics_dir, quiet
 
     settings = load_settings()
+    require_job()
     handlers.load(settings.handler_modules)  # refuse to start on a module it cannot import
     handlers.announce(settings.handler_modules)
-    prepare_metrics_dir()  # several processes: /metrics adds up their samples
     kept = None
     if not settings.admin_password:  # one password for this database, not a new one every start
         kept = admin_password_file(settings.database_url).resolve()
@@ -172,7 +175,9 @@ def serve(host: str, port: int) -> None:
     # Alembic's and the embedded worker's INFO lines would bury the banner; DEBUG shows them.
     quiet("alembic.runtime.migration", "rq.worker", "rq.scheduler")
     upgrade(settings.database_url)
-    worker = serving.WorkerProcess([sys.executable, "-m", "webhooks", "serve-worker"])
+    # -P: the worker process runs the installed package, never a webhooks/ in the working
+    # directory (``-m`` would put it first on sys.path: a clone's has no jobs).
+    worker = serving.WorkerProcess([sys.executable, "-P", "-m", "webhooks", "serve-worker"])
     workers = gunicorn_conf.workers
 
     def ready(process: Any) -> None:
@@ -204,13 +209,28 @@ def serve(host: str, port: int) -> None:
             self.cfg.set("post_worker_init", ready)
             self.cfg.set("when_ready", lambda server: worker.start(lambda: bool(server.LISTENERS)))
             self.cfg.set("on_exit", lambda server: worker.stop())
-            self.cfg.set("child_exit", lambda server, process: process_exited(process.pid))
+            self.cfg.set("child_exit", lambda server, process: _process_exited(process.pid))
 
         def load(self) -> Any:
             # In each web process (threads and SQLite connections do not survive a fork).
             return serving.web_app(settings)
 
     Server().run()
+
+
+def _process_exited(pid: int) -> None:
+    from webhooks.metrics import process_exited
+
+    process_exited(pid)
+
+
+def require_job() -> None:
+    """Stop with one line when this process cannot import the job function (every worker)."""
+    from webhooks.job_errors import check_job
+
+    problem = check_job()
+    if problem:
+        raise click.ClickException(problem)
 
 
 @main.command("serve-worker", hidden=True)
@@ -220,6 +240,7 @@ def serve_worker() -> None:
     from webhooks.process_setup import quiet
 
     settings = load_settings()
+    require_job()
     handlers.load(settings.handler_modules)
     quiet("rq.worker", "rq.scheduler")
     serving.work(settings)
@@ -259,6 +280,7 @@ def worker(burst: bool) -> None:
     settings = load_settings()
     if not settings.redis_url:
         raise click.ClickException("REDIS_URL is not set (`webhooks serve` runs its own worker)")
+    require_job()
     revisions.wait_for_head(settings.database_url, logging.getLogger("webhooks.worker"))
     run(settings, burst=burst)
 

@@ -57,6 +57,11 @@ DURATION = Histogram(
     ["endpoint"],
     buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300),
 )
+JOB_ERRORS = Counter(
+    "webhooks_job_errors",
+    "Jobs a worker could not run, failed before their attempt record (import, deserialize, other)",
+    ["reason"],
+)
 RECOVERIES = Counter("webhooks_sweeper_recoveries", "Stranded events the sweeper queued again")
 RATE_LIMIT_FAILURES = Counter(
     "webhooks_rate_limit_failures", "Rate-limit checks Redis could not answer (the per-process bucket decided)"
@@ -277,6 +282,7 @@ def exposition(rt: Service) -> tuple[bytes, str]:
             ENQUEUE_FAILURES,
             ATTEMPTS,
             DURATION,
+            JOB_ERRORS,
             RECOVERIES,
             RATE_LIMIT_FAILURES,
             ADMIN_AUTH_FAILURES,

@@ -22,7 +22,7 @@ from rq.exceptions import StopRequested
 from rq.job import Job
 from rq.scheduler import RQScheduler
 
-from webhooks import config, handlers, reconcile, sweeper
+from webhooks import config, handlers, job_errors, reconcile, runtime, sweeper
 from webhooks.config import Settings
 from webhooks.forward.dispatcher import Forwarder, drain
 from webhooks.queue import JobQueue
@@ -40,7 +40,20 @@ class ScopedWorker(SimpleWorker):
 
     def perform_job(self, job: Job, queue: Queue) -> bool:
         with self.scope():
+            job_errors.starting()
+            self._unrunnable = job_errors.unrunnable(job)
             return super().perform_job(job, queue)
+
+    def handle_exception(self, job: Job, *exc_info: Any) -> None:
+        # Inside perform_job's scope: a job that failed before its attempt record is counted and
+        # written on its event (``webhooks.job_errors``), then RQ logs it and applies its retries.
+        try:
+            rt: Runtime | None = runtime.current()
+        except Exception:  # no runtime to record it with (a plain ``rq worker`` without REDIS_URL)
+            rt = None
+        job_errors.failed(rt, job, getattr(self, "_unrunnable", None), exc_info[1])
+        self._unrunnable = None
+        super().handle_exception(job, *exc_info)
 
     def stopping(self) -> bool:
         """Whether this worker was asked to stop (a signal, or ``request_stop``), not merely idle.

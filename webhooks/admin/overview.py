@@ -19,7 +19,7 @@ from sqlalchemy.sql.elements import ColumnElement
 
 from webhooks.models import Attempt, Event, Rejection, unfinished
 from webhooks.timestamps import aware
-from webhooks.vocabulary import Status
+from webhooks.vocabulary import JOB_ERROR, Status
 
 # (name, bucket width, buckets): the two windows an operator compares.
 WINDOWS = (("hour", timedelta(minutes=5), 12), ("day", timedelta(hours=1), 24))
@@ -45,6 +45,7 @@ class Overview:
     now: datetime
     plots: dict[str, dict[str, Plot]]  # endpoint → window name → plot
     oldest_pending: datetime | None
+    job_errors: int = 0  # attempts in the last day of jobs a worker could not run (webhooks.job_errors)
 
     def pending_age(self) -> float | None:
         """Seconds the oldest pending (received or queued) event has waited."""
@@ -100,9 +101,14 @@ def build(session: Session, endpoints: Iterable[str], now: datetime) -> Overview
         ):
             if status in OUTCOMES:
                 add(name, status, bucket, n)
+    # Jobs a worker could not run (an import error, unreadable job data) fail before any handler:
+    # said here, not only in the error bars, since no handler of the operator's is at fault.
+    day = now - timedelta(days=1)
+    unrunnable = select(func.count()).where(Attempt.finished_at >= day, Attempt.error.startswith(JOB_ERROR))
+    job_errors = session.scalar(unrunnable) or 0
     oldest = [session.scalar(select(func.min(Event.status_at)).where(Event.status == s, unfinished())) for s in PENDING]
     found = [aware(o) for o in oldest if o is not None]
-    return Overview(now=now, plots=plots, oldest_pending=min(found) if found else None)
+    return Overview(now=now, plots=plots, oldest_pending=min(found) if found else None, job_errors=job_errors)
 
 
 @dataclass(frozen=True)
