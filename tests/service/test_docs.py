@@ -231,3 +231,10 @@ def test_the_documented_secret_one_liner_makes_a_secret_a_destination_takes(
         path.write_text(f'[destinations.orders]\nurl = "https://orders.example/in"\nsecrets = ["{secret}"]\n')
         settings = config.load({"DATABASE_URL": "sqlite://", "WEBHOOKS_CONFIG": str(path)})
         assert secret.startswith("whsec_") and len(settings.destinations["orders"].keys[0]) == 32
+
+
+def test_every_test_adding_a_provider_names_exists() -> None:
+    page = (DOCS / "adding-a-provider.md").read_text()
+    named = [span for span in SPAN.findall(page) if re.fullmatch(r"tests/[\w/]+\.py(?:::\w+)?", span)]
+    assert "tests/providers/test_catalogue_complete.py::test_every_kind_has_everything" in named  # the checklist
+    assert [gone for span in named for gone in missing_in(f"`{span}`")] == []
