@@ -186,8 +186,9 @@ def test_the_examples_extra_installs_what_the_examples_import() -> None:
 
 
 # A revision named as the head or the current schema ("head is 0013", "head revision 0013",
-# "head 0013", "current schema 0013"), not a historical one ("Revision 0009 keeps …").
-HEAD_REVISION = re.compile(r"\b(?:head|current schema)(?: revision)?(?: is| at)?[\s:(]*(\d{4})\b", re.I)
+# "head 0013", "current schema 0013", "database ready at 0013"), not a historical one
+# ("Revision 0009 keeps …").
+HEAD_REVISION = re.compile(r"\b(?:head|current schema|ready)(?: revision)?(?: is| at)?[\s:(]*(\d{4})\b", re.I)
 
 
 def revisions_named_as_head(text: str) -> list[str]:
@@ -200,6 +201,7 @@ def revisions_named_as_head(text: str) -> list[str]:
         ("database schema never migrated, head is\n0011: run `webhooks db upgrade`", ["0011"]),
         ("*database schema at 0002, head is 0013: run …*; `database at 0013, head 0013`", ["0013", "0013"]),
         ("the head revision (0012) and the current schema: 0012", ["0012", "0012"]),
+        ("then, at `info`, *database ready at 0013*", ["0013"]),
         ("**Revision 0009** keeps a body once; revision 0013 adds indexes (head 0013 today)", ["0013"]),
         ("the head revision, whatever it is; 0007 renames a column", []),
     ],
