@@ -288,7 +288,7 @@ def db_upgrade(revision: str) -> None:
 
 @db.command("current")
 def db_current() -> None:
-    """Print the database's schema revision and the head this code ships."""
+    """Print the database's revision and the head; exit 1 if behind."""
     from sqlalchemy.exc import SQLAlchemyError
 
     from webhooks import revisions
