@@ -1,4 +1,4 @@
-"""The ``webhooks`` command: ``serve``, ``worker``, ``db upgrade``, ``events …``."""
+"""The ``webhooks`` command: ``serve``, ``worker``, ``db upgrade|current``, ``events …``."""
 
 from __future__ import annotations
 
@@ -306,3 +306,34 @@ def db_upgrade(revision: str) -> None:
         stop = {signal.SIGTERM, signal.SIGINT}
         signal.pthread_sigmask(signal.SIG_BLOCK, stop)
         signal.sigwait(stop)
+
+
+@db.command("current")
+def db_current() -> None:
+    """Print the database's revision and the head; exit 1 if behind."""
+    from sqlalchemy.exc import SQLAlchemyError
+
+    from webhooks import revisions
+    from webhooks.engines import make_engine
+
+    settings = load_settings()
+    engine = make_engine(settings.database_url)
+    try:
+        at = revisions.current(engine)
+    except SQLAlchemyError as exc:
+        detail = str(getattr(exc, "orig", None) or exc).strip().splitlines()[0][:200]
+        raise click.ClickException(
+            f"database error at {_where(settings.database_url)}: {detail}; "
+            "check that it runs and that DATABASE_URL is right"
+        ) from exc
+    finally:
+        engine.dispose()
+    head = revisions.head()
+    if at is None:
+        raise click.ClickException(f"database never migrated, head {head}: run `webhooks db upgrade`")
+    if at == head:
+        click.echo(f"database at {at}, head {head}")
+    elif at in revisions.known():
+        raise click.ClickException(f"database at {at}, head {head}: run `webhooks db upgrade`")
+    else:
+        raise click.ClickException(f"database at {at}, head {head}: a newer release migrated it; run that release")

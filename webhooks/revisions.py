@@ -45,6 +45,14 @@ def head() -> str:
     return str(ScriptDirectory.from_config(alembic_config("")).get_current_head())
 
 
+@cache
+def known() -> frozenset[str]:
+    """Every revision this code ships."""
+    from alembic.script import ScriptDirectory
+
+    return frozenset(script.revision for script in ScriptDirectory.from_config(alembic_config("")).walk_revisions())
+
+
 def current(engine: Engine) -> str | None:
     """The database's revision; None when it was never migrated. Raises SQLAlchemyError when down."""
     with engine.connect() as conn:
@@ -84,7 +92,7 @@ def wait_for_head(url: str, log: logging.Logger, *, interval: float = 2.0, every
     finally:
         engine.dispose()
     if last is not None:
-        log.warning("database ready at %s", head())
+        log.info("database ready at %s", head())
 
 
 def _problem_quietly(engine: Engine) -> str | None:

@@ -155,7 +155,7 @@ def test_operator_finds_inspects_and_replays_in_the_browser(server: tuple[str, F
     def processed() -> bool:
         page.reload()
         text = page.inner_text("main")  # the failed attempt came before the replay, so it is not counted
-        return "processed after 1 attempt(s) since the last replay" in text and "2 attempt(s) in all" in text
+        return "processed after 1 attempt since the last replay" in text and "2 attempts in all" in text
 
     wait_until(processed, interval=0.3)
     page.screenshot(path=str(OUTPUT / "console-replayed.png"), full_page=True)

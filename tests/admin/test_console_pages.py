@@ -97,7 +97,8 @@ def test_post_without_csrf_token_is_refused(app: Flask, failed: FlaskClient) -> 
 
 def test_bulk_replay_page_shows_dry_run_count_then_replays(app: Flask, failed: FlaskClient) -> None:
     page = failed.get("/admin/replay?status=failed&endpoint=stripe", headers=admin_headers()).get_data(as_text=True)
-    assert re.search(r'id="dry-run-count">1<', page)
+    assert re.search(r'id="dry-run-count">1</b> event matches now', page)
+    assert "Replay 1 event</button>" in page
     token = csrf_token(failed, "/admin/replay?status=failed&endpoint=stripe")
     form = {"status": "failed", "provider": "stripe", "csrf_token": token}
     assert failed.post("/admin/replay", data=form, headers=admin_headers()).status_code == 400  # no reason

@@ -8,7 +8,11 @@ from __future__ import annotations
 
 import ast
 import base64
+import importlib.metadata
 import re
+import subprocess
+import sys
+import tomllib
 from functools import cache
 from pathlib import Path
 
@@ -153,3 +157,86 @@ def test_every_endpoint_example_starts(page: str, toml: str, tmp_path: Path, mon
     path.write_text(toml.replace("…", "x"))
     settings = config.load({"DATABASE_URL": "sqlite://", "WEBHOOKS_CONFIG": str(path), **environ})
     assert settings.endpoints
+
+
+def _distribution(requirement: str) -> str:
+    name = re.match(r"[A-Za-z0-9_.-]+", requirement)
+    assert name, requirement
+    return re.sub(r"[-_.]+", "-", name[0]).lower()
+
+
+def test_the_examples_extra_installs_what_the_examples_import() -> None:
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    offered = {_distribution(r) for r in [*project["dependencies"], *project["optional-dependencies"]["examples"]]}
+    local = {"webhooks", *(p.name for p in (ROOT / "examples").iterdir() if p.is_dir())}
+    imported: set[str] = set()
+    for path in (ROOT / "examples").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                imported |= {alias.name.split(".")[0] for alias in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                imported.add(node.module.split(".")[0])
+    third_party = imported - set(sys.stdlib_module_names) - local - {"__future__"}
+    providers = importlib.metadata.packages_distributions()
+    needed = {module: {_distribution(d) for d in providers.get(module, [module])} for module in third_party}
+    assert {module: dists for module, dists in needed.items() if not dists & offered} == {}
+    assert "standardwebhooks" in third_party  # the scan sees the orders example's SDK
+    readme = (ROOT / "examples" / "orders" / "README.md").read_text()
+    assert "pip install -q '.[examples]'" in readme
+
+
+# A revision named as the head or the current schema ("head is 0013", "head revision 0013",
+# "head 0013", "current schema 0013", "database ready at 0013"), not a historical one
+# ("Revision 0009 keeps …").
+HEAD_REVISION = re.compile(r"\b(?:head|current schema|ready)(?: revision)?(?: is| at)?[\s:(]*(\d{4})\b", re.I)
+
+
+def revisions_named_as_head(text: str) -> list[str]:
+    return HEAD_REVISION.findall(text)
+
+
+@pytest.mark.parametrize(
+    ("text", "named"),
+    [
+        ("database schema never migrated, head is\n0011: run `webhooks db upgrade`", ["0011"]),
+        ("*database schema at 0002, head is 0013: run …*; `database at 0013, head 0013`", ["0013", "0013"]),
+        ("the head revision (0012) and the current schema: 0012", ["0012", "0012"]),
+        ("then, at `info`, *database ready at 0013*", ["0013"]),
+        ("**Revision 0009** keeps a body once; revision 0013 adds indexes (head 0013 today)", ["0013"]),
+        ("the head revision, whatever it is; 0007 renames a column", []),
+    ],
+)
+def test_a_revision_named_as_the_head_is_found(text: str, named: list[str]) -> None:
+    assert revisions_named_as_head(text) == named
+
+
+def test_every_revision_the_docs_name_as_the_head_is_the_head() -> None:
+    from webhooks import revisions
+
+    pages = [ROOT / "README.md", *DOCS.rglob("*.md"), *(ROOT / "examples").rglob("*.md")]
+    named = {str(p.relative_to(ROOT)): revisions_named_as_head(p.read_text()) for p in pages}
+    assert sum(len(found) for found in named.values()) >= 2  # production.md names it, so the check bites
+    head = revisions.head()
+    assert {page: found for page, found in named.items() if set(found) - {head}} == {}
+
+
+def test_the_documented_secret_one_liner_makes_a_secret_a_destination_takes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(guard, "system_resolver", lambda host, port: [])
+    for page in (DOCS / "forwarding.md", ROOT / "examples" / "orders" / "README.md"):
+        code = re.search(r"python3 -c '([^']+)'", page.read_text())
+        assert code, page
+        made = subprocess.run([sys.executable, "-c", code[1]], capture_output=True, text=True, check=True, timeout=60)
+        secret = made.stdout.strip()
+        path = tmp_path / "webhooks.toml"
+        path.write_text(f'[destinations.orders]\nurl = "https://orders.example/in"\nsecrets = ["{secret}"]\n')
+        settings = config.load({"DATABASE_URL": "sqlite://", "WEBHOOKS_CONFIG": str(path)})
+        assert secret.startswith("whsec_") and len(settings.destinations["orders"].keys[0]) == 32
+
+
+def test_every_test_adding_a_provider_names_exists() -> None:
+    page = (DOCS / "adding-a-provider.md").read_text()
+    named = [span for span in SPAN.findall(page) if re.fullmatch(r"tests/[\w/]+\.py(?:::\w+)?", span)]
+    assert "tests/providers/test_catalogue_complete.py::test_every_kind_has_everything" in named  # the checklist
+    assert [gone for span in named for gone in missing_in(f"`{span}`")] == []

@@ -102,6 +102,12 @@ def _when(value: Any) -> str:
     return text.replace("T", " ")[:19] + ("Z" if text else "")
 
 
+@bp.app_template_filter("counted")
+def _counted(count: int, noun: str) -> str:
+    """``1 attempt``, ``2 attempts``, ``0 attempts``: a count with its noun (regular plurals)."""
+    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
+
+
 @bp.app_template_filter("pretty")
 def _pretty(value: Any) -> str:
     return json.dumps(value, indent=2, ensure_ascii=False, sort_keys=False)

@@ -242,7 +242,7 @@ class Adyen(Provider):
     def describe_version(self, version: int) -> str | None:
         """The fold's count; rows stored before the fold (revision 0005): ``stage × 10^14`` + ``eventDate`` ms."""
         if 0 < version < LEGACY_STAGE:
-            return f"fold of {version} notification(s)"
+            return f"fold of {version} notification{'' if version == 1 else 's'}"
         stage, ms = divmod(version, LEGACY_STAGE)
         if version < 0 or stage not in STAGE_NAMES:
             return None
