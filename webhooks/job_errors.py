@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import importlib
 import logging
+import sys
 import threading
 import traceback
 from datetime import UTC, datetime
@@ -39,9 +40,7 @@ def check_job() -> str | None:
     try:
         getattr(importlib.import_module(module), name)
     except Exception as exc:
-        import webhooks
-
-        where = webhooks.__file__ or "?"
+        where = getattr(sys.modules.get("webhooks"), "__file__", None) or "?"
         return (
             f"cannot import the job function {JOB} ({exc.__class__.__name__}: {_first_line(exc)}); this process"
             f" loads webhooks from {where.removesuffix('/__init__.py')}: install the package (pip install .)"

@@ -62,6 +62,8 @@ JOB_ERRORS = Counter(
     "Jobs a worker could not run, failed before their attempt record (import, deserialize, other)",
     ["reason"],
 )
+for _reason in ("import", "deserialize", "other"):  # exported at 0: an alert sees the first one
+    JOB_ERRORS.labels(_reason)
 RECOVERIES = Counter("webhooks_sweeper_recoveries", "Stranded events the sweeper queued again")
 RATE_LIMIT_FAILURES = Counter(
     "webhooks_rate_limit_failures", "Rate-limit checks Redis could not answer (the per-process bucket decided)"
