@@ -5,17 +5,19 @@ an object or SQLite's write lock.
 Nothing here knows a provider: each kind's ``refetch`` (``webhooks.providers.base.Provider``) calls
 its own API client beside it (``providers/stripe_api.py``, ``providers/paypal_api.py``).
 ``FetchError`` (network, 5xx, 429, expired token) is retried by RQ with backoff;
-``MismatchError`` (the provider's copy is not what was delivered) fails the event at once.
+``MismatchError`` (the provider's copy is not what was delivered) fails the event at once;
+``UnknownObjectError`` (a nudge of a kind that signs nothing named an object the provider does not
+have) ends it ``ignored`` as ``unknown_object``: anyone can send one, so it must page no one.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from webhooks.providers.api import FetchError, MismatchError
+from webhooks.providers.api import FetchError, MismatchError, UnknownObjectError
 from webhooks.providers.base import Endpoint, ObjectRef, Provider
 
-__all__ = ["FetchError", "MismatchError", "current"]
+__all__ = ["FetchError", "MismatchError", "UnknownObjectError", "current"]
 
 
 def current(

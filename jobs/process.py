@@ -43,7 +43,7 @@ from webhooks.storable import storable_text
 from webhooks.store import deliveries
 from webhooks.store.base import Claimed, Seen, Work
 from webhooks.store.claims import TRACEBACK_LIMIT, Claim, abandon, measure, running
-from webhooks.vocabulary import Status
+from webhooks.vocabulary import Reason, Status
 
 from . import fetch
 from .objects import merge, prepare
@@ -122,6 +122,15 @@ def process_event(endpoint: str, event_id: str) -> str:
                 # attempt (and in the end a failed event), never a job that retries unseen forever.
                 handlers.load(rt.settings.handler_modules)
                 status = rt.store.process(claimed, work(rt, claimed), started_at)
+            except fetch.UnknownObjectError:
+                if claim.abandoned:
+                    return "skipped"  # the watchdog recorded this attempt (``abandon``)
+                # Anyone may name an object: the provider has none, so nothing ran and nothing pages.
+                if not rt.store.dismiss(endpoint, event_id, attempt, Reason.UNKNOWN_OBJECT, started_at):
+                    return "skipped"  # a newer claim took over; it decides
+                metrics.child(metrics.REJECTIONS, label, Reason.UNKNOWN_OBJECT).inc()
+                measure(label, Status.IGNORED, clock, event_id, attempt)
+                return Status.IGNORED
             except fetch.MismatchError as exc:
                 if claim.abandoned:
                     return "skipped"  # the watchdog recorded this attempt (``abandon``)

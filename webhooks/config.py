@@ -33,7 +33,20 @@ def shorthands() -> dict[str, tuple[str, str, str]]:
     }
 
 
-ENDPOINT_FIELDS = ("provider", "secrets", "tolerance_seconds", "basic_auth", "rate_limit", "forward")
+ENDPOINT_FIELDS = (
+    "provider",
+    "secrets",
+    "tolerance_seconds",
+    "basic_auth",
+    "rate_limit",
+    "sender_rate_limit",
+    "forward",
+)
+# The defaults of an endpoint whose kind signs nothing (``Provider.signs_nothing``: anyone may post
+# to it, and each delivery costs a call of the operator's API quota): requests a second for the
+# endpoint, and for one sender address. Explicit values replace them.
+UNSIGNED_RATE_LIMIT = 20.0
+UNSIGNED_SENDER_RATE_LIMIT = 10.0
 
 
 @dataclass(frozen=True)
@@ -142,15 +155,21 @@ def _endpoint(name: str, raw: Mapping[str, Any], environ: Mapping[str, str]) -> 
     if not isinstance(tolerance, int) or isinstance(tolerance, bool) or tolerance <= 0:
         raise ConfigError(f"{where}: tolerance_seconds must be a positive integer")
     basic_auth = _resolve(raw.get("basic_auth"), where, environ)
-    rate_limit = raw.get("rate_limit")
-    if rate_limit is not None and (
-        isinstance(rate_limit, bool) or not isinstance(rate_limit, int | float) or rate_limit <= 0
-    ):
-        raise ConfigError(f"{where}: rate_limit must be a positive number of requests a second")
+    rate_limit, sender_rate_limit = (_rate(raw.get(key), where, key) for key in ("rate_limit", "sender_rate_limit"))
     options = {k: _resolve(v, where, environ) for k, v in raw.items() if k not in (*ENDPOINT_FIELDS, "secret")}
-    endpoint = Endpoint(name, str(kind), resolved, tolerance, basic_auth or None, options, rate_limit)
+    endpoint = Endpoint(name, str(kind), resolved, tolerance, basic_auth or None, options)
     provider.validate(endpoint)  # its messages name the endpoint
-    return endpoint
+    if provider.signs_nothing(endpoint):  # anyone may post to it: a flood must cost the sender
+        rate_limit = rate_limit or UNSIGNED_RATE_LIMIT
+        sender_rate_limit = sender_rate_limit or UNSIGNED_SENDER_RATE_LIMIT
+    return replace(endpoint, rate_limit=rate_limit, sender_rate_limit=sender_rate_limit)
+
+
+def _rate(value: Any, where: str, key: str) -> float | None:
+    """A configured requests-a-second budget (None: not configured), or ``ConfigError``."""
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int | float) or not value > 0):
+        raise ConfigError(f"{where}: {key} must be a positive number of requests a second")
+    return value
 
 
 def _destination(name: str, raw: Mapping[str, Any], environ: Mapping[str, Any]) -> Destination:

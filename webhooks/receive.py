@@ -175,9 +175,15 @@ def handle(rt: Runtime, limits: RateLimits, endpoint_name: str, environ: dict[st
     started = time.monotonic()
     label = metrics.endpoint_label(rt, endpoint_name)
     endpoint = rt.settings.endpoints.get(endpoint_name)
-    if endpoint is not None and endpoint.rate_limit:
-        wait = limits.retry_after(endpoint.name, endpoint.rate_limit)
-        if wait:  # before reading the body: a flood costs as little as possible
+    forwarded = environ.get("HTTP_X_FORWARDED_FOR")
+    who = clients.sender(environ.get("REMOTE_ADDR"), [forwarded] if forwarded else [], rt.settings.trusted_proxies)
+    if endpoint is not None and (endpoint.rate_limit or endpoint.sender_rate_limit):
+        # Before reading the body: a flood costs as little as possible. The sender's own budget
+        # first, so one address's flood spends it, not the endpoint's.
+        wait = limits.sender_retry_after(endpoint.name, who, endpoint.sender_rate_limit) or limits.retry_after(
+            endpoint.name, endpoint.rate_limit
+        )
+        if wait:
             _account(label, started, "rejected", reason=Reason.RATE_LIMITED)
             return _json(429, {"error": Reason.RATE_LIMITED}, ("Retry-After", str(wait)))
     headers = environ_headers(environ)
@@ -185,8 +191,6 @@ def handle(rt: Runtime, limits: RateLimits, endpoint_name: str, environ: dict[st
     body = b""
     try:
         body = read_body(environ, rt.settings.max_body_bytes, rt.settings.read_timeout)
-        forwarded = environ.get("HTTP_X_FORWARDED_FOR")
-        who = clients.sender(environ.get("REMOTE_ADDR"), [forwarded] if forwarded else [], rt.settings.trusted_proxies)
         method = environ.get("REQUEST_METHOD", "POST")
         delivery = deliver(rt, endpoint_name, headers, body, url, now=time.time(), sender=who, method=method)
     except VerificationError as exc:

@@ -68,5 +68,8 @@ class Reason(StrEnum):
     NOT_FOUND = "not_found"
     TOO_MANY_SIGNATURES = "too_many_signatures"
     TOO_MANY_PARAMETERS = "too_many_parameters"
+    # The worker's: a nudge of a kind that signs nothing named an object the provider does not
+    # have (its event ends ``ignored`` with this as ``last_error``; never sent back to the sender).
+    UNKNOWN_OBJECT = "unknown_object"
     # The console's: a client that typed too many wrong admin passwords waits (429).
     LOGIN_THROTTLED = "login_throttled"

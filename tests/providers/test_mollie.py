@@ -18,6 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+import prometheus_client
 import pytest
 from flask import Flask
 from mollie.api.client import Client
@@ -26,7 +27,7 @@ from tests.conftest import admin_headers, base_config, drain, make_app, rows, wa
 from tests.fake_apis import serve
 from webhooks.errors import ConfigError, PayloadError, VerificationError
 from webhooks.providers import mollie_api
-from webhooks.providers.api import FetchError, MismatchError
+from webhooks.providers.api import FetchError, MismatchError, Missing, UnknownObjectError
 from webhooks.providers.base import Endpoint, Request
 from webhooks.providers.mollie import CLASSIC_TYPE, CLASSIC_WINDOW, Mollie
 
@@ -319,14 +320,84 @@ def test_classic_is_stored_once_and_processed_from_the_fetched_payment(classic_a
     assert obj.get_json()["state"] == SDK_PAYMENT
 
 
-def test_a_payment_mollie_does_not_have_fails_at_once(classic_app: tuple[Flask, FakeMollie]) -> None:
-    app, api = classic_app
-    assert post(app, b"id=tr_forged1")[0] == 200  # anyone may post a name; nothing is acted on unfetched
+def rejections_metric(name: str = "mollie") -> float:
+    labels = {"endpoint": name, "reason": "unknown_object"}
+    return prometheus_client.REGISTRY.get_sample_value("webhooks_rejections_total", labels) or 0.0
+
+
+def test_nudges_for_a_payment_mollie_does_not_have_cost_one_call_and_page_no_one(
+    sqlite_url: str, fake: tuple[FakeMollie, str]
+) -> None:
+    """The attack: 400 nudges naming one payment Mollie does not have, then 20 replays of the event
+    (each a new fetch on main): one call to Mollie, and the event ends ``ignored``, never ``failed``."""
+    api, base = fake
+    endpoints = {
+        "mollie": {
+            "provider": "mollie",
+            "api_key": KEY,
+            "api_base": base,
+            "rate_limit": 10_000,  # the flood is let in: the cost of what is stored is measured
+            "sender_rate_limit": 10_000,
+        }
+    }
+    app = make_app(base_config(sqlite_url, WEBHOOKS_MAX_ATTEMPTS="3", ENDPOINTS=endpoints))
+    before = rejections_metric()
+    with ThreadPoolExecutor(8) as pool:
+        answers = list(pool.map(lambda _: post(app, b"id=tr_forged1")[0], range(400)))
+    assert answers == [200] * 400  # anyone may post a name; nothing is acted on unfetched
     drain(app)
-    ((_, status, error),) = events(app)
-    assert status == "failed" and "no payment" in str(error)
-    assert len(api.seen) == 1  # a mismatch is not retried
+    stored = events(app)
+    assert {(status, error) for _, status, error in stored} == {("ignored", "unknown_object")}
+    client = app.test_client()
+    for _ in range(20):
+        event_id = stored[0][0]
+        answer = client.post(f"/admin/api/events/mollie/{event_id}/replay", headers=admin_headers(), json={})
+        assert answer.status_code == 202
+        drain(app)
+    assert api.seen == [("/v2/payments/tr_forged1", f"Bearer {KEY}")]  # one call: the 404 is remembered
+    assert {(status, error) for _, status, error in events(app)} == {("ignored", "unknown_object")}
     assert rows(app, "SELECT count(*) FROM objects") == [(0,)]
+    attempts = rows(app, "SELECT status, error, handlers FROM attempts WHERE endpoint = 'mollie'")
+    assert attempts and {tuple(a[:2]) for a in attempts} == {("ignored", "unknown_object")}
+    counted = len(stored) + 20  # each attempt that found no payment is one rejection
+    assert rows(app, "SELECT count FROM rejection_counts WHERE reason = 'unknown_object'") == [(counted,)]
+    assert rejections_metric() - before == counted
+    listed = client.get("/admin/api/rejections", headers=admin_headers()).get_json()
+    assert listed["counts"]["mollie"]["unknown_object"] == counted
+    assert client.get("/admin/api/events?status=failed", headers=admin_headers()).get_json()["events"] == []
+
+
+def test_many_lookups_of_one_unknown_payment_cost_one_call_for_a_minute(fake: tuple[FakeMollie, str]) -> None:
+    api, base = fake
+    endpoint = classic("mollie-missing", api_base=base)
+    for _ in range(400):
+        with pytest.raises(UnknownObjectError, match="no payment"):
+            PROVIDER.refetch(endpoint, CLASSIC_TYPE, {"id": "tr_unknown1"}, None)
+    assert len(api.seen) == 1
+    api.payments = {"tr_unknown2": {**SDK_PAYMENT, "id": "tr_unknown2"}}
+    assert PROVIDER.refetch(endpoint, CLASSIC_TYPE, {"id": "tr_unknown2"}, None)[0]["id"] == "tr_unknown2"
+    assert len(api.seen) == 2  # another id is asked for
+    # A signed endpoint's 404 (Mercado Pago's signed id) is not remembered: each is a failure.
+    signed = Endpoint("mollie-missing", "mollie", (SECRET,), options={"api_key": KEY, "api_base": base})
+    for _ in range(2):
+        with pytest.raises(MismatchError) as raised:
+            mollie_api.payment(signed, "tr_unknown3")
+        assert not isinstance(raised.value, UnknownObjectError)
+    assert len(api.seen) == 4
+
+
+def test_the_memory_of_unknown_objects_expires_and_is_bounded() -> None:
+    now = [0.0]
+    missing = Missing(ttl=60, size=3, clock=lambda: now[0])
+    missing.add(("e", "a"))
+    now[0] = 59.9
+    assert ("e", "a") in missing
+    now[0] = 60.0
+    assert ("e", "a") not in missing  # asked again after the ttl
+    for name in "bcde":
+        missing.add(("e", name))
+    assert ("e", "b") not in missing and all(("e", n) in missing for n in "cde")  # the oldest forgotten
+    assert len(missing.until) == 3
 
 
 def test_api_errors_are_retried_then_failed(classic_app: tuple[Flask, FakeMollie]) -> None:

@@ -1,5 +1,6 @@
 """The per-endpoint rate limit: one budget for the whole service on Redis, one per process on the
-embedded default, and a Redis outage that never refuses a delivery for the limiter's sake."""
+embedded default, and a Redis outage that never refuses a delivery for the limiter's sake. An
+endpoint whose kind signs nothing is limited by default, per sender address first."""
 
 from __future__ import annotations
 
@@ -7,11 +8,13 @@ import time
 from itertools import cycle
 
 import prometheus_client
+import pytest
 import redis
 from flask import Flask
 
 from tests.conftest import base_config, free_port, make_app, rows, stripe_event, stripe_headers, wait_until
 from webhooks import ratelimit
+from webhooks.config import UNSIGNED_RATE_LIMIT, UNSIGNED_SENDER_RATE_LIMIT
 
 RATE = 5
 
@@ -80,3 +83,89 @@ def test_a_redis_outage_lets_deliveries_through_on_the_process_bucket(sqlite_url
     now[0] += ratelimit.PAUSE + 1 / RATE
     assert burst([app], 50, 1) == [200]  # Redis tried again (still down): the refilled local token
     assert failures() == before + 2
+
+
+# -- an endpoint whose kind signs nothing (Mollie classic): limited by default, per sender first ------
+
+MOLLIE_KEY = "test_dHar4XY7LxsDOtmnkVtjNVWXLSlXsM"
+ATTACKER, MOLLIE, OTHER = "203.0.113.7", "198.51.100.9", "192.0.2.44"
+
+
+def classic_mollie(database_url: str, **extra: str) -> Flask:
+    endpoints = {"mollie": {"provider": "mollie", "api_key": MOLLIE_KEY}}  # no limits configured: the defaults
+    return make_app(base_config(database_url, WEBHOOKS_TRUSTED_PROXIES="1", ENDPOINTS=endpoints, **extra))
+
+
+def nudges(app: Flask, sender: str, first: int, n: int) -> list[int]:
+    """``n`` nudges naming fresh payments, sent through one trusted proxy on behalf of ``sender``."""
+    client = app.test_client()
+    return [
+        client.post(
+            "/webhooks/mollie",
+            data=f"id=tr_rl{first + k}".encode(),
+            headers={"X-Forwarded-For": f"10.9.9.9, {sender}"},  # the first is the sender's own claim
+            environ_base={"REMOTE_ADDR": "127.0.0.1"},
+        ).status_code
+        for k in range(n)
+    ]
+
+
+def test_a_kind_that_signs_nothing_limits_each_sender_then_the_endpoint(sqlite_url: str) -> None:
+    app = classic_mollie(sqlite_url)
+    app.extensions["webhooks_rate_limits"].clock = lambda: 1000.0  # a stopped clock: no token refills
+    flood = nudges(app, ATTACKER, 0, 60)
+    assert flood == [200] * int(UNSIGNED_SENDER_RATE_LIMIT) + [429] * (60 - int(UNSIGNED_SENDER_RATE_LIMIT))
+    answer = app.test_client().post(
+        "/webhooks/mollie",
+        data=b"id=tr_rlx",
+        headers={"X-Forwarded-For": ATTACKER},
+        environ_base={"REMOTE_ADDR": "127.0.0.1"},
+    )
+    assert answer.get_json() == {"error": "rate_limited"} and int(answer.headers["Retry-After"]) >= 1
+    # The refused flood spent the attacker's budget only: Mollie's own address still gets through.
+    assert nudges(app, MOLLIE, 100, 5) == [200] * 5
+    # The endpoint's budget bounds all senders together (20 by default: 10 + 5 spent, 5 left).
+    left = int(UNSIGNED_RATE_LIMIT - UNSIGNED_SENDER_RATE_LIMIT - 5)
+    assert nudges(app, OTHER, 200, left + 1) == [200] * left + [429]
+    stored = rows(app, "SELECT count(*) FROM events WHERE endpoint = 'mollie'")[0][0]
+    assert stored == UNSIGNED_RATE_LIMIT
+
+
+def test_a_senders_budget_is_read_from_the_trusted_proxys_address_only(sqlite_url: str) -> None:
+    app = classic_mollie(sqlite_url)
+    app.extensions["webhooks_rate_limits"].clock = lambda: 1000.0
+    client = app.test_client()
+    # The sender writes a fresh address of its own into X-Forwarded-For each time: never believed.
+    statuses = [
+        client.post(
+            "/webhooks/mollie",
+            data=f"id=tr_spoof{k}".encode(),
+            headers={"X-Forwarded-For": f"10.0.0.{k}, {ATTACKER}"},
+            environ_base={"REMOTE_ADDR": "127.0.0.1"},
+        ).status_code
+        for k in range(12)
+    ]
+    assert statuses.count(200) == UNSIGNED_SENDER_RATE_LIMIT and statuses[-1] == 429
+
+
+def test_this_processs_sender_buckets_are_bounded(sqlite_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(ratelimit, "MAX_SENDERS", 3)
+    app = classic_mollie(sqlite_url)
+    limits = app.extensions["webhooks_rate_limits"]
+    limits.clock = lambda: 1000.0
+    for n in range(6):
+        assert nudges(app, f"192.0.2.{n}", 10 * n, 1) == [200]
+    assert list(limits.senders) == [("mollie", f"192.0.2.{n}") for n in (3, 4, 5)]  # the least recent forgotten
+
+
+def test_on_redis_a_senders_bucket_is_shared_and_expires(sqlite_url: str, redis_url: str) -> None:
+    apps = [classic_mollie(sqlite_url, REDIS_URL=redis_url), classic_mollie(sqlite_url, REDIS_URL=redis_url)]
+    bucket = redis.Redis.from_url(redis_url)
+    key = ratelimit.sender_key("mollie", ATTACKER)
+    bucket.delete(key)
+    assert nudges(apps[0], ATTACKER, 0, 1) == nudges(apps[1], ATTACKER, 1, 1) == [200]
+    tokens = float(bucket.hget(key, "tokens") or 0)
+    assert UNSIGNED_SENDER_RATE_LIMIT - 2 <= tokens < UNSIGNED_SENDER_RATE_LIMIT - 1  # one budget for both
+    # Redis forgets an idle sender within seconds: a flood of addresses holds little memory.
+    assert 0 < bucket.pttl(key) <= 1000 * (1 + 1)
+    assert bucket.exists(ratelimit.sender_key("mollie", MOLLIE)) == 0

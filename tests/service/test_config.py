@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from webhooks.config import load
+from webhooks.config import UNSIGNED_RATE_LIMIT, UNSIGNED_SENDER_RATE_LIMIT, load
 from webhooks.errors import ConfigError
 
 
@@ -60,3 +60,34 @@ def test_bad_endpoints_fail_closed_naming_the_endpoint(endpoint: dict[str, objec
 def test_bad_numbers_are_refused() -> None:
     with pytest.raises(ConfigError, match="WEBHOOKS_MAX_ATTEMPTS"):
         load({"WEBHOOKS_MAX_ATTEMPTS": "many"})
+
+
+MOLLIE_KEY = "test_dHar4XY7LxsDOtmnkVtjNVWXLSlXsM"
+
+
+def test_a_kind_that_signs_nothing_is_rate_limited_by_default() -> None:
+    endpoints = {
+        "classic": {"provider": "mollie", "api_key": MOLLIE_KEY},
+        "classic_set": {"provider": "mollie", "api_key": MOLLIE_KEY, "rate_limit": 200, "sender_rate_limit": 2.5},
+        "signed": {"provider": "mollie", "secrets": ["mollie-signing-secret"]},
+        "stripe": {"provider": "stripe", "secrets": ["whsec_a"], "sender_rate_limit": 3},
+    }
+    found = {name: (e.rate_limit, e.sender_rate_limit) for name, e in load({"ENDPOINTS": endpoints}).endpoints.items()}
+    assert found == {
+        "classic": (UNSIGNED_RATE_LIMIT, UNSIGNED_SENDER_RATE_LIMIT),
+        "classic_set": (200, 2.5),  # explicit values replace the defaults
+        "signed": (None, None),  # signed: unlimited unless configured
+        "stripe": (None, 3),
+    }
+    assert (UNSIGNED_RATE_LIMIT, UNSIGNED_SENDER_RATE_LIMIT) == (20, 10)  # as docs/quickstart.md says
+    shorthand = load({"MOLLIE_API_KEY": MOLLIE_KEY}).endpoints["mollie"]
+    assert (shorthand.rate_limit, shorthand.sender_rate_limit) == (UNSIGNED_RATE_LIMIT, UNSIGNED_SENDER_RATE_LIMIT)
+
+
+@pytest.mark.parametrize("key", ["rate_limit", "sender_rate_limit"])
+@pytest.mark.parametrize("value", [0, -1, "5", True, float("nan")])
+def test_rate_limits_must_be_positive_numbers(key: str, value: object) -> None:
+    for endpoint in ({"provider": "stripe", "secrets": ["whsec_a"]}, {"provider": "mollie", "api_key": MOLLIE_KEY}):
+        with pytest.raises(ConfigError) as info:
+            load({"ENDPOINTS": {"shop": {**endpoint, key: value}}})
+        assert str(info.value) == f"endpoint 'shop': {key} must be a positive number of requests a second"

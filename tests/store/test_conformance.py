@@ -27,6 +27,7 @@ from webhooks.runtime import Runtime
 from webhooks.store import claims
 from webhooks.store import sqlite as sqlite_store
 from webhooks.sweeper import sweep
+from webhooks.vocabulary import Reason
 
 # ===== the receiver, the sweeper, replay: a duplicate creates no job; a replay is audited with
 # its row change; the sweeper recovers each stranded state ====================================
@@ -243,6 +244,29 @@ def test_a_failure_under_the_claim_is_recorded_and_failed_after_the_last_try(any
         ("failed" if last_try else "queued", 1, "Boom: down")
     ]
     assert rows(any_app, "SELECT number, status, error FROM attempts") == [(1, "error", "Boom: down")]
+
+
+def test_a_dismissal_under_the_claim_ignores_the_event_with_its_reason_and_counts_it(any_app: Flask) -> None:
+    """``dismiss`` (a nudge naming an object its provider does not have): ``MARK`` to ``ignored``
+    with the reason as last error, its attempt's row and one rejection counted; a superseded claim's
+    dismissal changes nothing."""
+    deliver_stripe(any_app, stripe_event("evt_unknown"))
+    rt = runtime(any_app)
+    first = rt.store.claim("stripe", "evt_unknown", datetime.now(UTC))
+    second = rt.store.claim("stripe", "evt_unknown", datetime.now(UTC))
+    assert first is not None and second is not None
+    assert not rt.store.dismiss("stripe", "evt_unknown", first.attempts, Reason.UNKNOWN_OBJECT, datetime.now(UTC))
+    assert rows(any_app, "SELECT status, last_error FROM events") == [("processing", None)]
+    assert rows(any_app, "SELECT count(*) FROM rejection_counts") == [(0,)]
+    assert rt.store.dismiss("stripe", "evt_unknown", second.attempts, Reason.UNKNOWN_OBJECT, datetime.now(UTC))
+    [(status, attempts, error, processed_at)] = rows(
+        any_app, "SELECT status, attempts, last_error, processed_at FROM events"
+    )
+    assert (status, attempts, error) == ("ignored", 2, "unknown_object") and processed_at is not None
+    assert rows(any_app, "SELECT number, status, error FROM attempts") == [(2, "ignored", "unknown_object")]
+    assert rows(any_app, "SELECT endpoint, reason, count FROM rejection_counts") == [("stripe", "unknown_object", 1)]
+    assert not rt.store.dismiss("stripe", "evt_unknown", second.attempts, Reason.UNKNOWN_OBJECT, datetime.now(UTC))
+    assert rows(any_app, "SELECT count FROM rejection_counts") == [(1,)]  # a mark happens once
 
 
 def test_an_event_abandoned_by_the_watchdog_after_its_last_attempt_is_failed(any_app: Flask) -> None:

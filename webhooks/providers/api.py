@@ -1,6 +1,6 @@
 """What the providers' API clients (``stripe_api``, ``paypal_api``, ``mollie_api``…) share: their
-errors, the per-endpoint call budget, the version of a state fetched now, the pinned API base, and
-one bearer-token GET of a JSON resource.
+errors, the per-endpoint call budget, the version of a state fetched now, the pinned API base, one
+bearer-token GET of a JSON resource, and the short memory of objects an API said it does not have.
 
 These modules do I/O (worker side, or a command); the provider modules beside them stay sans-I/O
 and load them only inside the capability that needs them (``Provider.refetch``, ``missed``).
@@ -13,6 +13,8 @@ import json
 import threading
 import time
 import urllib.parse
+from collections import OrderedDict
+from collections.abc import Callable
 from typing import Any
 
 from webhooks import outbound
@@ -35,6 +37,39 @@ class FetchError(Exception):
 
 class MismatchError(Exception):
     """The provider's own copy of the event is not what was delivered: never act on it, never retry."""
+
+
+class UnknownObjectError(MismatchError):
+    """A nudge of a kind that signs nothing named an object the provider does not have (its API
+    answered 404, now or within ``Missing.ttl``): the event is ``ignored``, never retried or failed."""
+
+
+class Missing:
+    """Objects an API answered 404 for, remembered ``ttl`` seconds so that a flood naming one
+    unknown id costs one call; per process, at most ``size`` entries (the oldest forgotten first)."""
+
+    def __init__(self, ttl: float = 60.0, size: int = 10_000, clock: Callable[[], float] = time.monotonic) -> None:
+        self.ttl, self.size, self.clock = ttl, size, clock
+        self.until: OrderedDict[tuple[str, str], float] = OrderedDict()
+        self.lock = threading.Lock()
+
+    def __contains__(self, key: tuple[str, str]) -> bool:
+        with self.lock:
+            until = self.until.get(key)
+            if until is not None and until <= self.clock():
+                del self.until[key]
+                until = None
+            return until is not None
+
+    def add(self, key: tuple[str, str]) -> None:
+        with self.lock:
+            self.until.pop(key, None)
+            self.until[key] = self.clock() + self.ttl
+            while len(self.until) > self.size:
+                self.until.popitem(last=False)
+
+
+MISSING = Missing()  # (endpoint name, URL) → when its 404 is forgotten
 
 
 def throttle(endpoint: Endpoint, rate: float) -> None:
@@ -70,12 +105,25 @@ def check_base(name: str, base: Any, host: str) -> None:
 
 
 def bearer_json(
-    endpoint: Endpoint, url: str, token: Any, *, who: str, accept: str, missing: str, rate: float, limit: int
+    endpoint: Endpoint,
+    url: str,
+    token: Any,
+    *,
+    who: str,
+    accept: str,
+    missing: str,
+    rate: float,
+    limit: int,
+    unsigned: bool = False,
 ) -> Any:
     """``GET url`` with ``Authorization: Bearer <token>``, within the endpoint's budget (``rate`` a
     second) and ``outbound_timeout``, at most ``limit`` bytes, no redirects: the parsed JSON. A 404
-    is ``MismatchError(missing)`` (fail at once); no answer, another status, an answer too long or
-    not JSON is ``FetchError`` (retried). ``who`` names the provider in the messages."""
+    is ``MismatchError(missing)`` (fail at once); for a nudge nothing signed (``unsigned``) it is
+    ``UnknownObjectError``, remembered in ``MISSING`` so the same URL is not asked again within its
+    ttl. No answer, another status, an answer too long or not JSON is ``FetchError`` (retried).
+    ``who`` names the provider in the messages."""
+    if unsigned and (endpoint.name, url) in MISSING:
+        raise UnknownObjectError(f"{missing} (answered 404 within the last {MISSING.ttl:.0f} s)")
     throttle(endpoint, rate)
     headers = {"Authorization": f"Bearer {token}", "Accept": accept}
     try:
@@ -83,6 +131,9 @@ def bearer_json(
     except outbound.Unreachable as exc:
         raise FetchError(f"{who} {exc}") from None
     if answer.status == 404:
+        if unsigned:
+            MISSING.add((endpoint.name, url))
+            raise UnknownObjectError(missing)
         raise MismatchError(missing)
     if answer.status != 200 or len(answer.body) > limit:
         raise FetchError(f"{who} {url} answered {answer.status}")

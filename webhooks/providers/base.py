@@ -40,6 +40,7 @@ class Endpoint:
     basic_auth: str | None = None
     options: Mapping[str, Any] = field(default_factory=dict)
     rate_limit: float | None = None  # requests a second per web process; None: unlimited
+    sender_rate_limit: float | None = None  # requests a second per sender address (``clients``); None: unlimited
     outbound_timeout: float = 10.0  # seconds a call to its API may wait (WEBHOOKS_OUTBOUND_TIMEOUT_SECONDS)
 
 
@@ -124,7 +125,8 @@ class Provider:
     kind: ClassVar[str]
     signature_header_names: ClassVar[tuple[str, ...]] = ()
     # The endpoint table's keys this kind understands beyond the common ones (``provider``,
-    # ``secrets``, ``tolerance_seconds``, ``basic_auth``, ``rate_limit``): anything else is a typo.
+    # ``secrets``, ``tolerance_seconds``, ``basic_auth``, ``rate_limit``, ``sender_rate_limit``):
+    # anything else is a typo.
     option_names: ClassVar[frozenset[str]] = frozenset()
     # How long the provider may retry one event, rounded up: ``webhooks purge`` refuses a shorter
     # window (a purged id lets a late retry in as new). Unknown: assume the longest, 30 days.
@@ -143,6 +145,12 @@ class Provider:
 
     def verify(self, request: Request, endpoint: Endpoint, *, now: float) -> Verified:
         raise NotImplementedError
+
+    def signs_nothing(self, endpoint: Endpoint) -> bool:
+        """Whether anyone may post to ``endpoint`` (nothing a delivery carries is signed; the worker
+        fetches what it names): such an endpoint gets a default ``rate_limit`` and
+        ``sender_rate_limit`` (``config``). Default: every delivery is signed."""
+        return False
 
     def signature_headers(self, endpoint: Endpoint) -> tuple[str, ...]:
         """The request headers that carry the signature (redacted where a stored one could be replayed)."""

@@ -5,7 +5,8 @@ changes; nothing is signed and anyone can post it. The body is never acted on: i
 payment (``tr_`` and letters or digits, else ``malformed_payload``), and the worker acts on the
 payment fetched from Mollie's API with the endpoint's ``api_key`` (``GET /v2/payments/<id>``,
 ``mollie_api``), so ``validate`` refuses a classic endpoint without one (fail closed: there is
-nothing else to verify against). A payment Mollie does not have fails the event at once. The
+nothing else to verify against; ``signs_nothing``: default rate limits). A payment Mollie does not
+have ends the event ``ignored`` (``unknown_object``), and is not asked for again for a minute. The
 delivery carries no event id, type or version: the id is ``<payment id>@<minute of arrival>``
 (``CLASSIC_WINDOW``: duplicates within it are one event; a later nudge is a new event that fetches
 the then-current state), the type ``payment.changed``, the object the fetched payment, versioned by
@@ -102,6 +103,9 @@ class Mollie(Provider):
             from webhooks.providers import api  # no I/O: only its host check
 
             api.check_base(name, endpoint.options["api_base"], "api.mollie.com")
+
+    def signs_nothing(self, endpoint: Endpoint) -> bool:
+        return not endpoint.secrets  # classic
 
     def verify(self, request: Request, endpoint: Endpoint, *, now: float) -> Verified:
         if not endpoint.secrets:  # classic: the body is a name to fetch, never acted on

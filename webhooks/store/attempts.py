@@ -23,23 +23,28 @@ _ADD = insert(Attempt.__table__)  # type: ignore[arg-type]  # a Table: a plain C
 
 
 def add(
-    session: Session, endpoint: str, event_id: str, number: int, started_at: datetime, status: str, handlers: list[str]
+    session: Session,
+    endpoint: str,
+    event_id: str,
+    number: int,
+    started_at: datetime,
+    status: str,
+    handlers: list[str],
+    error: str | None = None,
 ) -> None:
-    """Add the row of attempt ``number`` (``processed`` or ``ignored``, and the ``handlers`` that
-    ran) to the session's transaction (a plain INSERT: nothing reads the row back, so no ORM
-    object and no fetched id)."""
-    session.connection().execute(
-        _ADD,
-        {
-            "endpoint": endpoint,
-            "event_id": event_id,
-            "number": number,
-            "started_at": started_at,
-            "finished_at": datetime.now(UTC),
-            "status": status,
-            "handlers": handlers,
-        },
-    )
+    """Add the row of attempt ``number`` (``processed`` or ``ignored``, the ``handlers`` that ran,
+    and why when an ``ignored`` says one) to the session's transaction (a plain INSERT: nothing
+    reads the row back, so no ORM object and no fetched id)."""
+    values = {
+        "endpoint": endpoint,
+        "event_id": event_id,
+        "number": number,
+        "started_at": started_at,
+        "finished_at": datetime.now(UTC),
+        "status": status,
+        "handlers": handlers,
+    }
+    session.connection().execute(_ADD, values if error is None else {**values, "error": error})
 
 
 def record(

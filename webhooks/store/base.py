@@ -11,6 +11,7 @@ from typing import Any, NamedTuple, Protocol
 from sqlalchemy.orm import Session
 
 from webhooks.providers.base import ObjectRef
+from webhooks.vocabulary import Reason
 
 Key = tuple[str, str]  # (endpoint, event_id): the events table's primary key
 Rows = list[dict[str, Any]]
@@ -139,6 +140,12 @@ class Store(Protocol):
     ) -> bool:
         """``FAIL`` under the token ``attempt`` with the error, and its attempt's row (best effort);
         False when the claim was superseded (then nothing changed)."""
+        ...
+
+    def dismiss(self, endpoint: str, event_id: str, attempt: int, reason: Reason, started_at: datetime) -> bool:
+        """``MARK`` ``ignored`` under the token ``attempt`` with ``reason`` as ``last_error`` (a nudge
+        naming an object its provider does not have: ``unknown_object``), its attempt's row, and the
+        rejection counted; False when the claim was superseded (then nothing changed)."""
         ...
 
     def time_out(self, claim: Any, error: str, trace: str) -> bool:

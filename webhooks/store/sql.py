@@ -1,6 +1,6 @@
 """What both adapters do through SQLAlchemy: the operations with no hand-built fast path
 (replay, the sweeper's queries, leaving rows for the sweeper, the replayed-signature check, a
-failed attempt). ``SqliteStore`` and ``PostgresStore`` extend it with their own paths."""
+failed attempt, a dismissed one). ``SqliteStore`` and ``PostgresStore`` extend it with their own paths."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from webhooks.quarantine import count as count_rejection
 from webhooks.store import attempts
 from webhooks.store.base import Claimed, Inserts, Key
 from webhooks.store.sql_rows import SqlInserts
-from webhooks.store.transitions import ABANDON, FAIL, LEAVE, REPLAY, REQUEUE, Move, values
+from webhooks.store.transitions import ABANDON, FAIL, LEAVE, MARK, REPLAY, REQUEUE, Move, values
 from webhooks.vocabulary import Reason, Status
 
 log = logging.getLogger(__name__)
@@ -74,6 +74,18 @@ _FAIL = (
     )
     .returning(Event.attempts)
 )
+_DISMISS = (
+    update(Event)
+    .where(*under_claim(MARK))
+    .values(
+        status=bindparam("b_status"),
+        status_at=bindparam("b_status_at"),
+        processed_at=bindparam("b_status_at"),
+        last_error=bindparam("b_error"),
+        last_traceback=None,
+    )
+    .returning(Event.attempts)
+)
 
 
 class SqlStore:
@@ -107,6 +119,20 @@ class SqlStore:
         if marked:
             attempts.record(self.sessions, endpoint, event_id, attempt, started_at, "error", error, trace)
         return marked
+
+    def dismiss(self, endpoint: str, event_id: str, attempt: int, reason: Reason, started_at: datetime) -> bool:
+        """``MARK`` ``ignored`` under the token ``attempt`` with ``reason`` as its last error, its
+        attempt's row (``ignored``, no handler ran) and the rejection counted under ``reason``, in
+        one transaction; False, and nothing written, when superseded."""
+        now = datetime.now(UTC)
+        moved = values(MARK, Status.IGNORED, now)
+        params = {"b_endpoint": endpoint, "b_event_id": event_id, "b_attempt": attempt, "b_error": reason}
+        with self.sessions.begin() as session:
+            if session.execute(_DISMISS, {**params, **bound(moved)}).first() is None:
+                return False
+            attempts.add(session, endpoint, event_id, attempt, started_at, Status.IGNORED, [], error=reason)
+            count_rejection(session, endpoint, reason, now)
+        return True
 
     def time_out(self, claim: Any, error: str, trace: str) -> bool:
         """The attempt of a job stuck past its timeout, failed under its token: the thread's own

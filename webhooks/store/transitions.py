@@ -10,6 +10,9 @@ values from these, and nothing outside ``webhooks.store`` writes a status::
     processing ──abandon──▶ queued | failed  (sweeper: no transaction holds it; failed once spent)
     any but processing ──replay──▶ queued    (operator)
 
+``mark`` to ``ignored`` may carry a reason as the row's last error (``dismiss``: a nudge that
+named an object its provider does not have, ``unknown_object``).
+
 A claim is a token: ``attempts + 1``. Only the holder of the latest claim may ``mark`` or
 ``fail`` the row, so a superseded claim (a replay, a recovered job) changes nothing.
 """
