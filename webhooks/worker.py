@@ -60,7 +60,7 @@ class ScopedWorker(SimpleWorker):
 
         RQ keeps this in private attributes (``_stop_requested``, set by ``request_stop`` and by
         a second signal; ``_shutdown_requested_date``, set by the first): pinned by
-        tests/test_rq_private.py for the supported RQ range (pyproject.toml)."""
+        tests/worker/test_rq_contract.py for the supported RQ range (pyproject.toml)."""
         return bool(self._stop_requested or self._shutdown_requested_date is not None)
 
     def ask_to_stop(self) -> None:
