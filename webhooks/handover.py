@@ -3,7 +3,7 @@
 The embedded queue is an in-process fakeredis, so it cannot be shared by processes (its TCP server
 lost jobs when a client was killed). The web processes queue nothing (``JobQueue.hand_over``):
 every committed delivery is already a ``queued`` row, and so is every replayed event. The worker
-process polls ``ix_events_status_status_at`` for ``queued`` rows every ``POLL_SECONDS`` and
+process polls ``ix_events_unfinished`` for ``queued`` rows every ``POLL_SECONDS`` and
 queues their jobs on its own embedded queue (``JobQueue.admit``), where the unchanged RQ worker
 thread, watchdog and ticker of ``webhooks.embedded`` take them.
 

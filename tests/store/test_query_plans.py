@@ -264,3 +264,13 @@ def test_the_overview_reads_only_the_last_days_range_of_the_time_index(populated
     uses(found, "ix_events_feed")
     # Grouped by endpoint first, SQLite walked the whole primary key for the day's few rows.
     assert "sqlite_autoindex_events_1" not in set().union(*found), found
+
+
+@pytest.mark.parametrize("populated", ["sqlite"], indirect=True)  # the handover is SQLite's (webhooks serve)
+def test_the_handover_reads_the_queued_rows_from_the_unfinished_index(populated: Any) -> None:
+    """``webhooks serve``'s worker process polls ``queued`` rows every 50 ms (``webhooks.handover``):
+    a range of ``ix_events_unfinished`` in its own order, no other index and no sort."""
+    rt = populated
+    found = plans_of(rt.engine, lambda: rt.store.queued_since(NOW - timedelta(days=30), 2000))
+    uses(found, "ix_events_unfinished")
+    assert set().union(*found) == {"ix_events_unfinished"}, found

@@ -11,7 +11,7 @@ from typing import Any
 from sqlalchemy import Engine, select
 
 from webhooks.engines import deferred, sqlite_lock
-from webhooks.models import Event
+from webhooks.models import Event, unfinished
 from webhooks.store import sqlite_worker
 from webhooks.store.base import Claimed, Key, Work
 from webhooks.store.sql import SqlStore
@@ -48,10 +48,11 @@ class SqliteStore(SqlStore):
     # ===== ``webhooks serve``: its web processes hand events on through the database ===========
     def queued_since(self, since: datetime, limit: int) -> list[tuple[str, str, datetime]]:
         """``queued`` rows whose status changed at ``since`` or later, oldest first: (endpoint,
-        event_id, status_at); ``ix_events_status_status_at`` answers it (``webhooks.handover``)."""
+        event_id, status_at); ``ix_events_unfinished`` answers it, its range in the index's order
+        (``webhooks.handover``): the query repeats the index's predicate, or SQLite would not use it."""
         query = (
             select(Event.endpoint, Event.event_id, Event.status_at)
-            .where(Event.status == Status.QUEUED, Event.status_at >= since)
+            .where(Event.status == Status.QUEUED, Event.status_at >= since, unfinished())
             .order_by(Event.status_at)
             .limit(limit)
         )
