@@ -9,6 +9,7 @@ Closing a connection also lingers (RFC 9112 § 9.6) in the request's thread, not
 loop, which otherwise stalled up to 2 s for each peer that keeps sending after its answer.
 
 Used as ``worker_class = "webhooks.gunicorn_worker.DeadlineWorker"`` (``webhooks.gunicorn_conf``).
+The gthread internals it extends are pinned by tests/service/test_gunicorn_contract.py.
 """
 
 from __future__ import annotations
