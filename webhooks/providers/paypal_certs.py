@@ -7,24 +7,18 @@ rule PayPal's own SDKs apply) and chains to a trusted root (the ``certifi`` bund
 ``ca_file``). Good certificates are cached in memory by URL until they expire.
 Failures: PayPal unreachable or 5xx → ``UnavailableError`` (PayPal retries); anything else →
 ``VerificationError("signature_mismatch")``.
-Budget, per distinct URL: a URL is fetched at most once per ``failure_ttl`` seconds (a failure is
-remembered and answered again without a fetch; concurrent requests for one uncached URL share one
-fetch), so junk naming a URL spends only that URL's fetch, never a genuine one's. A sender (its
-address, ``clients.sender``) gets at most ``per_sender`` fetches of new URLs per ``per_seconds``,
-and overall at most ``max_fetches`` distinct URLs are fetched per ``per_seconds`` (beyond either:
-``UnavailableError``, a 503 PayPal retries), so fetches to PayPal stay bounded and junk from one
-sender never spends PayPal's own: a genuine certificate waits only when more than
-``max_fetches`` / ``per_sender`` senders send junk URLs within a minute. ``fetch`` and ``clock``
-are injectable for tests.
+Budget, per distinct URL and per sender: ``webhooks.providers.loader.BoundedLoader`` (a failure
+remembered for ``failure_ttl``, one fetch per URL at a time, ``per_sender`` and ``max_fetches``
+fetches per ``per_seconds``), so junk naming a URL spends only its sender's budget, never a genuine
+certificate's: one waits only when more than ``max_fetches`` / ``per_sender`` senders send junk URLs
+within a minute. ``fetch`` and ``clock`` are injectable for tests.
 ``read_pinned(path)`` reads a pinned certificate file once, for offline set-ups.
 """
 
 from __future__ import annotations
 
-import threading
 import time
 import warnings
-from collections import deque
 from collections.abc import Callable
 from datetime import UTC, datetime
 from functools import lru_cache
@@ -37,12 +31,12 @@ from cryptography.x509.verification import VerificationError as ChainError
 
 from webhooks import outbound
 from webhooks.errors import UnavailableError, VerificationError
+from webhooks.providers.loader import BoundedLoader
 from webhooks.providers.paypal_hosts import is_paypal_cert_url
 from webhooks.vocabulary import Reason
 
 SUBJECTS = ("messageverificationcerts.paypal.com", "messageverificationcerts.sandbox.paypal.com")
 MAX_BYTES = 64 * 1024
-MAX_SENDERS = 10_000  # senders whose recent fetches are remembered (the least recent forgotten first)
 END = b"-----END CERTIFICATE-----"
 
 
@@ -79,72 +73,27 @@ class CertLoader:
         per_sender: int = 10,
     ) -> None:
         self.ca_file, self.timeout, self.check_chain = ca_file, timeout, check_chain
-        self.fetch, self.clock = fetch or self._fetch, clock
-        self.failure_ttl, self.max_fetches, self.per_seconds = failure_ttl, max_fetches, per_seconds
-        self._cache: dict[str, tuple[bytes, float]] = {}
-        self._failures: dict[str, tuple[Reason | None, str, float]] = {}  # url -> (reason, detail, until)
-        self.per_sender = per_sender
-        self._fetches: deque[float] = deque()  # clock() of recent fetches
-        self._by_sender: dict[str, deque[float]] = {}  # sender -> clock() of its recent fetches, oldest sender first
-        self._pending: dict[str, threading.Event] = {}  # url -> set when its one fetch is done
-        self._lock = threading.Lock()
+        self.fetch = fetch or self._fetch
+        self._loader: BoundedLoader[str, bytes] = BoundedLoader(
+            f"{self.name} certificate",
+            timeout=timeout,
+            clock=clock,
+            failure_ttl=failure_ttl,
+            max_fetches=max_fetches,
+            per_seconds=per_seconds,
+            per_sender=per_sender,
+        )
 
     def __call__(self, url: str, sender: str = "") -> bytes:
-        now = time.time()
         if not self.allows(url):
             raise VerificationError(Reason.URL_MISMATCH, f"not a {self.name} certificate URL")
-        while True:
-            with self._lock:
-                cached = self._cache.get(url)
-                if cached and cached[1] > now:
-                    return cached[0]
-                pending = self._pending.get(url)
-                if pending is None:
-                    self._admit(url, sender)
-                    done = self._pending[url] = threading.Event()
-                    break
-            pending.wait(self.timeout)  # another request fetches this URL: share its outcome
-        try:
-            pem = self.fetch(url)
-            expires = self.check(pem, datetime.fromtimestamp(now, UTC))
-        except (UnavailableError, VerificationError) as exc:
-            reason, detail = (exc.reason, exc.detail) if isinstance(exc, VerificationError) else (None, str(exc))
-            with self._lock:
-                self._failures[url] = (reason, detail, self.clock() + self.failure_ttl)
-            raise
-        else:
-            with self._lock:
-                self._cache[url] = (pem, expires)
-            return pem
-        finally:
-            with self._lock:
-                del self._pending[url]
-            done.set()
 
-    def _admit(self, url: str, sender: str) -> None:
-        """Raise a remembered failure of ``url``, or when the sender's or the overall fetch budget
-        is spent; else count a fetch. Called with the lock held."""
-        moment = self.clock()
-        for key in [k for k, (_, _, until) in self._failures.items() if until <= moment]:
-            del self._failures[key]
-        failed = self._failures.get(url)
-        if failed is None:
-            mine = self._by_sender.pop(sender, None) or deque()
-            self._by_sender[sender] = mine  # the most recent sender last
-            while len(self._by_sender) > MAX_SENDERS:
-                del self._by_sender[next(iter(self._by_sender))]
-            for recent in (self._fetches, mine):
-                while recent and recent[0] <= moment - self.per_seconds:
-                    recent.popleft()
-            if len(mine) >= self.per_sender or len(self._fetches) >= self.max_fetches:
-                raise UnavailableError(f"{self.name} certificate fetches are rate-limited; retry later")
-            self._fetches.append(moment)
-            mine.append(moment)
-            return
-        reason, detail, _ = failed
-        if reason is None:
-            raise UnavailableError(f"{detail} (remembered failure)")
-        raise VerificationError(reason, f"{detail} (remembered failure)")
+        def fetch() -> tuple[bytes, float]:
+            now = time.time()
+            pem = self.fetch(url)
+            return pem, self.check(pem, datetime.fromtimestamp(now, UTC)) - now  # good until it expires
+
+        return self._loader.load(url, sender, fetch)
 
     def _fetch(self, url: str) -> bytes:
         try:  # a redirect could leave the provider's hosts: it is an answer of its own, refused below

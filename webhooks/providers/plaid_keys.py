@@ -10,11 +10,10 @@ naming ``kid``. Good keys are cached by (API base, client id, kid) for ``key_ttl
 fetched again, which is how a key's ``expired_at`` is learnt). Failures: Plaid unreachable, 5xx,
 429 or refusing our credentials (401/403, ``INVALID_API_KEYS``…) → ``UnavailableError`` (a 503:
 Plaid retries); any other answer (Plaid's 400 for a kid it never issued) → ``VerificationError("signature_mismatch")``.
-Budget, the one PayPal's certificates taught (``paypal_certs``): a kid is fetched at most once per
-``failure_ttl`` seconds (a failure is remembered and answered again without a fetch; concurrent
-requests for one uncached kid share one fetch); a sender (``clients.sender``) gets at most
-``per_sender`` fetches of new kids per ``per_seconds``, and overall at most ``max_fetches``. Junk
-kids therefore spend only their sender's budget: a genuine delivery whose kid is cached never
+Budget, the one PayPal's and SNS's certificates have (``webhooks.providers.loader.BoundedLoader``):
+a kid fetched at most once per ``failure_ttl`` seconds, one fetch per kid at a time, ``per_sender``
+and ``max_fetches`` fetches per ``per_seconds``. Junk kids therefore spend only their sender's
+budget: a genuine delivery whose kid is cached never
 fetches, and one whose kid is new waits (a 503 Plaid retries) only when more than
 ``max_fetches`` / ``per_sender`` senders send junk kids within a minute; Plaid rotates its keys
 rarely. ``fetch`` and ``clock`` are injectable for tests.
@@ -24,15 +23,14 @@ Docs: https://plaid.com/docs/api/webhooks/webhook-verification/#webhook_verifica
 from __future__ import annotations
 
 import json
-import threading
 import time
-from collections import deque
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from webhooks import outbound
 from webhooks.errors import UnavailableError, VerificationError
 from webhooks.providers.base import Endpoint
+from webhooks.providers.loader import BoundedLoader
 from webhooks.providers.plaid_jose import allowed_base, public_key
 from webhooks.vocabulary import Reason
 
@@ -40,7 +38,6 @@ PLAID_API = "https://production.plaid.com"
 MAX_BYTES = 16 * 1024
 # Plaid's error codes that say our client_id/secret cannot ask (not that the kid is junk)
 CONFIG_ERRORS = frozenset({"INVALID_API_KEYS", "UNAUTHORIZED_ENVIRONMENT", "INVALID_PRODUCT"})
-MAX_SENDERS = 10_000  # senders whose recent fetches are remembered (the least recent forgotten first)
 Fetch = Callable[[Endpoint, str], Any]  # (endpoint, kid) -> the parsed answer's "key"
 
 
@@ -63,68 +60,20 @@ class KeyLoader:
         per_seconds: float = 60.0,
         per_sender: int = 10,
     ) -> None:
-        self.timeout, self.fetch, self.clock = timeout, fetch or self._fetch, clock
-        self.key_ttl, self.failure_ttl = key_ttl, failure_ttl
-        self.max_fetches, self.per_seconds, self.per_sender = max_fetches, per_seconds, per_sender
-        self._cache: dict[tuple[str, str, str], tuple[Mapping[str, Any], float]] = {}
-        self._failures: dict[tuple[str, str, str], tuple[Reason | None, str, float]] = {}
-        self._fetches: deque[float] = deque()
-        self._by_sender: dict[str, deque[float]] = {}  # oldest sender first
-        self._pending: dict[tuple[str, str, str], threading.Event] = {}
-        self._lock = threading.Lock()
+        self.timeout, self.fetch, self.key_ttl = timeout, fetch or self._fetch, key_ttl
+        self._loader: BoundedLoader[tuple[str, str, str], Mapping[str, Any]] = BoundedLoader(
+            "Plaid key",
+            timeout=timeout,
+            clock=clock,
+            failure_ttl=failure_ttl,
+            max_fetches=max_fetches,
+            per_seconds=per_seconds,
+            per_sender=per_sender,
+        )
 
     def __call__(self, endpoint: Endpoint, kid: str, sender: str = "") -> Mapping[str, Any]:
         slot = (str(endpoint.options.get("api_base") or PLAID_API), str(endpoint.options.get("client_id")), kid)
-        while True:
-            with self._lock:
-                cached = self._cache.get(slot)
-                if cached and cached[1] > self.clock():
-                    return cached[0]
-                pending = self._pending.get(slot)
-                if pending is None:
-                    self._admit(slot, sender)
-                    done = self._pending[slot] = threading.Event()
-                    break
-            pending.wait(self.timeout)  # another request fetches this kid: share its outcome
-        try:
-            key = self.check(self.fetch(endpoint, kid), kid)
-        except (UnavailableError, VerificationError) as exc:
-            reason, detail = (exc.reason, exc.detail) if isinstance(exc, VerificationError) else (None, str(exc))
-            with self._lock:
-                self._failures[slot] = (reason, detail, self.clock() + self.failure_ttl)
-            raise
-        else:
-            with self._lock:
-                self._cache[slot] = (key, self.clock() + self.key_ttl)
-            return key
-        finally:
-            with self._lock:
-                del self._pending[slot]
-            done.set()
-
-    def _admit(self, slot: tuple[str, str, str], sender: str) -> None:
-        """Raise a remembered failure of ``slot``, or when the sender's or the overall budget is
-        spent; else count a fetch. Called with the lock held."""
-        moment = self.clock()
-        for stale in [k for k, (_, _, until) in self._failures.items() if until <= moment]:
-            del self._failures[stale]
-        failed = self._failures.get(slot)
-        if failed is not None:
-            reason, detail, _ = failed
-            if reason is None:
-                raise UnavailableError(f"{detail} (remembered failure)")
-            raise VerificationError(reason, f"{detail} (remembered failure)")
-        mine = self._by_sender.pop(sender, None) or deque()
-        self._by_sender[sender] = mine  # the most recent sender last
-        while len(self._by_sender) > MAX_SENDERS:
-            del self._by_sender[next(iter(self._by_sender))]
-        for recent in (self._fetches, mine):
-            while recent and recent[0] <= moment - self.per_seconds:
-                recent.popleft()
-        if len(mine) >= self.per_sender or len(self._fetches) >= self.max_fetches:
-            raise UnavailableError("Plaid key fetches are rate-limited; retry later")
-        self._fetches.append(moment)
-        mine.append(moment)
+        return self._loader.load(slot, sender, lambda: (self.check(self.fetch(endpoint, kid), kid), self.key_ttl))
 
     def _fetch(self, endpoint: Endpoint, kid: str) -> Any:
         base = str(endpoint.options.get("api_base") or PLAID_API).rstrip("/")
