@@ -13,6 +13,7 @@ import random
 import threading
 import zlib
 from collections.abc import Callable
+from datetime import timedelta
 from enum import Enum
 from typing import Any, Protocol
 
@@ -246,6 +247,26 @@ class JobQueue:
             except (InvalidJobOperation, NoSuchJobError):
                 pass  # a concurrent replay of this event deleted it first: enqueue below all the same
         self.enqueue(endpoint, event_id)
+        return True
+
+    def defer(self, endpoint: str, event_id: str, seconds: float, retries_left: int | None = None) -> bool:
+        """Run the event's job again in ``seconds`` (RQ's scheduler; the ticker moves it to the
+        queue when due): a fresh job under the event's id keeping the ended one's ``retries_left``
+        unless given. A live job is left alone (False). Raises ``redis.RedisError``."""
+        job = self._job(endpoint, event_id)
+        if job is not None:
+            if self.live([(endpoint, event_id)])[0]:
+                return False
+            if retries_left is None:
+                retries_left = job.retries_left
+            try:
+                job.delete()
+            except (InvalidJobOperation, NoSuchJobError):
+                pass
+        fresh = self.build(endpoint, event_id)
+        if retries_left is not None and fresh.retries_left is not None:
+            fresh.retries_left = max(0, min(fresh.retries_left, retries_left))
+        self.queue.schedule_job(fresh, now() + timedelta(seconds=seconds))
         return True
 
     def admit(self, events: list[tuple[str, str]]) -> int:

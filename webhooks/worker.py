@@ -22,7 +22,7 @@ from rq.exceptions import StopRequested
 from rq.job import Job
 from rq.scheduler import RQScheduler
 
-from webhooks import config, handlers, reconcile, sweeper
+from webhooks import config, handlers, lanes, reconcile, sweeper
 from webhooks.config import Settings
 from webhooks.forward.dispatcher import Forwarder, drain
 from webhooks.queue import JobQueue
@@ -39,8 +39,14 @@ class ScopedWorker(SimpleWorker):
     scope: Scope
 
     def perform_job(self, job: Job, queue: Queue) -> bool:
-        with self.scope():
-            return super().perform_job(job, queue)
+        # What the job handed to its endpoint's lane, or deferred, takes effect once RQ recorded
+        # its end (``webhooks.lanes``): never racing this worker's bookkeeping of the job.
+        with lanes.hosting() as handoff:
+            try:
+                with self.scope():
+                    return super().perform_job(job, queue)
+            finally:
+                handoff.settle()
 
     def stopping(self) -> bool:
         """Whether this worker was asked to stop (a signal, or ``request_stop``), not merely idle.
@@ -98,6 +104,8 @@ def run(settings: Settings, *, burst: bool = False) -> bool:
         # the sweeper (its row is `processing` and no transaction holds it) and run again.
         with rt.store.keep():  # one connection for this loop's events, not one per event
             done = _work(rt, burst, stop)
+            if burst:  # a burst ends once the lanes finished what the jobs handed them
+                rt.lanes.drain()
         if burst and forwarder is not None:  # a burst sends what is due, too
             drain(forwarder)
         return done
