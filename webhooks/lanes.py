@@ -11,6 +11,10 @@ deferral never races the worker's bookkeeping. A budget's wait (``providers.api.
 hung or slow provider call hold only that endpoint's lane: other endpoints' events keep flowing,
 with one worker.
 
+Such jobs wait on their own queue (``webhooks.queue.LANES``), which our workers take only when the
+main queue is empty: handing a flood on to its lane costs the shared worker no time that another
+endpoint's events wait for.
+
 Nothing is lost: a deferred job is a scheduled RQ job (live, so the sweeper leaves its ``queued``
 row alone); a lane's waiting events are ``queued`` rows and running ones ``processing`` rows, and
 a process that dies with them leaves them to the sweeper. A plain RQ worker (``rq worker`` without
