@@ -174,13 +174,19 @@ class Lanes:
             for lane in lanes:
                 lane.beat(time.monotonic())
 
-    def drain(self, timeout: float = 60.0) -> bool:
-        """Wait (up to ``timeout`` s) until no lane has a task; whether they all ended."""
+    def drain(self, timeout: float = 60.0, *, drop: bool = False) -> bool:
+        """Wait (up to ``timeout`` s) until no lane has a task; whether they all ended. ``drop``
+        (a worker stopping): the waiting tasks are not run, only the running ones awaited (their
+        rows stay `queued`: the sweeper queues them again)."""
         deadline = time.monotonic() + timeout
         with self.lock:
             lanes = list(self.lanes.values())
         for lane in lanes:
             with lane.lock:
+                if drop:
+                    for key, _, _ in lane.waiting:
+                        lane.keys.discard(key)
+                    lane.waiting.clear()
                 while lane.waiting or lane.running or lane.reserved:
                     left = deadline - time.monotonic()
                     if left <= 0:

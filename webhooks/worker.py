@@ -123,8 +123,9 @@ def run(settings: Settings, *, burst: bool = False) -> bool:
         # the sweeper (its row is `processing` and no transaction holds it) and run again.
         with rt.store.keep():  # one connection for this loop's events, not one per event
             done = _work(rt, burst, stop)
-            if burst:  # a burst ends once the lanes finished what the jobs handed them
-                rt.lanes.drain()
+            # A burst ends once the lanes finished what the jobs handed them; a stop lets the
+            # running provider calls end (bounded), and leaves the waiting ones to the sweeper.
+            rt.lanes.drain(timeout=60 if burst else 20, drop=not burst)
         if burst and forwarder is not None:  # a burst sends what is due, too
             drain(forwarder)
         return done
