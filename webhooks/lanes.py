@@ -160,7 +160,7 @@ class Lanes:
         with self.lock:
             found = self.lanes.get(endpoint)
             if found is None:
-                found = self.lanes[endpoint] = Lane(endpoint)
+                found = self.lanes[endpoint] = Lane(endpoint, CAP, BACKLOG)
             if not self.beating:
                 self.beating = True
                 threading.Thread(target=self._beat, name="webhooks-lane-heartbeat", daemon=True).start()

@@ -21,8 +21,18 @@ from typing import Any
 
 import pytest
 from flask import Flask
+from rq.registry import ScheduledJobRegistry
 
-from tests.conftest import STRIPE_SECRET, base_config, make_app, rows, stripe_event, stripe_headers, wait_until
+from tests.conftest import (
+    STRIPE_SECRET,
+    base_config,
+    make_app,
+    rows,
+    runtime,
+    stripe_event,
+    stripe_headers,
+    wait_until,
+)
 from tests.fake_apis import gated, not_found, serve
 from tests.support.processes import BIN, clean_env
 from webhooks import lanes
@@ -153,3 +163,25 @@ def test_a_flood_on_one_endpoint_leaves_another_endpoints_event_processed_postgr
             worker.kill()
             worker.wait()
         log.close()
+
+
+def test_a_full_lane_defers_its_jobs_instead_of_waiting_and_counts_no_attempt_for_it(
+    sqlite_url: str, apis: Apis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(lanes, "BACKLOG", 1)  # 2 running + 1 waiting: the rest is deferred
+    monkeypatch.setattr(lanes, "DEFER_MAX", 2.0)
+    config = base_config(
+        sqlite_url, WEBHOOKS_EMBEDDED_WORKER="true", WEBHOOKS_OUTBOUND_TIMEOUT_SECONDS="120", ENDPOINTS=endpoints(apis)
+    )
+    app = make_app(config)
+    client = app.test_client()
+    for _ in range(6):
+        assert client.post("/webhooks/mollie", data=f"id=tr_{secrets.token_hex(6)}", headers=FORM).status_code == 200
+    deferred = ScheduledJobRegistry(queue=runtime(app).queue.lane_queue)
+    wait_until(lambda: deferred.count >= 1)  # rescheduled by RQ's scheduler, not waited on
+    assert set(flood_statuses(app)) <= {"queued", "processing"}
+    assert len(apis.mollie_calls) <= lanes.CAP
+    apis.gate.set()  # Mollie answers (no such payment): every nudge ends, deferred ones too
+    wait_until(lambda: flood_statuses(app).count("failed") == 6)
+    attempts = [n for (n,) in rows(app, "SELECT attempts FROM events WHERE endpoint = 'mollie'")]
+    assert attempts == [1] * 6  # a deferral is no attempt
