@@ -30,6 +30,8 @@ given up by the watchdog (``webhooks.embedded``) through ``webhooks.store.claims
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import functools
 import time
 import traceback
@@ -37,7 +39,7 @@ from datetime import UTC, datetime
 
 from rq import get_current_job
 
-from webhooks import handlers, job_errors, metrics, providers, runtime
+from webhooks import handlers, job_errors, lanes, metrics, providers, runtime
 from webhooks.forward.dispatcher import nudge
 from webhooks.storable import storable_text
 from webhooks.store import deliveries
@@ -46,7 +48,7 @@ from webhooks.store.claims import TRACEBACK_LIMIT, Claim, abandon, measure, runn
 from webhooks.vocabulary import Reason, Status
 
 from . import fetch
-from .objects import merge, prepare
+from .objects import Prepared, merge, prepare
 
 __all__ = ["abandon", "process_event", "work"]
 
@@ -104,14 +106,46 @@ def work(rt: runtime.Runtime, claimed: Claimed) -> Work:
 
 
 def process_event(endpoint: str, event_id: str) -> str:
-    """Process one event; returns the final status (or ``skipped`` when there was nothing to do)."""
+    """Process one event; returns the final status (or ``skipped`` when there was nothing to do).
+
+    Hosted by our worker, an event whose processing calls its provider's API is handed to its
+    endpoint's lane (``handed``) or, the lane being full, deferred (``deferred``): the shared
+    worker never waits on one endpoint's API (``webhooks.lanes``)."""
     rt = runtime.current()
     job = get_current_job()
-    last_try = job is None or not job.retries_left
+    retries_left = None if job is None else job.retries_left
+    configured = rt.settings.endpoints.get(endpoint)
+    calls_out = configured is not None and providers.get(configured.kind).calls_out(configured)
+    if job is not None and calls_out and lanes.hosted():
+        return _hand(rt, endpoint, event_id, retries_left)
+    return _process(rt, endpoint, event_id, not retries_left)
+
+
+def _hand(rt: runtime.Runtime, endpoint: str, event_id: str, retries_left: int | None) -> str:
+    def task() -> None:
+        with rt.scope():
+            try:
+                _process(rt, endpoint, event_id, not retries_left, lane=True)
+            except Exception:
+                if retries_left:  # the failure is recorded; RQ's retry, as the worker would schedule it
+                    interval = rt.queue.build(endpoint, event_id)
+                    interval.retries_left = retries_left
+                    rt.queue.defer(endpoint, event_id, interval.get_retry_interval(), retries_left - 1)
+
+    defer = functools.partial(rt.queue.defer, endpoint, event_id)
+    return lanes.hand(rt.lanes, endpoint, event_id, task, defer)
+
+
+def _process(rt: runtime.Runtime, endpoint: str, event_id: str, last_try: bool, lane: bool = False) -> str:
+    """Claim, process and mark one event. In a ``lane`` the provider's API is called before the
+    runtime's processing lock is taken (SQLite's is process-wide: a slow API would hold every
+    endpoint's events); inline the lock is held from the claim to the mark, as always."""
     started_at, clock = datetime.now(UTC), time.monotonic()
     label = metrics.endpoint_label(rt, endpoint)
-    with rt.processing(), rt.store.keep():  # one connection from the claim to the mark
-        claimed = rt.store.claim(endpoint, event_id, datetime.now(UTC))
+    locked = contextlib.nullcontext if not lane else rt.processing
+    with contextlib.nullcontext() if lane else rt.processing(), rt.store.keep():
+        with locked():
+            claimed = rt.store.claim(endpoint, event_id, datetime.now(UTC))
         if claimed is None:
             return "skipped"
         attempt = claimed.attempts
@@ -121,12 +155,18 @@ def process_event(endpoint: str, event_id: str) -> str:
                 # After the claim: a handler module that cannot be imported is a recorded, counted
                 # attempt (and in the end a failed event), never a job that retries unseen forever.
                 handlers.load(rt.settings.handler_modules)
-                status = rt.store.process(claimed, work(rt, claimed), started_at)
+                todo = work(rt, claimed)
+                if lane:
+                    todo = dataclasses.replace(todo, prepare=functools.partial(_ready, todo.prepare()))
+                with locked():
+                    status = rt.store.process(claimed, todo, started_at)
             except fetch.UnknownObjectError:
                 if claim.abandoned:
                     return "skipped"  # the watchdog recorded this attempt (``abandon``)
                 # Anyone may name an object: the provider has none, so nothing ran and nothing pages.
-                if not rt.store.dismiss(endpoint, event_id, attempt, Reason.UNKNOWN_OBJECT, started_at):
+                with locked():
+                    dismissed = rt.store.dismiss(endpoint, event_id, attempt, Reason.UNKNOWN_OBJECT, started_at)
+                if not dismissed:
                     return "skipped"  # a newer claim took over; it decides
                 metrics.child(metrics.REJECTIONS, label, Reason.UNKNOWN_OBJECT).inc()
                 measure(label, Status.IGNORED, clock, event_id, attempt)
@@ -135,13 +175,15 @@ def process_event(endpoint: str, event_id: str) -> str:
                 if claim.abandoned:
                     return "skipped"  # the watchdog recorded this attempt (``abandon``)
                 # Not the provider's event: no handler ran, and no retry can change that.
-                _fail(rt, claim, True, exc)
+                with locked():
+                    _fail(rt, claim, True, exc)
                 measure(label, Status.FAILED, clock, event_id, attempt, exc)
                 return Status.FAILED
             except Exception as exc:
                 if claim.abandoned:
                     raise  # the watchdog recorded this attempt (``abandon``)
-                _fail(rt, claim, last_try, exc)
+                with locked():
+                    _fail(rt, claim, last_try, exc)
                 measure(label, Status.FAILED if last_try else "error", clock, event_id, attempt, exc)
                 raise
     if status != "skipped":
@@ -149,3 +191,7 @@ def process_event(endpoint: str, event_id: str) -> str:
         if rt.settings.forwards.get(endpoint):
             nudge()  # this process's forwarder sends them now
     return status
+
+
+def _ready(prepared: Prepared) -> Prepared:
+    return prepared

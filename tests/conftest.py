@@ -193,7 +193,7 @@ def runtime(app: Flask) -> Runtime:
 def drain(app: Flask) -> None:
     """Run every queued job to completion in this thread (RQ's own worker, burst mode)."""
     rt = runtime(app)
-    SimpleWorker([rt.queue.queue], connection=rt.queue.connection).work(burst=True)
+    SimpleWorker(rt.queue.queues, connection=rt.queue.connection).work(burst=True)
 
 
 def rows(app: Flask, sql: str, **params: Any) -> list[Any]:

@@ -43,3 +43,20 @@ def serve(route: Route) -> Iterator[str]:
     finally:
         server.shutdown()
         server.server_close()
+
+
+def gated(route: Route, gate: threading.Event, calls: list[str]) -> Route:
+    """``route`` behind ``gate``: every request is counted in ``calls`` (its path), then hangs until
+    the gate opens (a provider API that hangs, or drips, until the test lets it answer)."""
+
+    def hanging(method: str, path: str, query: dict[str, list[str]], headers: Any, body: bytes) -> tuple[int, Any]:
+        calls.append(path)
+        gate.wait()
+        return route(method, path, query, headers, body)
+
+    return hanging
+
+
+def not_found(method: str, path: str, query: dict[str, list[str]], headers: Any, body: bytes) -> tuple[int, Any]:
+    """An API that has no such object (a junk id's answer)."""
+    return 404, {"status": 404, "title": "Not Found"}

@@ -59,7 +59,7 @@ class ThreadWorker(ScopedWorker):
     death_penalty_class = TimerDeathPenalty
 
     def __init__(self, queue: JobQueue, scope: Scope) -> None:
-        super().__init__([queue.queue], connection=queue.connection)
+        super().__init__(queue.queues, connection=queue.connection)
         self.scope = scope
         self.running: Running | None = None
         self.settled = False  # the watchdog failed the running job in RQ

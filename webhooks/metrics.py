@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -117,7 +117,7 @@ class _Counted(Protocol):
 
 class _Queue(Protocol):
     @property
-    def queue(self) -> _Counted: ...
+    def queues(self) -> Sequence[_Counted]: ...
 
 
 class Service(Protocol):
@@ -228,7 +228,7 @@ class ServiceCollector(Collector):
             )
             yield from _forwarding(forwarding)
         try:
-            depth = self.rt.queue.queue.count
+            depth = sum(queue.count for queue in self.rt.queue.queues)
             up.add_metric(["redis"], 1)
             if waiting is not None:
                 depth = waiting

@@ -13,6 +13,7 @@ import random
 import threading
 import zlib
 from collections.abc import Callable
+from datetime import timedelta
 from enum import Enum
 from typing import Any, Protocol
 
@@ -22,9 +23,15 @@ from rq.exceptions import InvalidJobOperation, NoSuchJobError
 from rq.job import Job, JobStatus
 from rq.utils import get_call_string, now, utcformat
 
+from webhooks import providers
 from webhooks.config import Settings, sentinels
 
 JOB = "webhooks.jobs.process.process_event"  # by dotted path: the web side never imports jobs
+# The queue beside ``WEBHOOKS_QUEUE`` (``<name>-lanes``) takes the jobs of endpoints whose events
+# call their provider's API (``Provider.calls_out``): our workers take it only when the main queue
+# is empty (RQ dequeues its queues in order), so a flood on such an endpoint never queues ahead
+# of another endpoint's events; its jobs hand the work to the endpoint's lane (``webhooks.lanes``).
+LANES = "-lanes"
 LIVE = (JobStatus.QUEUED, JobStatus.STARTED, JobStatus.SCHEDULED, JobStatus.DEFERRED)
 
 
@@ -123,8 +130,11 @@ class JobQueue:
 
             self.connection = fakeredis.FakeRedis(server=fakeredis.FakeServer())
         self.queue = Queue(settings.queue_name, connection=self.connection)
+        self.lane_queue = Queue(settings.queue_name + LANES, connection=self.connection)
+        self.queues = [self.queue, self.lane_queue]  # in the order workers take them
         self._enqueue_script = self.connection.register_script(ENQUEUE_MANY)
-        self._shaped: tuple[int, str, tuple[str, ...]] | None = None
+        self._shaped: dict[str, tuple[int, str, tuple[str, ...]]] = {}
+        self._calls_out: dict[str, bool] = {}
         self.embedded: Embedded | None = None
         self._start_lock = threading.Lock()
         self.handed_over = False  # ``hand_over``: the jobs are another process's to queue
@@ -154,8 +164,24 @@ class JobQueue:
         """
         if not events or self.handed_over:
             return len(events)
-        ttl, shape, own = self._shape()
-        keys: list[str] = [self.queue.key, self.queue.redis_queues_keys]
+        lane = [e for e in events if self.queue_for(e[0]) is self.lane_queue]
+        if not lane:
+            return self._enqueue(self.queue, events)
+        main = [e for e in events if self.queue_for(e[0]) is self.queue]
+        return (self._enqueue(self.queue, main) if main else 0) + self._enqueue(self.lane_queue, lane)
+
+    def queue_for(self, endpoint: str) -> Queue:
+        """The queue of ``endpoint``'s jobs: ``lane_queue`` when its events call its provider's API."""
+        calls_out = self._calls_out.get(endpoint)
+        if calls_out is None:
+            configured = self.settings.endpoints.get(endpoint)
+            calls_out = configured is not None and providers.get(configured.kind).calls_out(configured)
+            self._calls_out[endpoint] = calls_out
+        return self.lane_queue if calls_out else self.queue
+
+    def _enqueue(self, queue: Queue, events: list[tuple[str, str]]) -> int:
+        ttl, shape, own = self._shape(queue)
+        keys: list[str] = [queue.key, queue.redis_queues_keys]
         args: list[str | bytes | int] = [ttl, shape, utcformat(now())]
         for endpoint, event_id in events:
             jid = job_id(endpoint, event_id)
@@ -163,32 +189,37 @@ class JobQueue:
             call = (endpoint, event_id)
             args += [
                 jid,
-                zlib.compress(self.queue.serializer.dumps((JOB, None, call, {}))),
+                zlib.compress(queue.serializer.dumps((JOB, None, call, {}))),
                 get_call_string(JOB, call, {}, max_length=75) or "",
             ]
             if len(own) == 3:
                 args.append(json.dumps(retry_intervals(self.settings)))
         return int(self._enqueue_script(keys=keys, args=args))
 
-    def _shape(self) -> tuple[int, str, tuple[str, ...]]:
+    def _shape(self, queue: Queue | None = None) -> tuple[int, str, tuple[str, ...]]:
         """The job TTL, the shape ``ENQUEUE_MANY`` takes (as JSON) and the names of each job's own
         fields: from a job RQ built, once."""
-        if self._shaped is None:
-            job = self.build("", "")
+        queue = self.queue if queue is None else queue
+        shaped = self._shaped.get(queue.name)
+        if shaped is None:
+            job = self._build(queue, "", "")
             own = OWN if self.settings.max_attempts > 1 else OWN[:2]
             skip = {*OWN, "created_at", "enqueued_at"}
             # The fields RQ's unique enqueue writes: the job's ``to_dict`` without its None values.
             shared = [
                 _text(item) for k, v in job.to_dict().items() if k not in skip and v is not None for item in (k, v)
             ]
-            self._shaped = (-1 if job.ttl is None else job.ttl, json.dumps([shared, own]), own)
-        return self._shaped
+            shaped = self._shaped[queue.name] = (-1 if job.ttl is None else job.ttl, json.dumps([shared, own]), own)
+        return shaped
 
     def build(self, endpoint: str, event_id: str) -> Job:
         """The event's job as RQ builds it for ``enqueue`` (not saved)."""
+        return self._build(self.queue_for(endpoint), endpoint, event_id)
+
+    def _build(self, queue: Queue, endpoint: str, event_id: str) -> Job:
         retries = self.settings.max_attempts - 1
-        self.queue.get_redis_server_version()  # cached: once per queue (RQ stores it on the job)
-        job = self.queue.create_job(
+        queue.get_redis_server_version()  # cached: once per queue (RQ stores it on the job)
+        job = queue.create_job(
             JOB,
             args=(endpoint, event_id),
             job_id=job_id(endpoint, event_id),
@@ -200,7 +231,7 @@ class JobQueue:
         )
         # What RQ's enqueue sets before saving (the origin is set by ``create_job``); pinned against
         # RQ's own ``enqueue(unique=True)`` by tests/worker/test_rq_contract.py.
-        job.redis_server_version = self.queue.get_redis_server_version()
+        job.redis_server_version = queue.get_redis_server_version()
         job.enqueued_at = now()
         return job
 
@@ -223,7 +254,7 @@ class JobQueue:
             for endpoint, event_id in events:
                 jid = job_id(endpoint, event_id)
                 pipe.hget(Job.key_for(jid), "status")
-                pipe.lpos(self.queue.key, jid)
+                pipe.lpos(self.queue_for(endpoint).key, jid)
             replies = pipe.execute()
         return [
             _live(status, position) and not (unclaimed and status == JobStatus.STARTED.value.encode())
@@ -246,6 +277,26 @@ class JobQueue:
             except (InvalidJobOperation, NoSuchJobError):
                 pass  # a concurrent replay of this event deleted it first: enqueue below all the same
         self.enqueue(endpoint, event_id)
+        return True
+
+    def defer(self, endpoint: str, event_id: str, seconds: float, retries_left: int | None = None) -> bool:
+        """Run the event's job again in ``seconds`` (RQ's scheduler; the ticker moves it to the
+        queue when due): a fresh job under the event's id keeping the ended one's ``retries_left``
+        unless given. A live job is left alone (False). Raises ``redis.RedisError``."""
+        job = self._job(endpoint, event_id)
+        if job is not None:
+            if self.live([(endpoint, event_id)])[0]:
+                return False
+            if retries_left is None:
+                retries_left = job.retries_left
+            try:
+                job.delete()
+            except (InvalidJobOperation, NoSuchJobError):
+                pass
+        fresh = self.build(endpoint, event_id)
+        if retries_left is not None and fresh.retries_left is not None:
+            fresh.retries_left = max(0, min(fresh.retries_left, retries_left))
+        self.queue_for(endpoint).schedule_job(fresh, now() + timedelta(seconds=seconds))
         return True
 
     def admit(self, events: list[tuple[str, str]]) -> int:

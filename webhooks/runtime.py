@@ -20,6 +20,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from webhooks.config import Settings
 from webhooks.engines import deferred, make_engine, make_sessionmaker, sqlite_lock
 from webhooks.errors import NoRuntimeError
+from webhooks.lanes import Lanes
 from webhooks.queue import JobQueue
 from webhooks.store import Store, open_store
 
@@ -39,6 +40,7 @@ class Runtime:
         self.deferred_sessions: sessionmaker[Session] = make_sessionmaker(deferred(self.engine))
         self._processing_lock = sqlite_lock(self.engine, "-processing.lock")
         self.queue = JobQueue(settings)
+        self.lanes = Lanes()  # per-endpoint threads for events that call their provider's API
         self.store: Store = open_store(
             self.engine, lock=self.processing, sessions=self.sessions, deferred_sessions=self.deferred_sessions
         )

@@ -22,10 +22,10 @@ from rq.exceptions import StopRequested
 from rq.job import Job
 from rq.scheduler import RQScheduler
 
-from webhooks import config, handlers, job_errors, reconcile, runtime, sweeper
+from webhooks import config, handlers, job_errors, lanes, reconcile, runtime, sweeper
 from webhooks.config import Settings
 from webhooks.forward.dispatcher import Forwarder, drain
-from webhooks.queue import JobQueue
+from webhooks.queue import LANES, JobQueue
 from webhooks.runtime import Runtime
 
 log = logging.getLogger(__name__)
@@ -39,10 +39,16 @@ class ScopedWorker(SimpleWorker):
     scope: Scope
 
     def perform_job(self, job: Job, queue: Queue) -> bool:
-        with self.scope():
-            job_errors.starting()
-            self._unrunnable = job_errors.unrunnable(job)
-            return super().perform_job(job, queue)
+        # What the job handed to its endpoint's lane, or deferred, takes effect once RQ recorded
+        # its end (``webhooks.lanes``): never racing this worker's bookkeeping of the job.
+        with lanes.hosting() as handoff:
+            try:
+                with self.scope():
+                    job_errors.starting()
+                    self._unrunnable = job_errors.unrunnable(job)
+                    return super().perform_job(job, queue)
+            finally:
+                handoff.settle()
 
     def handle_exception(self, job: Job, *exc_info: Any) -> None:
         # Inside perform_job's scope: a job that failed before its attempt record is counted and
@@ -77,10 +83,29 @@ class Worker(ScopedWorker):
     # recovery after a Redis restart short at the cost of a few more connection attempts.
     max_connection_wait_time = 4.0
 
-    def __init__(self, *args: Any, runtime: Runtime | None = None, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
+    def __init__(self, queues: Any, *args: Any, runtime: Runtime | None = None, **kwargs: Any) -> None:
+        super().__init__(with_lanes(queues), *args, **kwargs)
         self.runtime = runtime or Runtime(config.load())
         self.scope = self.runtime.scope
+
+
+def with_lanes(queues: Any) -> list[Any]:
+    """``queues`` (names or RQ queues) each followed by its lane queue (``webhooks.queue.LANES``),
+    unless named: ``rq worker -w webhooks.jobs.worker.Worker default`` takes ``default-lanes`` too,
+    after ``default``."""
+    items = [queues] if isinstance(queues, str | Queue) else list(queues)
+    names = {q if isinstance(q, str) else q.name for q in items}
+    found = list(items)
+    for q in items:
+        name = q if isinstance(q, str) else q.name
+        if name.endswith(LANES) or name + LANES in names:
+            continue
+        found.append(
+            name + LANES
+            if isinstance(q, str)
+            else Queue(name + LANES, connection=q.connection, serializer=q.serializer)
+        )
+    return found
 
 
 def run(settings: Settings, *, burst: bool = False) -> bool:
@@ -111,6 +136,9 @@ def run(settings: Settings, *, burst: bool = False) -> bool:
         # the sweeper (its row is `processing` and no transaction holds it) and run again.
         with rt.store.keep():  # one connection for this loop's events, not one per event
             done = _work(rt, burst, stop)
+            # A burst ends once the lanes finished what the jobs handed them; a stop lets the
+            # running provider calls end (bounded), and leaves the waiting ones to the sweeper.
+            rt.lanes.drain(timeout=60 if burst else 20, drop=not burst)
         if burst and forwarder is not None:  # a burst sends what is due, too
             drain(forwarder)
         return done
@@ -132,7 +160,7 @@ def _work(rt: Runtime, burst: bool, stop: _Stop) -> bool:
         try:
             # RQ's constructor talks to Redis (CLIENT SETNAME): inside the retry, or an outage at
             # this moment would end the process.
-            worker = Worker([rt.queue.queue], connection=rt.queue.connection, runtime=rt)
+            worker = Worker(rt.queue.queues, connection=rt.queue.connection, runtime=rt)
             result = bool(worker.work(burst=burst))
         except (redis.RedisError, OSError) as exc:
             log.warning("worker: Redis unavailable (%s); retrying in 2 s", exc.__class__.__name__)
@@ -185,7 +213,7 @@ class Ticker:
     def __init__(self, queue: JobQueue, task: Callable[[], Any] | None, interval: float) -> None:
         # RQ sets its logger's level to INFO unless told: keep the level the process chose.
         level = logging.getLogger("rq.scheduler").getEffectiveLevel()
-        self.scheduler = RQScheduler([queue.queue], connection=queue.connection, interval=1, logging_level=level)
+        self.scheduler = RQScheduler(queue.queues, connection=queue.connection, interval=1, logging_level=level)
         self.task, self.interval = task, interval
         self.stopped = threading.Event()
 

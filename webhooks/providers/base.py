@@ -201,6 +201,11 @@ class Provider:
         to retry, ``api.MismatchError`` to fail at once. Default: as delivered."""
         return data, ref
 
+    def calls_out(self, endpoint: Endpoint) -> bool:
+        """Whether ``refetch`` may call the provider's API for ``endpoint``: its events are then
+        processed in the endpoint's own lane (``webhooks.lanes``), off the shared worker."""
+        return False
+
     # The endpoint option holding the credential ``missed`` lists events with (None: this kind
     # cannot reconcile); ``reconciles`` is whether an endpoint has it.
     reconcile_with: ClassVar[str | None] = None

@@ -97,6 +97,9 @@ class Mailgun(Provider):
         copy = {"event-data": mailgun_api.event(endpoint, data.get("event-data") if isinstance(data, dict) else None)}
         return copy, self.extract(event_type, copy)
 
+    def calls_out(self, endpoint: Endpoint) -> bool:
+        return True
+
     def verify(self, request: Request, endpoint: Endpoint, *, now: float) -> Verified:
         try:
             body = parse_json(request.body)

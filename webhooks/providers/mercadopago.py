@@ -144,6 +144,9 @@ class MercadoPago(Provider):
         payment = mercadopago_api.payment(endpoint, str(inner.get("id", "")) if isinstance(inner, dict) else "")
         return payment, ObjectRef("payment", str(payment["id"]), api.fresh_version(), payment)
 
+    def calls_out(self, endpoint: Endpoint) -> bool:
+        return True
+
     def describe_version(self, version: int) -> str | None:
         at = time_text(version // 10) if version > 0 else None  # 0.1 ms (``api.fresh_version``)
         return f"fetched from Mercado Pago {at}" if at else None

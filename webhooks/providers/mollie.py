@@ -156,6 +156,9 @@ class Mollie(Provider):
         payment = mollie_api.payment(endpoint, str(data.get("id", "")))
         return payment, ObjectRef("payment", payment["id"], api.fresh_version(), payment)
 
+    def calls_out(self, endpoint: Endpoint) -> bool:
+        return not endpoint.secrets  # classic: a nudge is acted on only through the fetched payment
+
     def describe_version(self, version: int) -> str | None:
         if version >= FETCHED:  # a classic payment's fetch time, in 0.1 ms (``api.fresh_version``)
             at = time_text(version // 10)

@@ -176,6 +176,9 @@ class PayPal(Provider):
         copy = paypal_api.event(endpoint, data)
         return copy, self.extract(event_type, copy)
 
+    def calls_out(self, endpoint: Endpoint) -> bool:
+        return bool(endpoint.options.get("client_id") and endpoint.options.get("client_secret"))
+
     def describe_version(self, version: int) -> str | None:
         return updated_text(version)
 

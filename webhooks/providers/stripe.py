@@ -159,6 +159,9 @@ class Stripe(Provider):
 
         return data, stripe_api.current_object(endpoint, ref, thin)
 
+    def calls_out(self, endpoint: Endpoint) -> bool:
+        return bool(endpoint.options.get("api_key"))
+
     def missed(self, endpoint: Endpoint, since: int, *, undelivered: bool = False) -> Iterator[Missed]:
         from webhooks.providers import stripe_api  # the API client is I/O, loaded only here
 
