@@ -86,7 +86,11 @@ def fake_apis() -> Iterator[tuple[str, str]]:
             server.server_close()
 
 
-def config(work: Path, mollie: str, stripe: str) -> Path:
+def config(work: Path, mollie: str, stripe: str, limit: int | None) -> Path:
+    """The three endpoints; Mollie's ``rate_limit`` and ``sender_rate_limit`` at ``limit`` (the
+    defaults of a kind that signs nothing, 20 and 10 a second, refuse most of a flood at the door:
+    ``--limits default`` (None) measures that; the default raises them so the whole flood reaches
+    the worker)."""
     path = work / "isolation.toml"
     path.write_text(
         f"""
@@ -96,6 +100,8 @@ secrets = ["{SECRET}"]
 [endpoints.mollie]
 api_key = "{MOLLIE_KEY}"
 api_base = "{mollie}"
+{"" if limit is None else f"rate_limit = {limit}"}
+{"" if limit is None else f"sender_rate_limit = {limit}"}
 
 [endpoints.stripe_slow]
 provider = "stripe"
@@ -172,7 +178,7 @@ def p(values: list[float], q: float) -> float:
 
 def case(args: argparse.Namespace, work: Path, flooded: bool, tag: str) -> dict[str, Any]:
     with fake_apis() as (mollie, stripe), contextlib.ExitStack() as stack:
-        toml = config(work, mollie, stripe)
+        toml = config(work, mollie, stripe, 100_000 if args.limits == "raised" else None)
         port = free_port()
         base = f"http://127.0.0.1:{port}"
         extra = {"WEBHOOKS_CONFIG": str(toml), "WEBHOOKS_OUTBOUND_TIMEOUT_SECONDS": str(OUTBOUND_TIMEOUT)}
@@ -213,6 +219,9 @@ def main() -> None:
     parser.add_argument("--nudges", type=int, default=400)
     parser.add_argument("--slow", type=int, default=20)
     parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument(
+        "--limits", choices=("raised", "default"), default="raised", help="Mollie's rate limits: raised, or 20/s"
+    )
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     work = workdir()
