@@ -12,7 +12,8 @@ import pytest
 from flask.testing import FlaskClient
 
 from tests.admin.test_destinations import H, forwarding, post
-from tests.conftest import drain, rows
+from tests.conftest import drain, rows, stripe_headers
+from tests.forward.conftest import versioned
 from tests.forward.test_forwarding import forward
 from tests.support import destination
 from tests.support.console import csrf_token
@@ -131,3 +132,28 @@ def test_the_console_lists_held_deliveries_with_adopt_and_fail(
     assert "1 held adopted" in html and "<h2>Held deliveries</h2>" not in html
     forward(after)
     assert new.ids() == ["evt_1"] and old.seen == []
+
+
+def test_held_deliveries_do_not_hold_up_an_ordered_destination_s_line(
+    request: pytest.FixtureRequest, old: destination.Destination, new: destination.Destination
+) -> None:
+    """A held delivery of an object is not the head of the new destination's line for it; adopted
+    later, it is older than what the destination has: superseded, not sent."""
+    before = forwarding(request, "sqlite", {"orders": destination.config(old, ordered=True)}, ["orders"])
+    before.test_client().post(
+        "/webhooks/stripe", data=(b := versioned("evt_1", "pi_1", 100)), headers=stripe_headers(b)
+    )
+    drain(before)
+    after = forwarding(request, "sqlite", {"orders": destination.config(new, ordered=True)}, ["orders"])
+    client = after.test_client()
+    client.post("/webhooks/stripe", data=(b := versioned("evt_2", "pi_1", 200)), headers=stripe_headers(b))
+    forward(after)
+    assert new.ids() == ["evt_2"] and old.seen == []
+    assert [d["pending"] for d in removed(client)] == [1]
+    assert client.post("/admin/api/destinations/orders/adopt", headers=H).get_json() == {"adopted": 1}
+    forward(after)
+    assert new.ids() == ["evt_2"]
+    assert sorted(rows(after, "SELECT event_id, status FROM deliveries")) == [
+        ("evt_1", "superseded"),
+        ("evt_2", "delivered"),
+    ]
