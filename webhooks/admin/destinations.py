@@ -143,9 +143,10 @@ def _settle_held(name: str, verb: str, reason: Any) -> tuple[int | None, str | N
         keys = move(session, name, configured, now)
         if keys:
             audit_record(session, {"who": WHO, "reason": text or "", "filter": {verb: name}}, keys, now)
-    if keys and verb == "adopt":
-        nudge()
-    log.warning("held deliveries of %s: %d %s by %s: %s", name, len(keys), verb, WHO, text or "(no reason)")
+    if keys:  # ``name`` is then a stored destination's: the log never repeats a URL's text as such
+        log.warning("held deliveries of %s: %d %s by %s: %s", name, len(keys), verb, WHO, text or "(no reason)")
+        if verb == "adopt":
+            nudge()
     return len(keys), None
 
 
