@@ -95,7 +95,8 @@ def work(rt: runtime.Runtime, claimed: Claimed) -> Work:
         for handler in found:
             handlers.call(handler, context, seen.state)
         if forward:
-            deliveries.create(seen.session, context, forward, datetime.now(UTC))
+            targets = {name: rt.settings.destinations[name].identity for name in forward}
+            deliveries.create(seen.session, context, targets, datetime.now(UTC))
 
     return Work(
         functools.partial(prepare, claimed, rt.settings),

@@ -17,7 +17,7 @@ import logging
 import os
 from collections.abc import Iterator, Mapping, Sequence
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily
@@ -30,7 +30,8 @@ if TYPE_CHECKING:
     from prometheus_client import Metric
     from sqlalchemy import Engine
 
-    from webhooks.forward.backlog import Backlog
+    from webhooks.forward.backlog import Backlog, Held
+    from webhooks.forward.destinations import Destination
 
 log = logging.getLogger(__name__)
 UNKNOWN = "unknown/*"  # every endpoint name that is not configured (as in rejection_counts)
@@ -196,7 +197,7 @@ class ServiceCollector(Collector):
         from sqlalchemy import select
         from sqlalchemy.exc import SQLAlchemyError
 
-        from webhooks.forward.backlog import backlogs
+        from webhooks.forward.backlog import backlogs, held
         from webhooks.models import COUNT_CAP
 
         up = GaugeMetricFamily("webhooks_up", "1 when the database or Redis answered this scrape", labels=["service"])
@@ -205,7 +206,9 @@ class ServiceCollector(Collector):
             with self.rt.engine.connect() as conn:
                 failed = conn.execute(select(failed_query())).scalar_one()
                 oldest = conn.execute(oldest_query()).scalar()
-                forwarding = backlogs(conn, list(self.rt.settings.destinations), datetime.now(UTC))
+                configured = cast("Mapping[str, Destination]", self.rt.settings.destinations)
+                forwarding = backlogs(conn, list(configured), datetime.now(UTC))
+                holding = held(conn, configured)
                 waiting = conn.execute(select(waiting_query())).scalar_one() if self._handed_over() else None
             up.add_metric(["database"], 1)
         except SQLAlchemyError as exc:
@@ -226,7 +229,7 @@ class ServiceCollector(Collector):
                 "Age of the oldest event not yet processed, ignored or failed (0 when none)",
                 value=age,
             )
-            yield from _forwarding(forwarding)
+            yield from _forwarding(forwarding, holding, datetime.now(UTC))
         try:
             depth = sum(queue.count for queue in self.rt.queue.queues)
             up.add_metric(["redis"], 1)
@@ -240,8 +243,9 @@ class ServiceCollector(Collector):
         yield up
 
 
-def _forwarding(found: list[Backlog]) -> Iterator[Metric]:
-    """Per configured destination (``webhooks.forward.backlog``): its backlog and its state."""
+def _forwarding(found: list[Backlog], holding: list[Held], now: datetime) -> Iterator[Metric]:
+    """Per configured destination (``webhooks.forward.backlog``): its backlog and its state; per
+    name with held deliveries, how many (and a removed name's pending and age, under its name)."""
     from webhooks.forward.backlog import PAUSED
 
     families = {
@@ -261,12 +265,25 @@ def _forwarding(found: list[Backlog]) -> Iterator[Metric]:
             "1 while the destination is paused (an operator, or a 410)",
             labels=["destination"],
         ),
+        "held": GaugeMetricFamily(
+            "webhooks_forward_held",
+            "Deliveries no configured destination may send (removed, or configured again at another URL)"
+            " until an operator adopts or fails them, by destination name",
+            labels=["destination"],
+        ),
     }
     for b in found:
         families["pending"].add_metric([b.name], b.pending)
         families["age"].add_metric([b.name], b.oldest_pending_seconds or 0.0)
         families["open"].add_metric([b.name], 0 if b.opened_at is None else 1)
         families["paused"].add_metric([b.name], 1 if b.state == PAUSED else 0)
+    configured = {b.name for b in found}
+    for h in holding:
+        families["held"].add_metric([h.name], h.pending)
+        if h.name not in configured:  # a configured name's pending already counts them
+            age = 0.0 if h.oldest_pending_at is None else max(0.0, (now - h.oldest_pending_at).total_seconds())
+            families["pending"].add_metric([h.name], h.pending)
+            families["age"].add_metric([h.name], age)
     yield from families.values()
 
 

@@ -361,6 +361,9 @@ class Delivery(Base):
     delivered_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     last_status_code: Mapped[int | None] = mapped_column(Integer)
     last_error: Mapped[str | None] = mapped_column(Text)
+    # The identity of the destination it is for (``Destination.identity``, a hash of the URL; NULL:
+    # created before 0014, whichever is configured under the name): another is never sent it.
+    target: Mapped[str | None] = mapped_column(String(64))
 
     __table_args__ = (
         # The forwarder's scan: a destination's pending deliveries by due time.

@@ -155,6 +155,20 @@ def test_pause_and_resume_follow_the_api_rules(
     assert bad.status_code == 400 and bad.get_json() == {"error": "bad_reason"}
 
 
+@pytest.mark.parametrize("reason", [{"why": "x"}, ["x"], 7, True, "x" * 501])
+def test_a_pause_reason_is_a_string_of_at_most_500_characters(
+    request: pytest.FixtureRequest, service: destination.Destination, reason: Any
+) -> None:
+    """Anything else was stored as its Python repr (issue 30)."""
+    client = forwarding(request, "sqlite", {"orders": destination.config(service)}, ["orders"]).test_client()
+    for verb in ("pause", "resume"):
+        bad = client.post(f"/admin/api/destinations/orders/{verb}", json={"reason": reason}, headers=H)
+        assert bad.status_code == 400 and bad.get_json() == {"error": "bad_reason"}
+    assert listed(client)["orders"]["state"] == "active" and listed(client)["orders"]["paused_reason"] is None
+    longest = client.post("/admin/api/destinations/orders/pause", json={"reason": "y" * 500}, headers=H)
+    assert longest.status_code == 200 and longest.get_json()["paused_reason"] == "y" * 500
+
+
 def test_the_event_detail_lists_each_delivery_with_every_attempt(
     request: pytest.FixtureRequest, service: destination.Destination
 ) -> None:

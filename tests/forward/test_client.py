@@ -236,6 +236,28 @@ def test_a_server_that_does_not_answer_in_time_is_a_timeout(serve: Any, sender: 
     assert len(server.requests) == 1
 
 
+def test_a_slow_resolver_ends_the_attempt_within_its_timeout(serve: Any, sender: Any) -> None:
+    """A name whose lookup hangs ends the attempt as a timeout inside the delivery's lease (2 ×
+    timeout + a margin), never as a send once the lease is gone (issue 30)."""
+    server = serve()
+    release = threading.Event()
+
+    def slow(host: str, port: int) -> list[str]:
+        release.wait(30)
+        return ["127.0.0.1"]
+
+    client = sender(f"http://slow.test:{server.server_address[1]}/", timeout=0.5, resolver=slow)
+    started = time.monotonic()
+    try:
+        with pytest.raises(SendError) as caught:
+            client.post(b"{}", {})
+        assert time.monotonic() - started < GIVEN_UP
+        assert caught.value.reason == "timeout" and "resolving" in str(caught.value)
+        assert server.connections == 0
+    finally:
+        release.set()
+
+
 def test_a_closed_port_is_a_connect_error(sender: Any) -> None:
     with pytest.raises(SendError) as caught:
         sender(f"http://127.0.0.1:{free_port()}/").post(b"{}", {})

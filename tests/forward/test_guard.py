@@ -4,9 +4,21 @@ No test here opens a connection: names resolve through injected resolvers."""
 
 from __future__ import annotations
 
+import threading
+import time
+
 import pytest
 
-from webhooks.forward.guard import METADATA, Refused, Resolver, check_url, refusal, system_resolver, vet
+from webhooks.forward.guard import (
+    METADATA,
+    Refused,
+    Resolver,
+    check_url,
+    refusal,
+    resolve_within,
+    system_resolver,
+    vet,
+)
 
 PRIVATE = [
     "127.0.0.1",  # loopback
@@ -45,7 +57,33 @@ PUBLIC = [
     "::ffff:8.8.8.8",
     "64:ff9b::808:808",
 ]
-METADATA_SPELLINGS = ["169.254.169.254", "fd00:ec2::254", "169.254.170.2", "100.100.100.200", "::ffff:169.254.169.254"]
+METADATA_SPELLINGS = [
+    "169.254.169.254",
+    "fd00:ec2::254",
+    "169.254.170.2",
+    "100.100.100.200",
+    # every IPv6 form that carries 169.254.169.254 (a9fe:a9fe), allow_private or not (issue 30)
+    "::ffff:169.254.169.254",  # IPv4-mapped
+    "::ffff:a9fe:a9fe",
+    "::169.254.169.254",  # IPv4-compatible
+    "::a9fe:a9fe",
+    "::ffff:0:169.254.169.254",  # SIIT (IPv4-translated)
+    "::ffff:0:a9fe:a9fe",
+    "64:ff9b::169.254.169.254",  # well-known NAT64
+    "64:ff9b::a9fe:a9fe",
+    "64:ff9b:1::a9fe:a9fe",  # local-use NAT64 (RFC 8215), a /96 prefix
+    "64:ff9b:1:abcd:0:1:a9fe:a9fe",
+    "64:ff9b:1:a9fe:a9:fe00::",  # … a /48 prefix (the IPv4 around the u octet)
+    "64:ff9b:1:ffa9:fe:a9fe::",  # … a /56 prefix
+    "64:ff9b:1:ffff:a9:fea9:fe00:0",  # … a /64 prefix
+    "2002:a9fe:a9fe::",  # 6to4
+    "2002:a9fe:a9fe:1:2:3:4:5",
+    "2001:0:4136:e378:8000:63bf:5601:5601",  # Teredo, client 169.254.169.254 (XOR 0xffffffff)
+    "2001:0:a9fe:a9fe::1",  # Teredo, server 169.254.169.254
+    "::ffff:169.254.170.2",  # the other metadata addresses carried the same way
+    "64:ff9b:1::100.100.100.200",
+    "::ffff:0:169.254.170.2",
+]
 
 
 def never(host: str, port: int) -> list[str]:
@@ -70,6 +108,29 @@ def test_a_metadata_address_is_refused_even_when_private_is_allowed(address: str
         refused = refusal(address, allow_private=allow_private)
         assert refused is not None and refused.reason == "metadata_address"
         assert "metadata" in str(refused) and "allow_private = true" not in str(refused)  # no advice that cannot help
+
+
+def test_a_slow_resolver_is_given_up_at_its_deadline() -> None:
+    """``resolve_within``: a lookup that hangs ends as ``unresolvable`` about when it was told to."""
+    release = threading.Event()
+
+    def slow(host: str, port: int) -> list[str]:
+        release.wait(30)
+        return ["93.184.216.34"]
+
+    started = time.monotonic()
+    try:
+        with pytest.raises(Refused) as caught:
+            vet("slow.example", 443, allow_private=False, resolver=resolve_within(slow, 0.3))
+        assert time.monotonic() - started < 5.0 and caught.value.reason == "unresolvable"
+        assert isinstance(caught.value.__cause__, TimeoutError)
+    finally:
+        release.set()
+    quick = resolve_within(resolving("93.184.216.34"), 5.0)
+    assert vet("quick.example", 443, allow_private=False, resolver=quick) == ["93.184.216.34"]
+    with pytest.raises(Refused) as caught:
+        vet("nowhere.invalid", 443, allow_private=True, resolver=resolve_within(failing, 5.0))
+    assert caught.value.reason == "unresolvable" and "Name or service not known" in str(caught.value)
 
 
 def test_the_metadata_set_holds_the_known_services() -> None:

@@ -338,5 +338,5 @@ def test_admin_modules_add_their_routes_only_when_the_package_registers_them() -
     """)
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=True)
     before, after = json.loads(out.stdout.strip().splitlines()[-1])
-    # api: 3 rejections + gaps + 3 destinations; pages: 3 rejections + gaps + 3 destinations
-    assert after == [before[0] + 7, before[1] + 7]
+    # api: 3 rejections + gaps + 5 destinations; pages: 3 rejections + gaps + 5 destinations
+    assert after == [before[0] + 9, before[1] + 9]

@@ -43,7 +43,8 @@ def resend(
     and no record, when none was set)."""
     audit = audit | {"filter": audit["filter"] | {"destination": destination}}
     with rt.sessions.begin() as session:
-        done = deliveries.replay(session, keys, destination, now, backfill=True)
+        target = rt.settings.destinations[destination].identity  # the operator sends them to this one
+        done = deliveries.replay(session, keys, destination, now, backfill=True, target=target)
         replay_id = audit_record(session, audit, done, now) if done else None
     if done:
         nudge()

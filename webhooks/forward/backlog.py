@@ -5,18 +5,24 @@ Three statements whatever the history's size: the ``destinations`` rows, the pen
 (through a partial index of pending rows) and the failed ones (through a partial index of failed
 rows, capped at ``COUNT_CAP + 1`` each: a count above ``COUNT_CAP`` means at least that many). Delivered rows are
 never read for the pending count. A destination never sent to has no row yet: it is ``active`` with nothing waiting.
+
+``held``: the names whose pending deliveries no configured destination may send (removed, or
+configured again at another URL; ``webhooks.store.deliveries.held``), one statement. A configured
+name's ``pending`` counts every pending delivery under it, held ones too: nothing waits unseen.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from sqlalchemy import func, literal, select, union_all
 
+from webhooks.forward.destinations import Destination
 from webhooks.models import Delivery, DestinationState, capped_count
+from webhooks.store import deliveries
 from webhooks.timestamps import aware
 from webhooks.vocabulary import DeliveryStatus
 
@@ -106,3 +112,24 @@ def backlogs(db: Any, names: Sequence[str], now: datetime) -> list[Backlog]:
             )
         )
     return found
+
+
+@dataclass(frozen=True)
+class Held:
+    """Deliveries waiting under ``name`` that no configured destination may send until an operator
+    adopts or fails them."""
+
+    name: str
+    pending: int
+    oldest_pending_at: datetime | None
+
+
+def held(db: Any, configured: Mapping[str, Destination]) -> list[Held]:
+    """Every name with held deliveries, by name; ``db``: a ``Session`` or a ``Connection``."""
+    query = (
+        select(Delivery.destination, func.count(), func.min(Delivery.status_at))
+        .where(deliveries.held(configured))
+        .group_by(Delivery.destination)
+        .order_by(Delivery.destination)
+    )
+    return [Held(name, int(n), None if oldest is None else aware(oldest)) for name, n, oldest in db.execute(query)]

@@ -6,7 +6,8 @@ the address checked is the address connected. No redirect is followed: a 3xx is 
 thread keeps one keep-alive connection; a request that fails on a reused connection before any
 byte of the answer (the server closed it while idle) is sent once more on a fresh one.
 
-Time: ``timeout`` bounds the connect (TLS included) and each read, and the answer as a whole is
+Time: ``timeout`` bounds the name's resolution and the connect together (TLS included; a lookup
+runs on a helper thread, ``guard.resolve_within``) and each read, and the answer as a whole is
 given ``timeout`` from the moment of sending (a deadline each read checks), so a server that drips
 one byte at a time holds a thread for about 2 × timeout at most.
 
@@ -27,7 +28,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, cast
 
-from webhooks.forward.guard import Refused, Resolver, system_resolver, vet
+from webhooks.forward.guard import Refused, Resolver, resolve_within, system_resolver, vet
 
 RESPONSE_LIMIT = 64 * 1024
 USER_AGENT = "webhooks-forwarder/1"
@@ -160,11 +161,14 @@ class Sender:
 
     def _open(self) -> _Deadline:
         """A connected socket (TLS done) to a vetted address of the host."""
+        deadline = time.monotonic() + self.timeout  # the name's resolution, the connect and TLS share it
         try:
-            addresses = vet(self.host, self.port, allow_private=self._allow_private, resolver=self._resolver)
+            resolver = resolve_within(self._resolver, self.timeout)
+            addresses = vet(self.host, self.port, allow_private=self._allow_private, resolver=resolver)
         except Refused as exc:
+            if isinstance(exc.__cause__, TimeoutError):
+                raise SendError("timeout", f"{self._origin}: resolving the name took over {self.timeout} s") from None
             raise SendError("refused", f"{self._origin}: refused by the guard ({exc.reason}): {exc}") from None
-        deadline = time.monotonic() + self.timeout
         failure: OSError = TimeoutError()
         for address in addresses:
             line = _Deadline(socket.AF_INET6 if ":" in address else socket.AF_INET, socket.SOCK_STREAM)

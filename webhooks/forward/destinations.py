@@ -11,6 +11,8 @@ from __future__ import annotations
 import base64
 import binascii
 import fnmatch
+import functools
+import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -63,6 +65,13 @@ class Destination:
     def keys(self) -> tuple[bytes, ...]:
         """The HMAC keys, the first signs; all sign during a rotation."""
         return tuple(key(s) for s in self.secrets)
+
+    @functools.cached_property
+    def identity(self) -> str:
+        """Which service this is, beyond its name: a hash of its URL (a URL may carry a token in its
+        query: never stored). A delivery is sent only to the destination it was created for
+        (``deliveries.target``); one configured later under the same name at another URL is another."""
+        return hashlib.sha256(self.url.encode()).hexdigest()
 
     @property
     def max_attempts(self) -> int:

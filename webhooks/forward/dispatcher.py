@@ -199,7 +199,8 @@ def drain(forwarder: Forwarder, timeout: float = 10.0) -> bool:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         idle = not forwarder.step() and not any(lane.busy for lane in forwarder.lanes.values())
-        if idle and not deliveries.due(forwarder.sessions, forwarder.lanes, datetime.now(UTC)):
+        ours = [lane.destination for lane in forwarder.lanes.values()]
+        if idle and not deliveries.due(forwarder.sessions, ours, datetime.now(UTC)):
             return True
         _wake.wait(0.05)
         _wake.clear()

@@ -4,7 +4,9 @@ team says ``allow_private = true``; a cloud metadata service never, whatever the
 A destination URL is only a name: the guard judges the addresses it resolves to, every time a
 connection is opened (``vet``), so a name that later resolves to ``127.0.0.1`` (DNS rebinding) or a
 DNS answer mixing a public and a private address is refused. IPv6 forms that carry an IPv4 address
-(mapped, compatible, NAT64, 6to4, Teredo) are judged by the IPv4 address they carry too.
+(mapped, SIIT, compatible, well-known and local-use NAT64, 6to4, Teredo) are judged by the IPv4 address
+they carry too. A name is resolved within a deadline (``resolve_within``): a slow resolver ends the
+attempt as ``unresolvable`` instead of holding it past its lease.
 ``check_url`` is the start-up check of a configured URL; the connect-time ``vet`` still decides.
 
 Standard library only.
@@ -14,6 +16,7 @@ from __future__ import annotations
 
 import ipaddress
 import socket
+import threading
 import urllib.parse
 from collections.abc import Callable
 
@@ -30,7 +33,9 @@ METADATA: frozenset[Address] = frozenset(
     )
 )
 _SHARED = ipaddress.ip_network("100.64.0.0/10")  # carrier-grade NAT: Python's is_private leaves it out
-_NAT64 = ipaddress.ip_network("64:ff9b::/96")
+_NAT64 = ipaddress.ip_network("64:ff9b::/96")  # RFC 6052 well-known prefix: the IPv4 in the last 32 bits
+_LOCAL_NAT64 = ipaddress.ip_network("64:ff9b:1::/48")  # RFC 8215: the operator picks a /48…/96 inside
+_SIIT = ipaddress.ip_network("::ffff:0:0:0/96")  # RFC 2765 IPv4-translated ::ffff:0:a.b.c.d
 _ALLOW_HINT = "set allow_private = true on the destination if this service is yours"
 
 
@@ -52,6 +57,34 @@ def system_resolver(host: str, port: int) -> list[str]:
     return list(dict.fromkeys(str(info[4][0]) for info in infos))
 
 
+def resolve_within(resolver: Resolver, seconds: float) -> Resolver:
+    """``resolver`` bounded to ``seconds``: a slower answer raises TimeoutError (an OSError, so ``vet``
+    calls the name unresolvable). The lookup runs on a daemon thread left to finish on its own:
+    ``getaddrinfo`` cannot be interrupted, and the attempt must end inside its lease."""
+
+    def bounded(host: str, port: int) -> list[str]:
+        answer: list[list[str] | BaseException] = []
+        done = threading.Event()
+
+        def look_up() -> None:
+            try:
+                answer.append(resolver(host, port))
+            except BaseException as exc:  # handed to the caller, whatever it is
+                answer.append(exc)
+            finally:
+                done.set()
+
+        threading.Thread(target=look_up, name=f"resolve {host}", daemon=True).start()
+        if not done.wait(max(seconds, 0.0)):
+            raise TimeoutError(f"no answer within {seconds:g} s")
+        [found] = answer
+        if isinstance(found, BaseException):
+            raise found
+        return found
+
+    return bounded
+
+
 def _judged(ip: Address) -> list[Address]:
     """The addresses that decide for ``ip``: an IPv6 spelling of an IPv4 address (mapped, NAT64) is that
     IPv4 address; a tunnel block (6to4, Teredo, IPv4-compatible) is itself and the IPv4 it carries."""
@@ -59,8 +92,10 @@ def _judged(ip: Address) -> list[Address]:
         return [ip]
     if ip.ipv4_mapped is not None:
         return [ip.ipv4_mapped]
-    if ip in _NAT64:
+    if ip in _NAT64 or ip in _SIIT:
         return [ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF)]
+    if ip in _LOCAL_NAT64:
+        return [ip, *_rfc6052(ip)]
     if ip.sixtofour is not None:
         return [ip, ip.sixtofour]
     if ip.teredo is not None:
@@ -68,6 +103,19 @@ def _judged(ip: Address) -> list[Address]:
     if int(ip) >> 32 == 0 and int(ip) > 1:  # IPv4-compatible ::a.b.c.d (not :: or ::1)
         return [ip, ipaddress.IPv4Address(int(ip))]
     return [ip]
+
+
+def _rfc6052(ip: ipaddress.IPv6Address) -> list[ipaddress.IPv4Address]:
+    """The IPv4 addresses ``ip`` carries under each RFC 6052 prefix length a /48 allows (48, 56, 64,
+    96): which one the operator chose is unknown here, so every reading is judged. Bits 64–71 (``u``)
+    are skipped."""
+    b = ip.packed
+    return [
+        ipaddress.IPv4Address(b[6:8] + b[9:11]),  # /48
+        ipaddress.IPv4Address(b[7:8] + b[9:12]),  # /56
+        ipaddress.IPv4Address(b[9:13]),  # /64
+        ipaddress.IPv4Address(b[12:16]),  # /96
+    ]
 
 
 def _special(ip: Address) -> bool:

@@ -13,12 +13,18 @@ several workers never exceed ``max_in_flight`` or the rate budget), in flight un
 ``leased_until``: a worker killed mid-request leaves a lease that expires, and the delivery is
 sent again with the same ``webhook-id``. ``webhooks.store.settle`` applies what came back, under
 the lease's token, with the destination's circuit, throttle and pause.
+
+A delivery carries the identity of the destination it was made for (``target``,
+``Destination.identity``); it is leased only by a destination of that identity. A destination
+removed, or configured again under its name at another URL, leaves its pending deliveries *held*:
+listed (``webhooks.forward.backlog.held``), kept, and sent only once an operator ``adopt``s them
+(the destination now under the name takes them) or ``fail_held``s them.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -67,9 +73,10 @@ class Result:
     response: str | None = None
 
 
-def create(session: Session, event: Any, destinations: Sequence[str], now: datetime) -> None:
+def create(session: Session, event: Any, destinations: Mapping[str, str], now: datetime) -> None:
     """One pending delivery per destination for the event being marked (insert-or-ignore).
-    ``event``: a ``webhooks.handlers.HandlerEvent`` (its endpoint, id, type, object and version)."""
+    ``event``: a ``webhooks.handlers.HandlerEvent`` (its endpoint, id, type, object and version);
+    ``destinations``: name → identity (``Destination.identity``) of each destination it goes to."""
     rows = [
         {
             "endpoint": event.endpoint,
@@ -87,6 +94,7 @@ def create(session: Session, event: Any, destinations: Sequence[str], now: datet
             "next_attempt_at": now,
             "created_at": now,
             "status_at": now,
+            "target": destinations[name],
         }
         for name in destinations
     ]
@@ -107,9 +115,28 @@ def state_of(session: Session, name: str) -> DestinationState:
     return session.scalars(query, execution_options={"populate_existing": True}).one()
 
 
+def made_for(destination: Destination, delivery: Any = Delivery) -> Any:
+    """The condition on ``delivery`` (the model or an alias): made for this destination (its name and
+    identity; a row older than 0014 has no identity and is the name's)."""
+    return and_(
+        delivery.destination == destination.name,
+        or_(delivery.target.is_(None), delivery.target == destination.identity),
+    )
+
+
+def held(configured: Mapping[str, Destination]) -> Any:
+    """The condition on ``deliveries`` of pending rows no configured destination may send: their
+    name is not configured, or is configured at another identity (another URL)."""
+    others = [
+        and_(Delivery.destination == name, Delivery.target.is_not(None), Delivery.target != d.identity)
+        for name, d in configured.items()
+    ]
+    return and_(Delivery.status == PENDING, or_(Delivery.destination.not_in(list(configured)), *others))
+
+
 def _due(destination: Destination, now: datetime) -> Any:
     conditions = [
-        Delivery.destination == destination.name,
+        made_for(destination),
         Delivery.status == PENDING,
         Delivery.next_attempt_at <= now,
         or_(Delivery.leased_until.is_(None), Delivery.leased_until <= now),
@@ -117,7 +144,7 @@ def _due(destination: Destination, now: datetime) -> Any:
     if destination.ordered:  # the head of its object's line, and nothing of that object in flight
         other = aliased(Delivery)
         same = and_(
-            other.destination == Delivery.destination,
+            made_for(destination, other),
             other.status == PENDING,
             other.endpoint == Delivery.endpoint,
             other.object_type == Delivery.object_type,
@@ -279,12 +306,16 @@ def _supersede(session: Session, delivery: Delivery, now: datetime) -> None:
     )
 
 
-def due(sessions: sessionmaker[Session], names: Iterable[str], now: datetime) -> int:
-    """How many deliveries to these destinations are due now (those of a paused one are not)."""
+def due(sessions: sessionmaker[Session], destinations: Iterable[Destination], now: datetime) -> int:
+    """How many deliveries to these destinations are due now (those of a paused one are not, nor
+    held ones)."""
     paused = select(DestinationState.name).where(DestinationState.paused)
+    ours = [made_for(d) for d in destinations]
+    if not ours:
+        return 0
     with sessions() as session:
         query = select(func.count()).where(
-            Delivery.destination.in_(list(names)),
+            or_(*ours),
             Delivery.destination.not_in(paused),
             Delivery.status == PENDING,
             Delivery.next_attempt_at <= now,
@@ -294,13 +325,30 @@ def due(sessions: sessionmaker[Session], names: Iterable[str], now: datetime) ->
 
 # ===== operators ===============================================================================
 def replay(
-    session: Session, keys: Sequence[tuple[str, str]], destination: str, now: datetime, *, backfill: bool = False
+    session: Session,
+    keys: Sequence[tuple[str, str]],
+    destination: str,
+    now: datetime,
+    *,
+    backfill: bool = False,
+    target: str | None = None,
 ) -> list[tuple[str, str]]:
     """Send these events' deliveries to ``destination`` again (forced: even if superseded, attempts
     reset); the keys whose delivery was set pending (one in flight is left alone). ``backfill``: a
     processed event with no delivery there (processed before the destination was configured, or
-    filtered out) gets one, pending and forced."""
+    filtered out) gets one, pending and forced. ``target``: the identity of the destination now
+    configured under the name, which the operator sends them to (None: left as it is)."""
     done = []
+    again: dict[str, Any] = {
+        "status": PENDING,
+        "status_at": now,
+        "forced": True,
+        "attempts": 0,
+        "next_attempt_at": now,
+        "leased_until": None,
+    }
+    if target is not None:
+        again["target"] = target
     for endpoint, event_id in keys:
         changed: Any = session.execute(
             update(Delivery)
@@ -310,14 +358,16 @@ def replay(
                 Delivery.destination == destination,
                 or_(Delivery.status != PENDING, Delivery.leased_until.is_(None), Delivery.leased_until <= now),
             )
-            .values(status=PENDING, status_at=now, forced=True, attempts=0, next_attempt_at=now, leased_until=None)
+            .values(again)
         )
-        if changed.rowcount or (backfill and _backfill(session, endpoint, event_id, destination, now)):
+        if changed.rowcount or (backfill and _backfill(session, endpoint, event_id, destination, now, target)):
             done.append((endpoint, event_id))
     return done
 
 
-def _backfill(session: Session, endpoint: str, event_id: str, destination: str, now: datetime) -> bool:
+def _backfill(
+    session: Session, endpoint: str, event_id: str, destination: str, now: datetime, target: str | None
+) -> bool:
     """Create the forced delivery of a processed event that has none for ``destination``."""
     event = session.get(Event, (endpoint, event_id))
     if event is None or event.status != Status.PROCESSED:
@@ -338,6 +388,7 @@ def _backfill(session: Session, endpoint: str, event_id: str, destination: str, 
         "next_attempt_at": now,
         "created_at": now,
         "status_at": now,
+        "target": target,
     }
     inserted: Any = session.execute(upsert(session, Delivery).values([row]).on_conflict_do_nothing())
     return bool(inserted.rowcount)
@@ -351,3 +402,42 @@ def pause(sessions: sessionmaker[Session], name: str, paused: bool, reason: str 
         if not paused:
             state.failures, state.opened_at, state.probe_at, state.probe_seconds = 0, None, None, None
             state.throttled_until = None
+
+
+def _held_keys(session: Session, name: str, configured: Mapping[str, Destination]) -> list[tuple[str, str]]:
+    query = select(Delivery.endpoint, Delivery.event_id).where(held(configured), Delivery.destination == name)
+    return [(e, i) for e, i in session.execute(query.order_by(Delivery.endpoint, Delivery.event_id))]
+
+
+def adopt(session: Session, name: str, configured: Mapping[str, Destination], now: datetime) -> list[tuple[str, str]]:
+    """An operator's word: the destination now configured under ``name`` takes the deliveries held
+    under that name (due now, their attempts kept); the keys adopted."""
+    destination = configured[name]
+    keys = _held_keys(session, name, configured)
+    if keys:
+        session.execute(
+            update(Delivery)
+            .where(held(configured), Delivery.destination == name)
+            .values(target=destination.identity, next_attempt_at=now)  # one still in flight: after its lease
+        )
+    return keys
+
+
+def fail_held(
+    session: Session, name: str, configured: Mapping[str, Destination], now: datetime
+) -> list[tuple[str, str]]:
+    """An operator's word: the deliveries held under ``name`` are ``failed``, never sent (a replay to
+    a configured destination can still send one); the keys failed."""
+    keys = _held_keys(session, name, configured)
+    if keys:
+        session.execute(
+            update(Delivery)
+            .where(held(configured), Delivery.destination == name)
+            .values(
+                status=DeliveryStatus.FAILED,
+                status_at=now,
+                leased_until=None,
+                last_error="failed by an operator: its destination is no longer configured",
+            )
+        )
+    return keys
