@@ -130,6 +130,7 @@ def test_the_quick_start_from_the_clone_root_processes_an_event(installed: tuple
         assert duplicate.status_code == 200
         bad = stripe_headers(body, secret="whsec_" + "d3Jvbmd3cm9uZ3dyb25nd3Jvbmd3cm9uZw==")  # another secret
         assert requests.post(f"{base}/webhooks/stripe", data=body, headers=bad, timeout=30).status_code == 400
+
         def written() -> list[int] | None:
             web = [pid for pid in children(serve.pid) if "serve-worker" not in _command(pid)]
             files = {p.name for p in (tmp_path / "metrics").glob("counter_*.db")}
