@@ -1,4 +1,4 @@
-"""Operations: probes without auth — ``GET /healthz`` (the process answers) and ``GET /readyz`` (it
+"""Operations: probes without auth — ``GET /healthz`` (the process answers, and its version) and ``GET /readyz`` (it
 can take deliveries: the database answers at the head schema revision and, unless the queue is
 embedded, Redis answers; a failed check is a 503 whose JSON names each check and why) — and
 ``GET /metrics`` (Prometheus text format) behind the admin's HTTP Basic auth."""
@@ -8,7 +8,7 @@ from __future__ import annotations
 from flask import Blueprint, Flask, Response, current_app, jsonify
 from werkzeug.wrappers import Response as BaseResponse
 
-from webhooks import metrics, revisions
+from webhooks import metrics, revisions, version
 from webhooks.admin.auth import check_auth
 from webhooks.runtime import Runtime
 
@@ -17,7 +17,7 @@ bp = Blueprint("health", __name__)
 
 @bp.get("/healthz")
 def healthz() -> Response:
-    return jsonify(status="ok")
+    return jsonify(status="ok", version=version())
 
 
 def checks(rt: Runtime) -> dict[str, str]:
