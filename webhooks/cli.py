@@ -163,7 +163,12 @@ def main() -> None:
 
 @main.command()
 @click.option("--host", default="127.0.0.1", show_default=True)
-@click.option("--port", type=int, default=lambda: int(os.environ.get("PORT", "8000")), show_default="$PORT or 8000")
+@click.option(
+    "--port",
+    type=int,
+    default=lambda: os.environ.get("PORT", "8000"),  # click's check: a usage error naming --port, not a traceback
+    show_default="$PORT or 8000",
+)
 def serve(host: str, port: int) -> None:
     """Run it all, nothing to install: SQLite, web and worker processes, the console."""
     from webhooks.process_setup import admin_password_file, kept_password, prepare_metrics_dir, quiet

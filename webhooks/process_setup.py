@@ -197,6 +197,8 @@ def bind_problem(host: str, port: int) -> str | None:
     """Why a web server could not listen on ``host:port`` (in use, not allowed, no such local
     address), or None. Checked before gunicorn binds: it would try five times over five seconds,
     two error lines each, without saying what to do."""
+    if not 0 <= port <= 65535:
+        return f"{port} is not a port number (0 to 65535)"
     try:
         family, kind, proto, _, address = socket.getaddrinfo(
             host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE

@@ -77,6 +77,13 @@ def test_serve_on_a_taken_port_names_it_and_says_to_use_port(env: dict[str, str]
     assert not (tmp_path / "webhooks.db").exists()  # stopped before it migrated anything
 
 
+def test_serve_on_a_port_that_is_no_port_says_so(env: dict[str, str], tmp_path: Path) -> None:
+    code, lines = run([str(BIN / "webhooks"), "serve"], env | {"PORT": "abc"}, tmp_path)
+    assert_one_mistake(code, lines, "Invalid value for '--port': 'abc' is not a valid integer")
+    code, lines = run([str(BIN / "webhooks"), "serve", "--port", "99999"], env, tmp_path)
+    assert_one_mistake(code, lines, "99999 is not a port number (0 to 65535)", "--port")
+
+
 def test_the_procfiles_gunicorn_on_a_taken_port_names_it_and_says_to_set_port(
     env: dict[str, str], tmp_path: Path, taken: int
 ) -> None:
