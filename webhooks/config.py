@@ -304,9 +304,25 @@ def _flag(environ: Mapping[str, str], name: str, default: bool) -> bool:
     raise ConfigError(f"{name} must be true or false, not {value!r}")
 
 
+REDIS_EXAMPLE = "redis://[:password@]host:6379/0 (or rediss://, unix://, redis+sentinel://)"
+
+
 def _redis_url(url: str | None) -> str | None:
-    if url:
-        sentinels(url)  # a malformed sentinel URL fails at start-up
+    """``REDIS_URL`` as redis-py takes it, or a ``ConfigError`` now (redis-py's ``ValueError``
+    would come later, as a traceback); never echoes a password."""
+    if not url:
+        return None
+    if sentinels(url) is not None:  # a malformed sentinel URL fails at start-up
+        return url
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url)
+    if parts.scheme not in ("redis", "rediss", "unix") or "://" not in url:
+        raise ConfigError(f"REDIS_URL is not a Redis URL; expected {REDIS_EXAMPLE}")
+    try:
+        parts.port  # noqa: B018  # the property parses the port: a ValueError when it is not a number
+    except ValueError:
+        raise ConfigError(f"REDIS_URL: the port must be a number; expected {REDIS_EXAMPLE}") from None
     return url
 
 

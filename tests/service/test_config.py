@@ -59,6 +59,26 @@ def test_a_wrong_database_url_fails_at_load_without_its_password(url: str, messa
     assert "secret" not in str(raised.value)
 
 
+@pytest.mark.parametrize(
+    ("url", "message"),
+    [
+        ("localhost:6379", "REDIS_URL is not a Redis URL; expected redis://"),
+        ("http://localhost:6379", "REDIS_URL is not a Redis URL; expected redis://"),
+        ("redis://:secret@h:port/0", "REDIS_URL: the port must be a number"),
+    ],
+)
+def test_a_wrong_redis_url_fails_at_load_without_its_password(url: str, message: str) -> None:
+    with pytest.raises(ConfigError) as raised:
+        load({"REDIS_URL": url})
+    assert message in str(raised.value)
+    assert "secret" not in str(raised.value)
+
+
+@pytest.mark.parametrize("url", ["redis://h", "rediss://:p@h:6380/2", "unix:///run/redis.sock", "redis+sentinel://a/m"])
+def test_every_supported_redis_url_loads(url: str) -> None:
+    assert load({"REDIS_URL": url}).redis_url == url
+
+
 def test_shorthands_define_endpoints() -> None:
     settings = load({"STRIPE_WEBHOOK_SECRET": "whsec_a", "ADYEN_HMAC_KEY": "AB12", "ADYEN_BASIC_AUTH": "u:p"})
     assert settings.endpoints["stripe"].secrets == ("whsec_a",)

@@ -128,6 +128,11 @@ def test_the_worker_names_the_redis_it_cannot_reach_at_its_first_start(env: dict
     assert "s3cret" not in "\n".join(lines)
 
 
+def test_the_worker_refuses_a_redis_url_that_is_no_url(env: dict[str, str], tmp_path: Path) -> None:
+    code, lines = run([str(BIN / "webhooks"), "worker"], env | {"REDIS_URL": "localhost:6379"}, tmp_path)
+    assert_one_mistake(code, lines, "REDIS_URL is not a Redis URL; expected redis://")
+
+
 def test_send_in_a_shell_without_endpoints_says_how_to_configure_one(env: dict[str, str], tmp_path: Path) -> None:
     payload = tmp_path / "event.json"
     payload.write_text('{"id": "evt_1", "object": "event", "type": "charge.succeeded"}')
