@@ -55,7 +55,7 @@ if TYPE_CHECKING:
     from webhooks.handlers import HandlerEvent, on
     from webhooks.runtime import Runtime
 
-__all__ = ["HandlerEvent", "create_app", "on", "version"]
+__all__ = ["HandlerEvent", "create_app", "on"]
 
 
 def create_app(config: Mapping[str, Any] | Settings | None = None) -> Flask:
@@ -101,17 +101,6 @@ class _StartingWorker:
 
             embedded.start_embedded(self.rt)
         return self.wsgi(environ, start_response)
-
-
-def version() -> str:
-    """The installed package's version (``webhooks --version``, ``serve``'s banner, ``/healthz``)."""
-    from importlib.metadata import PackageNotFoundError
-    from importlib.metadata import version as installed
-
-    try:
-        return installed("webhooks")
-    except PackageNotFoundError:  # run from a source tree that was never installed
-        return "unknown"
 
 
 def __getattr__(name: str) -> Any:

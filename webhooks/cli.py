@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from webhooks import version
+from webhooks.process_setup import version
 
 if TYPE_CHECKING:
     from webhooks.config import Settings

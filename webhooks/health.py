@@ -8,8 +8,9 @@ from __future__ import annotations
 from flask import Blueprint, Flask, Response, current_app, jsonify
 from werkzeug.wrappers import Response as BaseResponse
 
-from webhooks import metrics, revisions, version
+from webhooks import metrics, revisions
 from webhooks.admin.auth import check_auth
+from webhooks.process_setup import version
 from webhooks.runtime import Runtime
 
 bp = Blueprint("health", __name__)

@@ -1,6 +1,6 @@
 """What every service process (gunicorn's master, ``webhooks worker``, ``webhooks serve``) sets up
-first, before the app or the jobs are imported: its log format and the metrics directory; and
-whether the address it is to listen on is free.
+first, before the app or the jobs are imported: its log format and the metrics directory; whether
+the address it is to listen on is free; the version it announces.
 
 Logs: ``WEBHOOKS_LOG_FORMAT=json|text`` (default: text on a terminal, JSON otherwise) at
 ``WEBHOOKS_LOG_LEVEL`` (default INFO). A log call's ``extra={"fields": {...}}`` become JSON keys, or
@@ -191,6 +191,17 @@ def _alive(pid: int) -> bool:
     except PermissionError:  # someone else's process: alive
         return True
     return True
+
+
+def version() -> str:
+    """The installed package's version (``webhooks --version``, ``serve``'s banner, ``/healthz``)."""
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as installed
+
+    try:
+        return installed("webhooks")
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        return "unknown"
 
 
 def bind_problem(host: str, port: int) -> str | None:
