@@ -17,7 +17,7 @@ import pytest
 import requests
 
 from tests.conftest import free_port, wait_until
-from tests.support.processes import BIN, gunicorn_cmd
+from tests.support.processes import BIN, gunicorn_cmd, wait_http
 from webhooks.cli import upgrade
 
 
@@ -162,16 +162,21 @@ def test_the_procfiles_gunicorn_logs_once_that_the_console_is_off(
         gunicorn_cmd(port), env=env | extra, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
     )
     lines: list[str] = []
-    threading.Thread(target=lambda: lines.extend(proc.stdout or []), daemon=True).start()
+    reader = threading.Thread(target=lambda: lines.extend(proc.stdout or []), daemon=True)
+    reader.start()
     try:
-        # Both web processes booted (each logs it), so a line logged per process would be there twice.
-        wait_until(lambda: sum("Booting worker" in line for line in list(lines)) == 2, timeout=90)
-        wait_until(lambda: requests.get(f"http://127.0.0.1:{port}/healthz", timeout=5).ok, timeout=90)
-        assert requests.get(f"http://127.0.0.1:{port}/admin/", timeout=5).status_code == (401 if password else 404)
+        # Both web processes booted (each logs it): a line logged per process would be there twice.
+        wait_until(lambda: sum("Booting worker" in line for line in list(lines)) >= 2, timeout=90)
+        wait_http(f"http://127.0.0.1:{port}/healthz")  # a web process has loaded the app
+        assert requests.get(f"http://127.0.0.1:{port}/admin/", timeout=60).status_code == (401 if password else 404)
     finally:
         proc.terminate()
         proc.wait(timeout=60)
-    assert sum(CONSOLE_OFF in line for line in lines) == (0 if password else 1), lines
+        reader.join(timeout=30)  # every line the processes wrote, read
+    said = [i for i, line in enumerate(lines) if CONSOLE_OFF in line]
+    assert len(said) == (0 if password else 1), lines
+    listening = next(i for i, line in enumerate(lines) if "Listening at" in line)
+    assert all(i < listening for i in said), lines  # the master's, before any web process exists
 
 
 def test_version_is_the_installed_packages(env: dict[str, str], tmp_path: Path) -> None:
