@@ -13,6 +13,8 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from webhooks.process_setup import version
+
 if TYPE_CHECKING:
     from webhooks.config import Settings
 
@@ -135,7 +137,16 @@ def load_settings() -> Settings:
         raise click.ClickException(f"configuration: {exc}") from exc
 
 
+def _print_version(ctx: click.Context, _: click.Parameter, value: bool) -> None:
+    if value and not ctx.resilient_parsing:
+        click.echo(f"webhooks {version()}")
+        ctx.exit()
+
+
 @click.group(cls=LazyGroup)
+@click.option(
+    "--version", is_flag=True, expose_value=False, is_eager=True, callback=_print_version, help="Show the version."
+)
 def main() -> None:
     """Receive, verify, store and process webhooks.
 
@@ -152,7 +163,12 @@ def main() -> None:
 
 @main.command()
 @click.option("--host", default="127.0.0.1", show_default=True)
-@click.option("--port", type=int, default=lambda: int(os.environ.get("PORT", "8000")), show_default="$PORT or 8000")
+@click.option(
+    "--port",
+    type=int,
+    default=lambda: os.environ.get("PORT", "8000"),  # click's check: a usage error naming --port, not a traceback
+    show_default="$PORT or 8000",
+)
 def serve(host: str, port: int) -> None:
     """Run it all, nothing to install: SQLite, web and worker processes, the console."""
     from webhooks.process_setup import admin_password_file, kept_password, prepare_metrics_dir, quiet
@@ -166,6 +182,7 @@ def serve(host: str, port: int) -> None:
 
     settings = load_settings()
     require_job()
+    refuse_taken(host, port)
     handlers.load(settings.handler_modules)  # refuse to start on a module it cannot import
     handlers.announce(settings.handler_modules)
     kept = None
@@ -233,6 +250,15 @@ def require_job() -> None:
         raise click.ClickException(problem)
 
 
+def refuse_taken(host: str, port: int) -> None:
+    """Stop ``serve`` with one line if its address is taken (gunicorn would log eleven over 5 s)."""
+    from webhooks.process_setup import bind_problem
+
+    problem = bind_problem(host, port)
+    if problem:
+        raise click.ClickException(f"{problem}; choose another port with --port N (or PORT=N)")
+
+
 @main.command("serve-worker", hidden=True)
 def serve_worker() -> None:
     """The worker process ``serve`` starts (not for use on its own)."""
@@ -257,7 +283,7 @@ def banner(settings: Settings, listeners: list[str], kept: Any) -> str:
     endpoints = [f"POST {base}/webhooks/{name}" for name in settings.endpoints] or [
         "none configured: set STRIPE_WEBHOOK_SECRET=… (or another provider's) or write webhooks.toml"
     ]
-    lines = [f"webhooks serving on {', '.join(listeners)}", f"  console    {base}/admin/  {login}"]
+    lines = [f"webhooks {version()} serving on {', '.join(listeners)}", f"  console    {base}/admin/  {login}"]
     lines += [f"  {'endpoints' if i == 0 else '':9}  {line}" for i, line in enumerate(endpoints)]
     forwards = [f"{name} → {', '.join(names)}" for name, names in settings.forwards.items()]
     destinations = [f"{d.name}  {d.url}" for d in settings.destinations.values()]
@@ -281,8 +307,18 @@ def worker(burst: bool) -> None:
     if not settings.redis_url:
         raise click.ClickException("REDIS_URL is not set (`webhooks serve` runs its own worker)")
     require_job()
+    refuse_unreachable_redis(settings.redis_url)
     revisions.wait_for_head(settings.database_url, logging.getLogger("webhooks.worker"))
     run(settings, burst=burst)
+
+
+def refuse_unreachable_redis(url: str) -> None:
+    """At the first start only: a wrong REDIS_URL is one line and exit 1, not retries without end."""
+    from webhooks.worker import unreachable
+
+    problem = unreachable(url)
+    if problem:
+        raise click.ClickException(f"{problem}; check that it runs and that REDIS_URL is right")
 
 
 @main.group()

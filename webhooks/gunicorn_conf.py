@@ -2,8 +2,10 @@
 
 Environment: ``PORT``, ``WEB_CONCURRENCY`` (processes), ``WEB_THREADS`` (threads per process),
 ``WEB_HEAD_TIMEOUT_SECONDS`` and ``WEB_BODY_TIMEOUT_SECONDS`` (a request's deadlines, see below).
-Before it binds, the master sets up logging and the metrics directory, and waits for the database
-schema to reach the head revision (the release step may still be running beside it).
+Before it binds, the master sets up logging and the metrics directory, stops with one line if its
+address is taken or the configuration is wrong, says when the console is off (no
+``WEBHOOKS_ADMIN_PASSWORD``), and waits for the database schema to reach the head revision (the
+release step may still be running beside it).
 """
 
 from __future__ import annotations
@@ -51,7 +53,28 @@ def on_starting(server: Any) -> None:
         settings = config.load()
     except ConfigError as exc:  # one line, not a traceback from inside gunicorn
         raise SystemExit(f"Error: configuration: {exc}") from None
+    refuse_taken(server)
+    if not settings.admin_password:  # once per master, not once per web process
+        logging.getLogger("webhooks.web").info(
+            "console and admin API are off (answer 404): set WEBHOOKS_ADMIN_PASSWORD to turn them on"
+        )
     revisions.wait_for_head(settings.database_url, logging.getLogger("webhooks.web"))
+
+
+def refuse_taken(server: Any) -> None:
+    """One line and exit 1 if an address to bind is taken, before gunicorn's five tries over 5 s.
+    Not for sockets it inherits: a re-executed master's (USR2) or systemd's."""
+    from gunicorn import systemd  # type: ignore[import-untyped]
+
+    from webhooks.process_setup import bind_problem
+
+    if server.master_pid or systemd.listen_fds(unset_environment=False):
+        return
+    for address in server.cfg.address:
+        if isinstance(address, tuple):  # not a unix socket or a file descriptor
+            problem = bind_problem(str(address[0]), int(address[1]))
+            if problem:
+                raise SystemExit(f"Error: {problem}; set PORT (the Procfile binds ${{PORT:-8000}}) or --bind")
 
 
 def child_exit(server: Any, worker: Any) -> None:

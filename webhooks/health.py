@@ -1,4 +1,4 @@
-"""Operations: probes without auth — ``GET /healthz`` (the process answers) and ``GET /readyz`` (it
+"""Operations: probes without auth — ``GET /healthz`` (the process answers, and its version) and ``GET /readyz`` (it
 can take deliveries: the database answers at the head schema revision and, unless the queue is
 embedded, Redis answers; a failed check is a 503 whose JSON names each check and why) — and
 ``GET /metrics`` (Prometheus text format) behind the admin's HTTP Basic auth."""
@@ -10,6 +10,7 @@ from werkzeug.wrappers import Response as BaseResponse
 
 from webhooks import metrics, revisions
 from webhooks.admin.auth import check_auth
+from webhooks.process_setup import version
 from webhooks.runtime import Runtime
 
 bp = Blueprint("health", __name__)
@@ -17,7 +18,7 @@ bp = Blueprint("health", __name__)
 
 @bp.get("/healthz")
 def healthz() -> Response:
-    return jsonify(status="ok")
+    return jsonify(status="ok", version=version())
 
 
 def checks(rt: Runtime) -> dict[str, str]:

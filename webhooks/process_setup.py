@@ -1,5 +1,6 @@
 """What every service process (gunicorn's master, ``webhooks worker``, ``webhooks serve``) sets up
-first, before the app or the jobs are imported: its log format and the metrics directory.
+first, before the app or the jobs are imported: its log format and the metrics directory; whether
+the address it is to listen on is free; the version it announces.
 
 Logs: ``WEBHOOKS_LOG_FORMAT=json|text`` (default: text on a terminal, JSON otherwise) at
 ``WEBHOOKS_LOG_LEVEL`` (default INFO). A log call's ``extra={"fields": {...}}`` become JSON keys, or
@@ -11,10 +12,12 @@ written escaped (``\\x9b``, ``\\u2028`` in text; ``\\u009b`` in JSON, which deco
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import os
 import re
+import socket
 import sys
 import tempfile
 import traceback
@@ -188,3 +191,39 @@ def _alive(pid: int) -> bool:
     except PermissionError:  # someone else's process: alive
         return True
     return True
+
+
+def version() -> str:
+    """The installed package's version (``webhooks --version``, ``serve``'s banner, ``/healthz``)."""
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as installed
+
+    try:
+        return installed("webhooks")
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        return "unknown"
+
+
+def bind_problem(host: str, port: int) -> str | None:
+    """Why a web server could not listen on ``host:port`` (in use, not allowed, no such local
+    address), or None. Checked before gunicorn binds: it would try five times over five seconds,
+    two error lines each, without saying what to do."""
+    if not 0 <= port <= 65535:
+        return f"{port} is not a port number (0 to 65535)"
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(
+            host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )[0]
+    except (OSError, UnicodeError):  # an unknown host name: gunicorn's own error says so
+        return None
+    probe = socket.socket(family, kind, proto)
+    try:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as gunicorn binds: TIME_WAIT is free
+        probe.bind(address)
+    except OSError as exc:
+        where = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        reason = "is already in use" if exc.errno == errno.EADDRINUSE else f"cannot be listened on ({exc.strerror})"
+        return f"{where} {reason}"
+    finally:
+        probe.close()
+    return None

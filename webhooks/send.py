@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from webhooks import outbound, providers
+from webhooks import config, outbound, providers
 from webhooks.cli import load_settings
 
 
@@ -23,7 +23,7 @@ def send(endpoint: str, payload_file: Path, url: str | None, secret_index: int, 
     settings = load_settings()
     target_endpoint = settings.endpoints.get(endpoint)
     if target_endpoint is None:
-        raise click.ClickException(f"no endpoint {endpoint!r} (configured: {', '.join(settings.endpoints)})")
+        raise click.ClickException(missing(endpoint, list(settings.endpoints)))
     provider = providers.get(target_endpoint.kind)
     body = payload_file.read_bytes()
     target = provider.post_url(url or f"http://127.0.0.1:{os.environ.get('PORT', '8000')}/webhooks/{endpoint}", body)
@@ -43,3 +43,16 @@ def send(endpoint: str, payload_file: Path, url: str | None, secret_index: int, 
     click.echo(f"{answer.status} {answer.body.decode('utf-8', errors='replace')}")
     if not 200 <= answer.status < 300:
         raise SystemExit(1)
+
+
+def missing(endpoint: str, configured: list[str]) -> str:
+    """What to do when ``send`` names an endpoint this shell does not configure (its environment
+    is not the service's: another terminal has no ``STRIPE_WEBHOOK_SECRET``)."""
+    if configured:
+        return f"no endpoint {endpoint!r} (configured: {', '.join(configured)})"
+    names = [variable for variable, (name, _, _) in config.shorthands().items() if name == endpoint]
+    how = f"{names[0]}=… (the service's secret)" if names else "a provider's variable (STRIPE_WEBHOOK_SECRET=…)"
+    return (
+        f"no endpoint {endpoint!r}: no endpoint is configured in this shell; set {how} "
+        "or point WEBHOOKS_CONFIG at the service's webhooks.toml"
+    )

@@ -108,6 +108,28 @@ def with_lanes(queues: Any) -> list[Any]:
     return found
 
 
+def unreachable(url: str, within: float = 3.0, now: Callable[[], float] = time.monotonic) -> str | None:
+    """None once Redis at ``url`` answers a PING, tried for ``within`` seconds (a Redis started
+    beside the worker); else one line naming its address, never its password. For the first
+    start only: an outage later is ridden out by ``run``."""
+    from webhooks.queue import connect
+
+    client = connect(url)
+    deadline = now() + within
+    try:
+        while True:
+            try:
+                client.ping()
+                return None
+            except (redis.RedisError, OSError) as exc:
+                if now() >= deadline:
+                    detail = str(exc).splitlines()[0][:200] if str(exc) else exc.__class__.__name__
+                    return f"cannot reach Redis at {config.redis_address(url)} ({detail})"
+            time.sleep(0.5)  # the next try, not an ordering of events
+    finally:
+        client.close()
+
+
 def run(settings: Settings, *, burst: bool = False) -> bool:
     """Work the queue until stopped (SIGTERM finishes the current job first) or, with ``burst``,
     until it is empty. Survives Redis outages: RQ's loop gives up on some Redis errors, so it is

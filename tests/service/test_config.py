@@ -21,6 +21,64 @@ def test_postgres_urls_use_psycopg(url: str) -> None:
     assert load({"DATABASE_URL": url}).database_url == "postgresql+psycopg://u:p@h:5432/db"
 
 
+@pytest.mark.parametrize(
+    "url",
+    [
+        "sqlite://",
+        "sqlite:///:memory:",
+        "sqlite:///webhooks.db",
+        "sqlite+pysqlite:///webhooks.db",
+        "sqlite:///file:missing-dir/x.db?mode=memory&uri=true",
+        "postgresql+psycopg://u:p@h/db",
+        "postgresql://u@/db?host=a,b&port=5432,5432&target_session_attrs=read-write",
+    ],
+)
+def test_every_supported_database_url_loads(url: str) -> None:
+    assert load({"DATABASE_URL": url}).database_url.split("://")[0] in (
+        "sqlite",
+        "sqlite+pysqlite",
+        "postgresql+psycopg",
+    )
+
+
+@pytest.mark.parametrize(
+    ("url", "message"),
+    [
+        ("postgress://u:secret@h/db", "unsupported database scheme 'postgress':// (did you mean postgresql://?)"),
+        ("mysql://u:secret@h/db", "unsupported database scheme 'mysql':// (supported: PostgreSQL and SQLite"),
+        ("postgresql+psycopg2://u:secret@h/db", "(did you mean postgresql://?)"),
+        ("not-a-url", "DATABASE_URL is not a database URL; expected postgresql://"),
+        ("sqlite://webhooks.db", "a SQLite URL is sqlite:///relative/path.db or sqlite:////absolute/path.db"),
+        ("sqlite:////no/such/dir/x.db", "directory '/no/such/dir' does not exist; create it or fix the path"),
+    ],
+)
+def test_a_wrong_database_url_fails_at_load_without_its_password(url: str, message: str) -> None:
+    with pytest.raises(ConfigError) as raised:
+        load({"DATABASE_URL": url})
+    assert message in str(raised.value)
+    assert "secret" not in str(raised.value)
+
+
+@pytest.mark.parametrize(
+    ("url", "message"),
+    [
+        ("localhost:6379", "REDIS_URL is not a Redis URL; expected redis://"),
+        ("http://localhost:6379", "REDIS_URL is not a Redis URL; expected redis://"),
+        ("redis://:secret@h:port/0", "REDIS_URL: the port must be a number"),
+    ],
+)
+def test_a_wrong_redis_url_fails_at_load_without_its_password(url: str, message: str) -> None:
+    with pytest.raises(ConfigError) as raised:
+        load({"REDIS_URL": url})
+    assert message in str(raised.value)
+    assert "secret" not in str(raised.value)
+
+
+@pytest.mark.parametrize("url", ["redis://h", "rediss://:p@h:6380/2", "unix:///run/redis.sock", "redis+sentinel://a/m"])
+def test_every_supported_redis_url_loads(url: str) -> None:
+    assert load({"REDIS_URL": url}).redis_url == url
+
+
 def test_shorthands_define_endpoints() -> None:
     settings = load({"STRIPE_WEBHOOK_SECRET": "whsec_a", "ADYEN_HMAC_KEY": "AB12", "ADYEN_BASIC_AUTH": "u:p"})
     assert settings.endpoints["stripe"].secrets == ("whsec_a",)

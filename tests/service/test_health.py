@@ -3,7 +3,9 @@ answers at the head schema revision and Redis answers, else 503 naming each fail
 
 from __future__ import annotations
 
-import pytest
+from importlib import metadata
+from pathlib import Path
+
 from alembic import command
 
 from tests.conftest import base_config, free_port, make_app
@@ -12,11 +14,12 @@ from webhooks import create_app, revisions
 from webhooks.cli import alembic_config
 
 
-def test_healthz_needs_no_auth_and_no_database(tmp_path: pytest.TempPathFactory) -> None:
-    app = create_app(base_config(f"sqlite:///{tmp_path}/never-created/x.db"))
+def test_healthz_needs_no_auth_and_no_database(tmp_path: Path) -> None:
+    app = create_app(base_config(f"sqlite:///{tmp_path}/never-created.db"))
     response = app.test_client().get("/healthz")
     assert response.status_code == 200
-    assert response.get_json() == {"status": "ok"}
+    assert response.get_json() == {"status": "ok", "version": metadata.version("webhooks")}
+    assert not (tmp_path / "never-created.db").exists()
 
 
 def test_readyz_on_the_embedded_default_checks_the_database_only(sqlite_url: str) -> None:

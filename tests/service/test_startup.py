@@ -13,6 +13,7 @@ import stat
 import subprocess
 import threading
 from datetime import UTC, datetime
+from importlib import metadata
 from pathlib import Path
 
 import pytest
@@ -122,7 +123,7 @@ def test_serve_prints_one_format_then_its_banner_and_keeps_its_password(tmp_path
     proc, lines = start_serve(tmp_path, port)
     try:
         base = f"http://127.0.0.1:{port}"
-        start = lines.index(f"webhooks serving on {base}")
+        start = lines.index(f"webhooks {metadata.version('webhooks')} serving on {base}")
         logs, banner = lines[:start], lines[start:]
         records = [json.loads(line) for line in logs]  # gunicorn's lines too: no second format
         messages = [r["message"] for r in records]
