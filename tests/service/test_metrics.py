@@ -100,7 +100,6 @@ def test_metrics_count_every_outcome_across_processes(service: tuple[str, dict[s
     wait_until(lambda: value(scrape(base), "webhooks_oldest_pending_age_seconds") >= age + 1, interval=0.5)
 
     with running([str(BIN / "webhooks"), "worker"], env, cwd=tmp_path):
-
         # The gauges come from the database, the counters from the worker's own files, written a
         # moment after the rows it commits: wait for every value asserted, not for the rows alone.
         expected = {
