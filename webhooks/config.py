@@ -234,9 +234,10 @@ def _raw_endpoints(environ: Mapping[str, Any], raw: dict[str, dict[str, Any]]) -
             if _reads(raw, variable):  # the file uses the variable (docs/providers/mollie.md: another table)
                 continue
             file = config_file(environ)
+            read = f'["env:{variable}"]' if field_name == "secrets" else f'"env:{variable}"'
             raise ConfigError(
                 f"endpoint {name!r} is defined both in {file or 'ENDPOINTS'} and by {variable}: remove one,"
-                f' or read the variable in the file ({field_name} = "env:{variable}")'
+                f" or read the variable in the file ({field_name} = {read})"
             )
         if value:
             entry = raw.setdefault(name, {"provider": kind})
