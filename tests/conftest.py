@@ -45,14 +45,21 @@ environment.isolate(os.environ)
 atexit.register(servers.stop_all)  # a session cut short (Ctrl-C in a fixture) still leaves no server
 
 
-def _terminate(signum: int, frame: Any) -> None:
-    """SIGTERM ends the run as Ctrl-C does: pytest's summary, then its fixtures' teardown and the
-    ``atexit`` hook remove the suite's servers and their ``wh-test-*`` directories (by default
-    SIGTERM killed pytest where it stood and left them)."""
+STOP_SIGNALS: list[int] = []  # SIGINT/SIGTERM received by this run
+
+
+def _stop(signum: int, frame: Any) -> None:
+    """SIGINT and SIGTERM end the run with pytest's summary, then its fixtures' teardown and the
+    ``atexit`` hook remove the suite's servers and their ``wh-test-*`` directories (SIGTERM used to
+    kill pytest where it stood and leave them). Python drops an exception raised where it cannot
+    propagate (an at-fork callback, a finalizer): ``pytest_runtest_protocol`` then stops the run
+    after the current test."""
+    STOP_SIGNALS.append(signum)
     raise KeyboardInterrupt(f"signal {signum}")
 
 
-signal.signal(signal.SIGTERM, _terminate)
+signal.signal(signal.SIGINT, _stop)
+signal.signal(signal.SIGTERM, _stop)
 # What SIGINT and SIGTERM do between tests. RQ's worker (run in-process by ``drain`` and the
 # worker tests), ``webhooks worker``'s loop and ``webhooks serve`` install handlers of their own and
 # left them: Ctrl-C and SIGTERM then no longer stopped pytest. ``pytest_runtest_protocol`` puts these back.
@@ -77,6 +84,8 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
     for signum, handler in SIGNAL_HANDLERS.items():
         if signal.getsignal(signum) is not handler:
             signal.signal(signum, handler)
+    if STOP_SIGNALS:
+        pytest.exit(f"stopped by signal {STOP_SIGNALS[0]}", returncode=pytest.ExitCode.INTERRUPTED)
 
 
 STRIPE_SECRET = "whsec_test_secret"
