@@ -11,6 +11,7 @@ from __future__ import annotations
 import atexit
 import json
 import os
+import signal
 import socket
 import time
 import uuid
@@ -25,9 +26,10 @@ from flask import Flask
 from flask.testing import FlaskClient
 from hypothesis import HealthCheck, settings
 from rq import SimpleWorker
+from rq.worker import base as rq_base
 
 from tests import sample_handlers
-from tests.support import servers
+from tests.support import environment, servers
 from webhooks import create_app
 from webhooks.cli import upgrade
 from webhooks.runtime import Runtime
@@ -37,7 +39,55 @@ PAYLOADS = Path(__file__).resolve().parent / "payloads"
 # Servers the user named; unset (the default), the suite starts its own and never touches the machine's.
 PG_URL = os.environ.get("TEST_DATABASE_URL", "")
 REDIS_URL = os.environ.get("TEST_REDIS_URL", "")
+# Before any app or process starts: nothing from the developer's shell or working directory
+# (a webhooks.toml, STRIPE_WEBHOOK_SECRET, DATABASE_URL…) reaches them (tests/support/environment.py).
+environment.isolate(os.environ)
 atexit.register(servers.stop_all)  # a session cut short (Ctrl-C in a fixture) still leaves no server
+
+
+STOP_SIGNALS: list[int] = []  # SIGINT/SIGTERM received by this run
+
+
+def _stop(signum: int, frame: Any) -> None:
+    """SIGINT and SIGTERM end the run with pytest's summary, then its fixtures' teardown and the
+    ``atexit`` hook remove the suite's servers and their ``wh-test-*`` directories (SIGTERM used to
+    kill pytest where it stood and leave them). Python drops an exception raised where it cannot
+    propagate (an at-fork callback, a finalizer): ``pytest_runtest_protocol`` then stops the run
+    after the current test."""
+    STOP_SIGNALS.append(signum)
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+signal.signal(signal.SIGINT, _stop)
+signal.signal(signal.SIGTERM, _stop)
+# What SIGINT and SIGTERM do between tests. RQ's worker (run in-process by ``drain`` and the
+# worker tests), ``webhooks worker``'s loop and ``webhooks serve`` install handlers of their own and
+# left them: Ctrl-C and SIGTERM then no longer stopped pytest. ``pytest_runtest_protocol`` puts these back.
+SIGNAL_HANDLERS = {signum: signal.getsignal(signum) for signum in (signal.SIGINT, signal.SIGTERM)}
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _rq_workers_leave_signals_to_pytest() -> Iterator[None]:
+    """An RQ worker run in this process (``drain``, the worker tests) does not take SIGINT and SIGTERM
+    for its warm shutdown: a Ctrl-C in the middle of a job only stopped that worker, and the run went
+    on. As ``webhooks.embedded``'s worker does, it installs none; RQ keeps the hook's name
+    (``monkeypatch`` fails if it goes), and ``webhooks worker``'s own loop is undone after its test."""
+    patch = pytest.MonkeyPatch()
+    patch.setattr(rq_base.BaseWorker, "_install_signal_handlers", lambda self: None)
+    yield
+    patch.undo()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    yield
+    for signum, handler in SIGNAL_HANDLERS.items():
+        if signal.getsignal(signum) is not handler:
+            signal.signal(signum, handler)
+    if STOP_SIGNALS:
+        pytest.exit(f"stopped by signal {STOP_SIGNALS[0]}", returncode=pytest.ExitCode.INTERRUPTED)
+
+
 STRIPE_SECRET = "whsec_test_secret"
 ADYEN_KEY = "44782DEF547AAA06C910C43932B1EB0C71FC68D9D0C057550C48EC2ACF6BA056"
 ADMIN_PASSWORD = "admin-test-password"

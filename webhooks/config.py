@@ -2,9 +2,12 @@
 
 ``load(environ)`` turns a mapping shaped like the environment (``os.environ`` by default; tests
 pass a dict) into ``Settings``. Endpoints come from the TOML file named by ``WEBHOOKS_CONFIG``
-(``webhooks.toml`` if present), from an ``ENDPOINTS`` entry of a test mapping, and from the
-shorthand variables. Everything is validated here, at start-up: a bad endpoint fails closed with
-a message naming it.
+(unset: ``webhooks.toml`` if present; set but empty: no file; a mapping without the key takes the
+process's, as ``env:`` names do), from an ``ENDPOINTS`` entry of a test mapping, and from the
+shorthand variables. A shorthand never fills a key of a table the file defines: an endpoint both
+in the file and named by a set shorthand is refused, unless the file reads that variable itself
+(``"env:STRIPE_WEBHOOK_SECRET"``). Everything is validated here, at start-up: a bad endpoint fails
+closed with a message naming it.
 """
 
 from __future__ import annotations
@@ -240,14 +243,24 @@ def _refuse_unknown(where: str, raw: Mapping[str, Any], known: set[str]) -> None
         raise ConfigError(f"{where}: unknown key {key!r} ({hint})")
 
 
+def config_file(environ: Mapping[str, Any]) -> Path | None:
+    """The TOML file to read: ``WEBHOOKS_CONFIG``'s path; unset, ``./webhooks.toml`` if there is one;
+    set but empty, none (what the test suite sets, so a developer's own file never changes it)."""
+    path = environ.get("WEBHOOKS_CONFIG")
+    if path is None and environ is not os.environ:
+        path = os.environ.get("WEBHOOKS_CONFIG")
+    if path is None:
+        return Path("webhooks.toml") if Path("webhooks.toml").is_file() else None
+    return Path(path) if path else None
+
+
 def _tables(environ: Mapping[str, Any]) -> tuple[dict[str, dict[str, Any]], dict[str, dict[str, Any]]]:
     """The ``[endpoints.*]`` and ``[destinations.*]`` tables of the config file, then of a test
     mapping's ``ENDPOINTS`` and ``DESTINATIONS`` entries."""
     endpoints: dict[str, dict[str, Any]] = {}
     destinations: dict[str, dict[str, Any]] = {}
-    path = environ.get("WEBHOOKS_CONFIG")
-    if path or Path("webhooks.toml").is_file():
-        file = Path(path or "webhooks.toml")
+    file = config_file(environ)
+    if file is not None:
         try:
             data = tomllib.loads(file.read_text())
         except (OSError, tomllib.TOMLDecodeError) as exc:
@@ -269,8 +282,18 @@ def _table(where: str, value: Any) -> dict[str, Any]:
 
 
 def _raw_endpoints(environ: Mapping[str, Any], raw: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    defined = set(raw)  # the file's tables (and a test mapping's ENDPOINTS)
     for variable, (name, kind, field_name) in shorthands().items():
         value = environ.get(variable)
+        if value and name in defined:
+            if _reads(raw, variable):  # the file uses the variable (docs/providers/mollie.md: another table)
+                continue
+            file = config_file(environ)
+            read = f'["env:{variable}"]' if field_name == "secrets" else f'"env:{variable}"'
+            raise ConfigError(
+                f"endpoint {name!r} is defined both in {file or 'ENDPOINTS'} and by {variable}: remove one,"
+                f" or read the variable in the file ({field_name} = {read})"
+            )
         if value:
             entry = raw.setdefault(name, {"provider": kind})
             if field_name == "secrets":
@@ -278,6 +301,15 @@ def _raw_endpoints(environ: Mapping[str, Any], raw: dict[str, dict[str, Any]]) -
             else:
                 entry.setdefault(field_name, value)
     return raw
+
+
+def _reads(table: Any, variable: str) -> bool:
+    """Whether any value of these tables (or a list's item) is ``"env:<variable>"``."""
+    if isinstance(table, Mapping):
+        return any(_reads(v, variable) for v in table.values())
+    if isinstance(table, list):
+        return any(_reads(v, variable) for v in table)
+    return bool(table == f"env:{variable}")
 
 
 def _number(environ: Mapping[str, str], name: str, default: float) -> float:

@@ -20,7 +20,7 @@ def cli_env(app: Flask, monkeypatch: pytest.MonkeyPatch) -> Flask:
     monkeypatch.setenv("DATABASE_URL", app.extensions["webhooks"].settings.database_url)
     monkeypatch.setenv("STRIPE_WEBHOOK_SECRET", "whsec_test_secret")
     monkeypatch.delenv("REDIS_URL", raising=False)
-    monkeypatch.delenv("WEBHOOKS_CONFIG", raising=False)
+    monkeypatch.setenv("WEBHOOKS_CONFIG", "")
     sample_handlers.FAIL_TYPES.add("charge.refunded")
     client = app.test_client()
     for event_id, type_ in (("evt_ok", "payment_intent.succeeded"), ("evt_bad", "charge.refunded")):

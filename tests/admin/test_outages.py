@@ -69,7 +69,7 @@ def cli(app: Flask, redis_url: str, monkeypatch: pytest.MonkeyPatch, *args: str)
     monkeypatch.setenv("DATABASE_URL", runtime(app).settings.database_url)
     monkeypatch.setenv("REDIS_URL", redis_url)
     monkeypatch.setenv("STRIPE_WEBHOOK_SECRET", STRIPE_SECRET)
-    monkeypatch.delenv("WEBHOOKS_CONFIG", raising=False)
+    monkeypatch.setenv("WEBHOOKS_CONFIG", "")
     return CliRunner().invoke(main, ["events", *args], catch_exceptions=False)
 
 

@@ -113,7 +113,9 @@ def test_webhooks_serve_forwards_on_sqlite(tmp_path: Path) -> None:
     port = free_port()
     with serving(script) as service:
         toml(tmp_path / "webhooks.toml", service.url)
-        with running([str(BIN / "webhooks"), "serve", "--port", str(port)], clean_env(), cwd=tmp_path) as proc:
+        env = clean_env()
+        del env["WEBHOOKS_CONFIG"]  # unset: the default, ./webhooks.toml of its (temporary) working directory
+        with running([str(BIN / "webhooks"), "serve", "--port", str(port)], env, cwd=tmp_path) as proc:
             threading.Thread(target=proc.stdout.read, daemon=True).start()  # type: ignore[union-attr]
             base = f"http://127.0.0.1:{port}"
             wait_http(base + "/")

@@ -149,3 +149,61 @@ def test_rate_limits_must_be_positive_numbers(key: str, value: object) -> None:
         with pytest.raises(ConfigError) as info:
             load({"ENDPOINTS": {"shop": {**endpoint, key: value}}})
         assert str(info.value) == f"endpoint 'shop': {key} must be a positive number of requests a second"
+
+
+def test_an_empty_webhooks_config_means_no_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "webhooks.toml").write_text('[endpoints.shop]\nprovider = "stripe"\nsecrets = ["whsec_file"]\n')
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("WEBHOOKS_CONFIG", raising=False)
+    assert set(load({}).endpoints) == {"shop"}  # unset: ./webhooks.toml
+    assert load({"WEBHOOKS_CONFIG": ""}).endpoints == {}  # set but empty: no file
+    monkeypatch.setenv("WEBHOOKS_CONFIG", "")
+    assert load().endpoints == {}
+    assert load({}).endpoints == {}  # a mapping without the key takes the process's
+
+
+SHOP_STRIPE = '[endpoints.stripe]\nprovider = "stripe"\nsecrets = ["whsec_file"]\n'
+
+
+def test_an_endpoint_in_the_file_and_a_shorthand_is_refused_naming_both(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from webhooks.cli import main
+
+    path = tmp_path / "webhooks.toml"
+    path.write_text(SHOP_STRIPE)
+    with pytest.raises(ConfigError) as info:
+        load({"WEBHOOKS_CONFIG": str(path), "STRIPE_WEBHOOK_SECRET": "whsec_env"})
+    message = str(info.value)
+    assert "'stripe'" in message and str(path) in message and "STRIPE_WEBHOOK_SECRET" in message
+    assert "\n" not in message
+    env = {"WEBHOOKS_CONFIG": str(path), "STRIPE_WEBHOOK_SECRET": "whsec_env", "DATABASE_URL": "sqlite://"}
+    result = CliRunner().invoke(main, ["events", "list"], env=env)
+    assert result.exit_code == 1
+    assert result.output.strip().splitlines() == [f"Error: configuration: {message}"]
+
+
+def test_a_shorthand_never_fills_a_key_of_a_table_the_file_defines(tmp_path: Path) -> None:
+    path = tmp_path / "webhooks.toml"
+    path.write_text('[endpoints.adyen]\nsecrets = ["env:ADYEN_HMAC_KEY"]\n')
+    env = {"WEBHOOKS_CONFIG": str(path), "ADYEN_HMAC_KEY": "AB12"}
+    assert load(env).endpoints["adyen"].basic_auth is None
+    with pytest.raises(ConfigError, match=r"'adyen' is defined both in .* and by ADYEN_BASIC_AUTH"):
+        load({**env, "ADYEN_BASIC_AUTH": "u:p"})  # not read by the table: it would be silently ignored
+
+
+def test_a_table_that_reads_the_shorthand_through_env_is_not_a_conflict(tmp_path: Path) -> None:
+    path = tmp_path / "webhooks.toml"
+    path.write_text(
+        '[endpoints.stripe]\nsecrets = ["env:STRIPE_WEBHOOK_SECRET", "whsec_next"]\ntolerance_seconds = 60\n'
+        '[endpoints.adyen]\nsecrets = ["env:ADYEN_HMAC_KEY"]\nbasic_auth = "env:ADYEN_BASIC_AUTH"\n'
+    )
+    env = {
+        "WEBHOOKS_CONFIG": str(path),
+        "STRIPE_WEBHOOK_SECRET": "whsec_env",
+        "ADYEN_HMAC_KEY": "AB12",
+        "ADYEN_BASIC_AUTH": "u:p",
+    }
+    endpoints = load(env).endpoints
+    assert (endpoints["stripe"].secrets, endpoints["stripe"].tolerance_seconds) == (("whsec_env", "whsec_next"), 60)
+    assert (endpoints["adyen"].secrets, endpoints["adyen"].basic_auth) == (("AB12",), "u:p")

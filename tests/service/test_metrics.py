@@ -100,20 +100,31 @@ def test_metrics_count_every_outcome_across_processes(service: tuple[str, dict[s
     wait_until(lambda: value(scrape(base), "webhooks_oldest_pending_age_seconds") >= age + 1, interval=0.5)
 
     with running([str(BIN / "webhooks"), "worker"], env, cwd=tmp_path):
+        # The gauges come from the database, the counters from the worker's own files, written a
+        # moment after the rows it commits: wait for every value asserted, not for the rows alone.
+        expected = {
+            ("webhooks_processing_attempts_total", "processed"): 2,
+            ("webhooks_processing_attempts_total", "error"): 1,
+            ("webhooks_processing_attempts_total", "failed"): 1,
+        }
 
         def drained() -> Samples | None:
             samples = scrape(base)
-            return (
-                samples
-                if value(samples, "webhooks_events_failed") == 1
+            done = (
+                value(samples, "webhooks_events_failed") == 1
                 and value(samples, "webhooks_oldest_pending_age_seconds") == 0
-                else None
+                and value(samples, "webhooks_queue_depth") == 0
+                and value(samples, "webhooks_processing_seconds_count", endpoint="stripe") == 4
+                and all(
+                    value(samples, name, endpoint="stripe", outcome=outcome) == n
+                    for (name, outcome), n in expected.items()
+                )
             )
+            return samples if done else None
 
         after = wait_until(drained, interval=0.5)
-    assert value(after, "webhooks_processing_attempts_total", endpoint="stripe", outcome="processed") == 2
-    assert value(after, "webhooks_processing_attempts_total", endpoint="stripe", outcome="error") == 1
-    assert value(after, "webhooks_processing_attempts_total", endpoint="stripe", outcome="failed") == 1
+    for (name, outcome), n in expected.items():
+        assert value(after, name, endpoint="stripe", outcome=outcome) == n
     assert value(after, "webhooks_processing_seconds_count", endpoint="stripe") == 4
     assert value(after, "webhooks_queue_depth") == 0
     assert value(after, "webhooks_deliveries_total", endpoint="stripe", outcome="stored") == 3  # kept across scrapes

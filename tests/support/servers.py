@@ -25,7 +25,7 @@ from typing import Any
 
 PR_SET_PDEATHSIG = 1
 _PRCTL = ctypes.CDLL(None, use_errno=True).prctl  # looked up here: the forked child only calls it
-STARTED: list[Redis | Postgres] = []  # every server this process started and has not stopped yet
+STARTED: list[Redis | Postgres] = []  # every server of this process whose directory is not removed yet
 
 
 class Unavailable(RuntimeError):
@@ -95,6 +95,8 @@ class Redis:
         import redis
 
         self.dir = Path(tempfile.mkdtemp(prefix="wh-test-redis-"))
+        if self not in STARTED:  # from its directory on: a run stopped now still removes it
+            STARTED.append(self)
         self.proc = subprocess.Popen(
             [
                 "redis-server",
@@ -114,7 +116,6 @@ class Redis:
             stderr=subprocess.DEVNULL,
             preexec_fn=_dies_with_parent(signal.SIGTERM),
         )
-        STARTED.append(self)
         client = redis.Redis(port=self.port)
 
         def pings() -> bool:
@@ -149,18 +150,19 @@ class Postgres:
         self.bin = bin_dir
         self.user: dict[str, Any] = {}
         self.dir = Path(tempfile.mkdtemp(prefix="wh-test-pg-"))
+        self.proc: subprocess.Popen[bytes] | None = None
+        STARTED.append(self)  # from its directory on: a run stopped during initdb still removes it
         if os.geteuid() == 0:  # PostgreSQL refuses root: the cluster is the postgres user's
             try:
                 pwd.getpwnam("postgres")
             except KeyError:
-                shutil.rmtree(self.dir, ignore_errors=True)
+                self.remove()
                 raise Unavailable("running as root and there is no postgres user to run PostgreSQL") from None
             shutil.chown(self.dir, "postgres", "postgres")
             self.user = {"user": "postgres", "group": "postgres", "extra_groups": []}
         self.data = self.dir / "data"
         self.port = free_port()
         self.url = f"postgresql+psycopg://postgres@127.0.0.1:{self.port}/postgres"
-        self.proc: subprocess.Popen[bytes] | None = None
         done = subprocess.run(
             [
                 str(self.bin / "initdb"),
@@ -180,7 +182,7 @@ class Postgres:
             **self.user,
         )
         if done.returncode:
-            shutil.rmtree(self.dir, ignore_errors=True)
+            self.remove()
             raise Unavailable(f"initdb failed: {done.stderr.decode(errors='replace').strip()[-500:]}")
 
     @property
@@ -214,7 +216,6 @@ class Postgres:
             **self.user,
         )
         log.close()
-        STARTED.append(self)
 
         def accepts() -> bool:
             if self.proc is not None and self.proc.poll() is not None:
@@ -233,12 +234,12 @@ class Postgres:
     def stop(self) -> None:
         """Fast shutdown (SIGINT to the postmaster): sessions are cut, as in a failover."""
         _stop(self.proc, signal.SIGINT)
-        if self in STARTED:
-            STARTED.remove(self)
 
     def remove(self) -> None:
         self.stop()
         shutil.rmtree(self.dir, ignore_errors=True)
+        if self in STARTED:
+            STARTED.remove(self)
 
 
 def stop_all() -> None:
