@@ -58,6 +58,9 @@ def drop_job(app: Flask, event_id: str) -> None:
     Job.fetch(job_id("stripe", event_id), connection=rt.queue.connection).delete()
 
 
+LEASE = timedelta(seconds=claims.lease(300))  # a claim's lease with the default job timeout
+
+
 def later() -> datetime:
     return datetime.now(UTC) + timedelta(minutes=5)
 
@@ -192,8 +195,8 @@ def test_a_superseded_claim_changes_nothing(any_app: Flask) -> None:
     deliver_stripe(any_app, stripe_event("evt_twice"))
     rt = runtime(any_app)
     now, started = datetime.now(UTC), datetime.now(UTC)
-    first = rt.store.claim("stripe", "evt_twice", now)
-    second = rt.store.claim("stripe", "evt_twice", now)
+    first = rt.store.claim("stripe", "evt_twice", now, now + LEASE)
+    second = rt.store.claim("stripe", "evt_twice", now, now + LEASE)
     assert first is not None and second is not None and (first.attempts, second.attempts) == (1, 2)
     before = _state(any_app, "evt_twice")
     assert rt.store.process(first, work(rt, first), started) == "skipped"
@@ -205,7 +208,7 @@ def test_a_superseded_claim_changes_nothing(any_app: Flask) -> None:
     assert rt.store.process(first, work(rt, first), started) == "skipped"
     assert not rt.store.fail("stripe", "evt_twice", first.attempts, False, "Boom: no", "trace", started)
     assert _state(any_app, "evt_twice") == after
-    assert rt.store.claim("stripe", "evt_twice", now) is None  # processed: never claimed again
+    assert rt.store.claim("stripe", "evt_twice", now, now + LEASE) is None  # processed: never claimed again
 
 
 # Three versions of one object, and a duplicate: a distinct event carrying the oldest version.
@@ -237,7 +240,7 @@ def test_the_newest_version_wins_in_every_order(any_app: Flask) -> None:
 def test_a_failure_under_the_claim_is_recorded_and_failed_after_the_last_try(any_app: Flask, last_try: bool) -> None:
     deliver_stripe(any_app, stripe_event("evt_fails"))
     rt = runtime(any_app)
-    claimed = rt.store.claim("stripe", "evt_fails", datetime.now(UTC))
+    claimed = rt.store.claim("stripe", "evt_fails", datetime.now(UTC), datetime.now(UTC) + LEASE)
     assert claimed is not None
     assert rt.store.fail("stripe", "evt_fails", claimed.attempts, last_try, "Boom: down", "trace", datetime.now(UTC))
     assert rows(any_app, "SELECT status, attempts, last_error FROM events") == [
@@ -275,7 +278,7 @@ def test_an_event_abandoned_by_the_watchdog_after_its_last_attempt_is_failed(any
     so nothing is recorded and the thread settles it when its call returns."""
     deliver_stripe(any_app, stripe_event("evt_stuck"))
     rt = runtime(any_app)
-    claimed = rt.store.claim("stripe", "evt_stuck", datetime.now(UTC))
+    claimed = rt.store.claim("stripe", "evt_stuck", datetime.now(UTC), datetime.now(UTC) + LEASE)
     assert claimed is not None
     claim = claims.Claim("stripe", "evt_stuck", claimed.attempts, True, datetime.now(UTC), time.monotonic(), "stripe")
     sqlite = rt.engine.dialect.name == "sqlite"

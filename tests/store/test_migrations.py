@@ -351,7 +351,7 @@ def test_0013_from_a_populated_0012_keeps_every_row_and_every_dedup(db: str, req
         before = everything()
         assert all(before.values()), [name for name, rows in before.items() if not rows]
         engine.dispose()
-        upgrade(url)
+        upgrade(url, "0013")
         assert everything() == before
         dedup_holds()
         with engine.connect() as conn:
@@ -362,14 +362,25 @@ def test_0013_from_a_populated_0012_keeps_every_row_and_every_dedup(db: str, req
             "ix_events_endpoint_feed",
             "ix_events_unfinished",
         } <= names and "ix_events_status_status_at" not in names
-        command.check(alembic_config(url))
         engine.dispose()
         command.downgrade(alembic_config(url), "0012")
         assert everything() == before
         dedup_holds()
         engine.dispose()
+        # 0014 adds the claims' lease (``events.claimed_until``, last, NULL: no lease) with a plain
+        # ADD COLUMN: every row kept, and the tombstone trigger too, both ways.
+        leased = before | {"events": [(*row, None) for row in before["events"]]}
         upgrade(url)
+        assert everything() == leased
+        dedup_holds()
+        command.check(alembic_config(url))
+        engine.dispose()
+        command.downgrade(alembic_config(url), "0013")
         assert everything() == before
+        dedup_holds()
+        engine.dispose()
+        upgrade(url)
+        assert everything() == leased
         command.check(alembic_config(url))
     finally:
         engine.dispose()

@@ -29,10 +29,10 @@ class SqliteStore(SqlStore):
         self.processing: Hold = parts.get("lock") or _own_lock(engine)
 
     # ===== the worker: claim, process (handlers outside the write lock), mark ==================
-    def claim(self, endpoint: str, event_id: str, now: datetime) -> Claimed | None:
-        """``CLAIM`` (``sqlite_worker.claim``), committed."""
+    def claim(self, endpoint: str, event_id: str, now: datetime, until: datetime) -> Claimed | None:
+        """``CLAIM`` leased ``until`` (``sqlite_worker.claim``), committed."""
         with self.sessions.begin() as session:
-            return sqlite_worker.claim(session, endpoint, event_id, now)
+            return sqlite_worker.claim(session, endpoint, event_id, now, until)
 
     def process(self, claimed: Claimed, work: Work, started_at: datetime) -> str:
         """The handlers outside SQLite's write lock, the mark in a short write (``sqlite_worker``)."""
