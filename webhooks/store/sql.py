@@ -10,7 +10,7 @@ from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import Column, ColumnElement, Engine, Table, bindparam, or_, select, tuple_, update
+from sqlalchemy import Column, ColumnElement, Engine, Table, TextClause, bindparam, or_, select, tuple_, update
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -62,6 +62,13 @@ def under_claim(move: Move) -> tuple[ColumnElement[bool], ...]:
         Event.status.in_(move.sources),
         Event.attempts == bindparam("b_attempt"),
     )
+
+
+def lease_over(cutoff: datetime, now: datetime) -> tuple[ColumnElement[bool] | TextClause, ...]:
+    """``processing`` rows older than ``cutoff`` whose lease is over at ``now`` (none: over): the
+    sweeper's candidates for ``ABANDON`` (whether a transaction holds them is the adapter's)."""
+    expired = or_(Event.claimed_until.is_(None), Event.claimed_until < now)
+    return Event.status.in_(ABANDON.sources), Event.status_at < cutoff, expired, unfinished()
 
 
 _FAIL = (
@@ -245,10 +252,9 @@ class SqlStore:
         """``processing`` rows whose lease is over at ``now`` (``claimed_until``; none: over) and
         that no transaction holds (PostgreSQL: ``FOR UPDATE SKIP LOCKED`` skips a live job's
         locked row; ``SqliteStore`` holds the processing lock around this)."""
-        lease_over = or_(Event.claimed_until.is_(None), Event.claimed_until < now)
         query = (
             select(Event.endpoint, Event.event_id, Event.attempts)
-            .where(Event.status.in_(ABANDON.sources), Event.status_at < cutoff, lease_over, unfinished())
+            .where(*lease_over(cutoff, now))
             .order_by(Event.status_at)
             .limit(limit)
             .with_for_update(skip_locked=True)

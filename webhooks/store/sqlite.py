@@ -14,7 +14,7 @@ from webhooks.engines import deferred, sqlite_lock
 from webhooks.models import Event, unfinished
 from webhooks.store import sqlite_worker
 from webhooks.store.base import Claimed, Key, Work
-from webhooks.store.sql import SqlStore
+from webhooks.store.sql import SqlStore, lease_over
 from webhooks.timestamps import aware
 from webhooks.vocabulary import Status
 
@@ -41,7 +41,13 @@ class SqliteStore(SqlStore):
     # ===== the receiver, the sweeper: a processing row is abandoned only under the lock ========
     def abandoned(self, cutoff: datetime, limit: int, max_attempts: int, now: datetime) -> list[Key]:
         """A job holds the processing lock from its claim to its mark: with the lock held, no
-        ``processing`` row is live (and when a job keeps it past ``HOLD_TIMEOUT``, none is taken)."""
+        ``processing`` row is live (and when a job keeps it past ``HOLD_TIMEOUT``, none is taken).
+        The lock is waited for only when some row's lease is over: a live job's lease tells the
+        sweeper at once, without waiting for its job."""
+        with self.reads() as session:
+            candidate = session.scalar(select(Event.event_id).where(*lease_over(cutoff, now)).limit(1))
+        if candidate is None:
+            return []
         with self.processing(HOLD_TIMEOUT) as held:
             return super().abandoned(cutoff, limit, max_attempts, now) if held else []
 
