@@ -22,11 +22,13 @@ from tests.receiver.test_group_commit import pending, queued_jobs, store_as_one_
 from tests.worker.test_processing import deliver_stripe
 from webhooks.admin.replay import ReplayError, replay_one
 from webhooks.jobs.process import process_event, work
+from webhooks.models import Event
 from webhooks.queue import job_id
 from webhooks.runtime import Runtime
 from webhooks.store import claims
 from webhooks.store import sqlite as sqlite_store
 from webhooks.sweeper import sweep
+from webhooks.timestamps import aware
 from webhooks.vocabulary import Reason
 
 # ===== the receiver, the sweeper, replay: a duplicate creates no job; a replay is audited with
@@ -139,6 +141,48 @@ def test_the_sweeper_requeues_each_stranded_state(any_app: Flask, status: str, a
     assert state(any_app, "evt_stranded") == ("queued", attempts)
     assert rt.queue.live([("stripe", "evt_stranded")]) == [True]
     assert sweep(rt, now=later()) == 0  # its job is live again
+
+
+def test_the_sweeper_leaves_a_live_lease_alone(any_app: Flask) -> None:
+    """A claimed row held by no lock (its job is calling the provider's API) is its job's while its
+    lease is live, however old: the sweeper leaves it. A renewal under a stale token changes
+    nothing; under the claim's it moves the lease (here: into the past), and then the row is the
+    sweeper's: requeued, its late attempt's token stale."""
+    assert deliver(any_app, "evt_leased") == 200
+    rt = runtime(any_app)
+    now = datetime.now(UTC)
+    claimed = rt.store.claim("stripe", "evt_leased", now, now + LEASE)
+    assert claimed is not None and claimed.attempts == 1
+    drop_job(any_app, "evt_leased")
+    assert sweep(rt, now=later()) == 0  # past the sweep age, but leased
+    assert state(any_app, "evt_leased") == ("processing", 1)
+    assert not rt.store.renew("stripe", "evt_leased", 2, now - timedelta(seconds=1))  # not its token
+    assert sweep(rt, now=later()) == 0
+    assert rt.store.renew("stripe", "evt_leased", 1, now - timedelta(seconds=1))  # its lease is over
+    assert sweep(rt, now=later()) == 1
+    assert state(any_app, "evt_leased") == ("queued", 1)
+    assert rt.queue.live([("stripe", "evt_leased")]) == [True]
+    assert not rt.store.renew("stripe", "evt_leased", 1, now + LEASE)  # no longer processing
+    assert rt.store.process(claimed, work(rt, claimed), now) == "skipped"  # the late attempt
+    assert not rt.store.fail("stripe", "evt_leased", 1, True, "Boom: late", "trace", now)
+    assert state(any_app, "evt_leased") == ("queued", 1)
+
+
+def test_a_claim_writes_its_lease(any_app: Flask) -> None:
+    assert deliver(any_app, "evt_lease") == 200
+    rt = runtime(any_app)
+    now = datetime.now(UTC)
+
+    def lease() -> datetime | None:
+        with rt.sessions() as session:
+            until = session.scalar(sa.select(Event.claimed_until))
+        return None if until is None else aware(until)
+
+    assert lease() is None
+    assert rt.store.claim("stripe", "evt_lease", now, now + LEASE) is not None
+    assert lease() == now + LEASE
+    assert rt.store.renew("stripe", "evt_lease", 1, now + 2 * LEASE)
+    assert lease() == now + 2 * LEASE
 
 
 def test_the_sweeper_fails_an_abandoned_event_whose_attempts_are_spent(any_app: Flask) -> None:
