@@ -2,10 +2,11 @@
 give up on one.
 
 A claim is leased (``claimed_until``, ``webhooks.store.transitions``) for the job's timeout plus
-``LEASE_GRACE`` (``lease``); while a job holds its claim, ``heartbeat`` renews the lease on a
-timer thread (``Store.renew``, under the claim's token), so a provider call that drips past the
-sweep age, or a call moved to another thread, keeps its row. A killed worker renews nothing: its
-row is the sweeper's once the lease runs out.
+``LEASE_GRACE`` (``lease``); while a job holds its claim, ``heartbeat`` has the process's one
+heartbeat thread renew the lease (``Store.renew``, under the claim's token), so a provider call
+that drips past the sweep age keeps its row. Code that runs a call for a job on another thread
+takes the job's claim (``held``) and renews it itself (``renew``) or holds ``heartbeat`` around
+the call. A killed worker renews nothing: its row is the sweeper's once the lease runs out.
 
 A job registers its claim while it processes (``running``). The embedded worker's watchdog
 (``webhooks.embedded``) calls ``abandon`` for a job stuck past its timeout in a call nothing can
@@ -53,6 +54,12 @@ class Claim:
 
 
 _RUNNING: dict[int, Claim] = {}  # thread ident → the claim its job holds
+
+
+def held() -> Claim | None:
+    """The claim this thread's job holds (None: none): what a provider call run on another thread
+    for the job passes to ``renew`` or ``heartbeat``."""
+    return _RUNNING.get(threading.get_ident())
 
 
 def lease(job_timeout: float) -> float:
