@@ -2,7 +2,7 @@
 while a long provider call runs, and the sweeper never takes a row whose lease is live. A fetch
 that drips past the sweep age ends with one attempt row per attempt, attempts within
 ``WEBHOOKS_MAX_ATTEMPTS``, and never ``failed`` (nor ``queued``) while it runs; an attempt that
-outlives its lease marks nothing, says so in one log line and still leaves its attempt row."""
+outlives its lease marks nothing and says so in one log line; it leaves one attempt row."""
 
 from __future__ import annotations
 
@@ -133,8 +133,8 @@ def test_an_attempt_that_outlives_its_lease_marks_nothing_and_says_so(
     pg_url: str, redis_url: str, short_leases: None, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     """No renewal (a worker whose heartbeat stopped): once its lease is over the sweeper takes the
-    row; the late attempt then finds its token stale, changes nothing on the row, logs one line and
-    records its attempt; the next attempt processes the event."""
+    row and records the abandoned attempt; the late attempt then finds its token stale, changes
+    nothing on the row and logs one line; the next attempt processes the event."""
     monkeypatch.setattr(claims, "renew", lambda rt, claim: False)
     api = SlowStripe(slow=1)
     with serve(api.route, api.drip) as base:
@@ -155,6 +155,6 @@ def test_an_attempt_that_outlives_its_lease_marks_nothing_and_says_so(
         " the event was left to the newer claim"
     ]
     assert rows(app, "SELECT status, attempts FROM events") == [("processed", 2)]
-    assert attempt_rows(app) == [(1, "error"), (2, "processed")]
+    assert attempt_rows(app) == [(1, "error"), (2, "processed")]  # one row per attempt
     [(error,)] = rows(app, "SELECT error FROM attempts WHERE number = 1")
-    assert error.startswith("StaleClaimError")
+    assert error.startswith("AbandonedJobError")  # the sweeper's record: the late attempt adds none

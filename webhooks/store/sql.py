@@ -15,7 +15,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
 from webhooks.engines import deferred, make_sessionmaker
-from webhooks.models import Event, Replay, Tombstone, unfinished
+from webhooks.models import Attempt, Event, Replay, Tombstone, unfinished
 from webhooks.quarantine import count as count_rejection
 from webhooks.store import attempts
 from webhooks.store.base import Claimed, Inserts, Key
@@ -26,7 +26,7 @@ from webhooks.vocabulary import Reason, Status
 log = logging.getLogger(__name__)
 CHUNK = 500  # keys per UPDATE … IN (…)
 SWEEP_PAGE = 500  # stranded rows a page (their jobs checked a page per Redis round trip)
-ABANDONED = "AbandonedJobError: the worker died while processing this event"
+ABANDONED = "AbandonedJobError: the attempt's lease ran out (its worker died, or stopped renewing it)"
 STALE = "StaleClaimError: the attempt outlived its claim (its lease ran out or a newer claim took over)"
 
 
@@ -159,9 +159,17 @@ class SqlStore:
 
     def stale(self, endpoint: str, event_id: str, attempt: int, started_at: datetime, error: str | None) -> None:
         """The attempt's row of a claim found stale when it finished (``STALE``; its own error,
-        if any, after it): the row itself is the newer claim's (best effort, as ``fail``'s)."""
+        if any, after it), unless the sweeper recorded it when it abandoned the row: the event's row
+        itself is the newer claim's (best effort, as ``fail``'s)."""
         note = STALE if error is None else f"{STALE}; its own error: {error}"
-        attempts.record(self.sessions, endpoint, event_id, attempt, started_at, "error", note[:2000])
+        mine = (Attempt.endpoint == endpoint, Attempt.event_id == event_id, Attempt.number == attempt)
+        try:
+            with self.reads() as session:
+                recorded = session.scalar(select(Attempt.id).where(*mine).limit(1)) is not None
+        except SQLAlchemyError:
+            recorded = False  # then the record below fails too, and says so
+        if not recorded:  # the sweeper records the attempt it abandoned
+            attempts.record(self.sessions, endpoint, event_id, attempt, started_at, "error", note[:2000])
 
     def time_out(self, claim: Any, error: str, trace: str) -> bool:
         """The attempt of a job stuck past its timeout, failed under its token: the thread's own
@@ -253,7 +261,7 @@ class SqlStore:
         that no transaction holds (PostgreSQL: ``FOR UPDATE SKIP LOCKED`` skips a live job's
         locked row; ``SqliteStore`` holds the processing lock around this)."""
         query = (
-            select(Event.endpoint, Event.event_id, Event.attempts)
+            select(Event.endpoint, Event.event_id, Event.attempts, Event.status_at)
             .where(*lease_over(cutoff, now))
             .order_by(Event.status_at)
             .limit(limit)
@@ -261,8 +269,8 @@ class SqlStore:
         )
         requeue: list[Key] = []
         with self.sessions.begin() as session:
-            for endpoint, event_id, attempts in session.execute(query).all():
-                exhausted = attempts >= max_attempts
+            for endpoint, event_id, tried, claimed_at in session.execute(query).all():
+                exhausted = tried >= max_attempts
                 change = values(ABANDON, Status.FAILED if exhausted else Status.QUEUED, now)
                 if exhausted:
                     change["last_error"] = ABANDONED
@@ -271,6 +279,18 @@ class SqlStore:
                 session.execute(
                     update(Event).where(Event.endpoint == endpoint, Event.event_id == event_id).values(change)
                 )
+                if tried > 0:  # the abandoned attempt's row (a late finish of it adds none: ``stale``)
+                    session.add(
+                        Attempt(
+                            endpoint=endpoint,
+                            event_id=event_id,
+                            number=tried,
+                            started_at=claimed_at,
+                            finished_at=now,
+                            status="error",
+                            error=ABANDONED,
+                        )
+                    )
                 log.warning(
                     "sweeper: %s/%s abandoned by its worker, %s",
                     endpoint,
