@@ -299,8 +299,8 @@ def test_a_dismissal_under_the_claim_ignores_the_event_with_its_reason_and_count
     dismissal changes nothing."""
     deliver_stripe(any_app, stripe_event("evt_unknown"))
     rt = runtime(any_app)
-    first = rt.store.claim("stripe", "evt_unknown", datetime.now(UTC))
-    second = rt.store.claim("stripe", "evt_unknown", datetime.now(UTC))
+    first = rt.store.claim("stripe", "evt_unknown", datetime.now(UTC), datetime.now(UTC) + LEASE)
+    second = rt.store.claim("stripe", "evt_unknown", datetime.now(UTC), datetime.now(UTC) + LEASE)
     assert first is not None and second is not None
     assert not rt.store.dismiss("stripe", "evt_unknown", first.attempts, Reason.UNKNOWN_OBJECT, datetime.now(UTC))
     assert rows(any_app, "SELECT status, last_error FROM events") == [("processing", None)]
