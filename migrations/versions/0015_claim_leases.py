@@ -1,7 +1,7 @@
 """A claimed event carries a lease (``events.claimed_until``): the sweeper leaves it alone until then
 
-Revision ID: 0014
-Revises: 0013
+Revision ID: 0015
+Revises: 0014
 Create Date: 2026-12-03 03:50:00
 
 Nullable: a row never claimed, or claimed before this revision, has none (the sweeper treats it
@@ -15,8 +15,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0014"
-down_revision = "0013"
+revision = "0015"
+down_revision = "0014"
 branch_labels = None
 depends_on = None
 
