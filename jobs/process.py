@@ -33,9 +33,10 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import logging
 import time
 import traceback
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 from rq import get_current_job
 
@@ -44,20 +45,34 @@ from webhooks.forward.dispatcher import nudge
 from webhooks.storable import storable_text
 from webhooks.store import deliveries
 from webhooks.store.base import Claimed, Seen, Work
-from webhooks.store.claims import TRACEBACK_LIMIT, Claim, abandon, measure, running
+from webhooks.store.claims import TRACEBACK_LIMIT, Claim, abandon, heartbeat, lease, measure, running
 from webhooks.vocabulary import Reason, Status
 
 from . import fetch
 from .objects import Prepared, merge, prepare
 
 __all__ = ["abandon", "process_event", "work"]
+log = logging.getLogger(__name__)
 
 
 def _fail(rt: runtime.Runtime, claim: Claim, last_try: bool, exc: Exception) -> None:
-    """Record the error on the row and in the attempt history (if the claim is still ours)."""
+    """Record the error on the row and in the attempt history; a stale claim's, in the history only."""
     error = storable_text(f"{exc.__class__.__name__}: {exc}")[:2000]
     trace = storable_text(traceback.format_exc()[-TRACEBACK_LIMIT:])
-    rt.store.fail(claim.endpoint, claim.event_id, claim.attempt, last_try, error, trace, claim.started_at)
+    if not rt.store.fail(claim.endpoint, claim.event_id, claim.attempt, last_try, error, trace, claim.started_at):
+        _stale(rt, claim, error)
+
+
+def _stale(rt: runtime.Runtime, claim: Claim, error: str | None) -> None:
+    """The attempt outlived its claim (lease over, or superseded): it changed nothing on the row;
+    its one line, and its attempt's row."""
+    log.warning(
+        "attempt %s of %s/%s outlived its claim (lease over or superseded): the event was left to the newer claim",
+        claim.attempt,
+        claim.endpoint,
+        claim.event_id,
+    )
+    rt.store.stale(claim.endpoint, claim.event_id, claim.attempt, claim.started_at, error)
 
 
 FORWARD = "forward → "  # an attempt's ``handlers`` entry for each destination the event went to
@@ -146,11 +161,13 @@ def _process(rt: runtime.Runtime, endpoint: str, event_id: str, last_try: bool, 
     locked = contextlib.nullcontext if not lane else rt.processing
     with contextlib.nullcontext() if lane else rt.processing(), rt.store.keep():
         with locked():
-            claimed = rt.store.claim(endpoint, event_id, datetime.now(UTC))
+            now = datetime.now(UTC)
+            claimed = rt.store.claim(endpoint, event_id, now, now + timedelta(seconds=lease(rt.settings.job_timeout)))
         if claimed is None:
             return "skipped"
         attempt = claimed.attempts
-        with running(Claim(endpoint, event_id, attempt, last_try, started_at, clock, label)) as claim:
+        claim = Claim(endpoint, event_id, attempt, last_try, started_at, clock, label)
+        with running(claim), heartbeat(rt, claim):  # the lease renewed while the claim is held
             job_errors.reach()  # from here on an error is this attempt's, recorded below
             try:
                 # After the claim: a handler module that cannot be imported is a recorded, counted
@@ -161,6 +178,8 @@ def _process(rt: runtime.Runtime, endpoint: str, event_id: str, last_try: bool, 
                     todo = dataclasses.replace(todo, prepare=functools.partial(_ready, todo.prepare()))
                 with locked():
                     status = rt.store.process(claimed, todo, started_at)
+                    if status == "skipped" and not claim.abandoned:
+                        _stale(rt, claim, None)
             except fetch.UnknownObjectError:
                 if claim.abandoned:
                     return "skipped"  # the watchdog recorded this attempt (``abandon``)
@@ -168,6 +187,8 @@ def _process(rt: runtime.Runtime, endpoint: str, event_id: str, last_try: bool, 
                 with locked():
                     dismissed = rt.store.dismiss(endpoint, event_id, attempt, Reason.UNKNOWN_OBJECT, started_at)
                 if not dismissed:
+                    with locked():
+                        _stale(rt, claim, None)
                     return "skipped"  # a newer claim took over; it decides
                 metrics.child(metrics.REJECTIONS, label, Reason.UNKNOWN_OBJECT).inc()
                 measure(label, Status.IGNORED, clock, event_id, attempt)

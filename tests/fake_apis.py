@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -15,8 +16,9 @@ Route = Callable[[str, str, dict[str, list[str]], Any, bytes], tuple[int, Any]]
 
 
 @contextmanager
-def serve(route: Route) -> Iterator[str]:
-    """Serve ``route`` on a free port; yields the base URL."""
+def serve(route: Route, drip: Callable[[], float] = lambda: 0.0) -> Iterator[str]:
+    """Serve ``route`` on a free port; yields the base URL. ``drip()``: seconds over which each
+    answer's body is sent, a few bytes at a time (a slow API that never trips a read timeout)."""
 
     class Handler(BaseHTTPRequestHandler):
         def _answer(self) -> None:
@@ -29,7 +31,15 @@ def serve(route: Route) -> Iterator[str]:
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(raw)))
             self.end_headers()
-            self.wfile.write(raw)
+            seconds = drip()
+            if seconds <= 0:
+                self.wfile.write(raw)
+                return
+            pieces = [raw[i : i + 8] for i in range(0, len(raw), 8)]
+            for piece in pieces:  # paced bytes: the network's slowness, not an order of events
+                self.wfile.write(piece)
+                self.wfile.flush()
+                time.sleep(seconds / len(pieces))
 
         do_GET = do_POST = _answer
 

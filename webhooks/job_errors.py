@@ -17,7 +17,7 @@ import logging
 import sys
 import threading
 import traceback
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from rq.job import Job
@@ -26,6 +26,7 @@ from webhooks import metrics
 from webhooks.queue import JOB
 from webhooks.runtime import Runtime
 from webhooks.storable import storable_text
+from webhooks.store.claims import lease
 from webhooks.vocabulary import JOB_ERROR
 
 log = logging.getLogger("webhooks.worker")
@@ -98,7 +99,7 @@ def failed(rt: Runtime | None, job: Job, reason: str | None, exc: BaseException 
 def _record(rt: Runtime, job: Job, event: tuple[str, str], detail: str, exc: BaseException | None) -> None:
     endpoint, event_id = event
     now = datetime.now(UTC)
-    claimed = rt.store.claim(endpoint, event_id, now)
+    claimed = rt.store.claim(endpoint, event_id, now, now + timedelta(seconds=lease(rt.settings.job_timeout)))
     if claimed is None:
         return  # nothing to do for it (processed meanwhile, or gone)
     last_try = not job.retries_left or claimed.attempts >= rt.settings.max_attempts

@@ -111,6 +111,9 @@ class Event(Base):
     attempts: Mapped[int] = mapped_column(Integer, default=0)
     received_at: Mapped[Timestamp]
     status_at: Mapped[Timestamp]
+    # A claim's lease (``processing``): until then the sweeper leaves the row to its job; NULL:
+    # never claimed, or claimed before revision 0014 (an expired lease).
+    claimed_until: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     processed_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     object_type: Mapped[str | None] = mapped_column(String(100))
     object_id: Mapped[str | None] = mapped_column(String(255))

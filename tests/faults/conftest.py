@@ -62,6 +62,8 @@ def service_env(database_url: str, redis_url: str, **extra: str) -> dict[str, st
         ADYEN_HMAC_KEY=ADYEN_KEY,
         WEBHOOKS_SWEEP_INTERVAL="1",
         WEBHOOKS_SWEEP_AGE="3",
+        # A killed worker's row is the sweeper's once its lease (job timeout + 30 s) is over.
+        WEBHOOKS_JOB_TIMEOUT="10",
         WEBHOOKS_RETRY_BASE_SECONDS="1",
         WEBHOOKS_RETRY_MAX_SECONDS="4",
         WEBHOOKS_LOG_LEVEL="WARNING",

@@ -22,11 +22,13 @@ from tests.receiver.test_group_commit import pending, queued_jobs, store_as_one_
 from tests.worker.test_processing import deliver_stripe
 from webhooks.admin.replay import ReplayError, replay_one
 from webhooks.jobs.process import process_event, work
+from webhooks.models import Event
 from webhooks.queue import job_id
 from webhooks.runtime import Runtime
 from webhooks.store import claims
 from webhooks.store import sqlite as sqlite_store
 from webhooks.sweeper import sweep
+from webhooks.timestamps import aware
 from webhooks.vocabulary import Reason
 
 # ===== the receiver, the sweeper, replay: a duplicate creates no job; a replay is audited with
@@ -56,6 +58,9 @@ def set_row(app: Flask, event_id: str, status: str, attempts: int = 0) -> None:
 def drop_job(app: Flask, event_id: str) -> None:
     rt = runtime(app)
     Job.fetch(job_id("stripe", event_id), connection=rt.queue.connection).delete()
+
+
+LEASE = timedelta(seconds=claims.lease(300))  # a claim's lease with the default job timeout
 
 
 def later() -> datetime:
@@ -138,6 +143,48 @@ def test_the_sweeper_requeues_each_stranded_state(any_app: Flask, status: str, a
     assert sweep(rt, now=later()) == 0  # its job is live again
 
 
+def test_the_sweeper_leaves_a_live_lease_alone(any_app: Flask) -> None:
+    """A claimed row held by no lock (its job is calling the provider's API) is its job's while its
+    lease is live, however old: the sweeper leaves it. A renewal under a stale token changes
+    nothing; under the claim's it moves the lease (here: into the past), and then the row is the
+    sweeper's: requeued, its late attempt's token stale."""
+    assert deliver(any_app, "evt_leased") == 200
+    rt = runtime(any_app)
+    now = datetime.now(UTC)
+    claimed = rt.store.claim("stripe", "evt_leased", now, now + LEASE)
+    assert claimed is not None and claimed.attempts == 1
+    drop_job(any_app, "evt_leased")
+    assert sweep(rt, now=later()) == 0  # past the sweep age, but leased
+    assert state(any_app, "evt_leased") == ("processing", 1)
+    assert not rt.store.renew("stripe", "evt_leased", 2, now - timedelta(seconds=1))  # not its token
+    assert sweep(rt, now=later()) == 0
+    assert rt.store.renew("stripe", "evt_leased", 1, now - timedelta(seconds=1))  # its lease is over
+    assert sweep(rt, now=later()) == 1
+    assert state(any_app, "evt_leased") == ("queued", 1)
+    assert rt.queue.live([("stripe", "evt_leased")]) == [True]
+    assert not rt.store.renew("stripe", "evt_leased", 1, now + LEASE)  # no longer processing
+    assert rt.store.process(claimed, work(rt, claimed), now) == "skipped"  # the late attempt
+    assert not rt.store.fail("stripe", "evt_leased", 1, True, "Boom: late", "trace", now)
+    assert state(any_app, "evt_leased") == ("queued", 1)
+
+
+def test_a_claim_writes_its_lease(any_app: Flask) -> None:
+    assert deliver(any_app, "evt_lease") == 200
+    rt = runtime(any_app)
+    now = datetime.now(UTC)
+
+    def lease() -> datetime | None:
+        with rt.sessions() as session:
+            until = session.scalar(sa.select(Event.claimed_until))
+        return None if until is None else aware(until)
+
+    assert lease() is None
+    assert rt.store.claim("stripe", "evt_lease", now, now + LEASE) is not None
+    assert lease() == now + LEASE
+    assert rt.store.renew("stripe", "evt_lease", 1, now + 2 * LEASE)
+    assert lease() == now + 2 * LEASE
+
+
 def test_the_sweeper_fails_an_abandoned_event_whose_attempts_are_spent(any_app: Flask) -> None:
     assert deliver(any_app, "evt_spent") == 200
     rt = runtime(any_app)
@@ -192,8 +239,8 @@ def test_a_superseded_claim_changes_nothing(any_app: Flask) -> None:
     deliver_stripe(any_app, stripe_event("evt_twice"))
     rt = runtime(any_app)
     now, started = datetime.now(UTC), datetime.now(UTC)
-    first = rt.store.claim("stripe", "evt_twice", now)
-    second = rt.store.claim("stripe", "evt_twice", now)
+    first = rt.store.claim("stripe", "evt_twice", now, now + LEASE)
+    second = rt.store.claim("stripe", "evt_twice", now, now + LEASE)
     assert first is not None and second is not None and (first.attempts, second.attempts) == (1, 2)
     before = _state(any_app, "evt_twice")
     assert rt.store.process(first, work(rt, first), started) == "skipped"
@@ -205,7 +252,7 @@ def test_a_superseded_claim_changes_nothing(any_app: Flask) -> None:
     assert rt.store.process(first, work(rt, first), started) == "skipped"
     assert not rt.store.fail("stripe", "evt_twice", first.attempts, False, "Boom: no", "trace", started)
     assert _state(any_app, "evt_twice") == after
-    assert rt.store.claim("stripe", "evt_twice", now) is None  # processed: never claimed again
+    assert rt.store.claim("stripe", "evt_twice", now, now + LEASE) is None  # processed: never claimed again
 
 
 # Three versions of one object, and a duplicate: a distinct event carrying the oldest version.
@@ -237,7 +284,7 @@ def test_the_newest_version_wins_in_every_order(any_app: Flask) -> None:
 def test_a_failure_under_the_claim_is_recorded_and_failed_after_the_last_try(any_app: Flask, last_try: bool) -> None:
     deliver_stripe(any_app, stripe_event("evt_fails"))
     rt = runtime(any_app)
-    claimed = rt.store.claim("stripe", "evt_fails", datetime.now(UTC))
+    claimed = rt.store.claim("stripe", "evt_fails", datetime.now(UTC), datetime.now(UTC) + LEASE)
     assert claimed is not None
     assert rt.store.fail("stripe", "evt_fails", claimed.attempts, last_try, "Boom: down", "trace", datetime.now(UTC))
     assert rows(any_app, "SELECT status, attempts, last_error FROM events") == [
@@ -252,8 +299,8 @@ def test_a_dismissal_under_the_claim_ignores_the_event_with_its_reason_and_count
     dismissal changes nothing."""
     deliver_stripe(any_app, stripe_event("evt_unknown"))
     rt = runtime(any_app)
-    first = rt.store.claim("stripe", "evt_unknown", datetime.now(UTC))
-    second = rt.store.claim("stripe", "evt_unknown", datetime.now(UTC))
+    first = rt.store.claim("stripe", "evt_unknown", datetime.now(UTC), datetime.now(UTC) + LEASE)
+    second = rt.store.claim("stripe", "evt_unknown", datetime.now(UTC), datetime.now(UTC) + LEASE)
     assert first is not None and second is not None
     assert not rt.store.dismiss("stripe", "evt_unknown", first.attempts, Reason.UNKNOWN_OBJECT, datetime.now(UTC))
     assert rows(any_app, "SELECT status, last_error FROM events") == [("processing", None)]
@@ -275,7 +322,7 @@ def test_an_event_abandoned_by_the_watchdog_after_its_last_attempt_is_failed(any
     so nothing is recorded and the thread settles it when its call returns."""
     deliver_stripe(any_app, stripe_event("evt_stuck"))
     rt = runtime(any_app)
-    claimed = rt.store.claim("stripe", "evt_stuck", datetime.now(UTC))
+    claimed = rt.store.claim("stripe", "evt_stuck", datetime.now(UTC), datetime.now(UTC) + LEASE)
     assert claimed is not None
     claim = claims.Claim("stripe", "evt_stuck", claimed.attempts, True, datetime.now(UTC), time.monotonic(), "stripe")
     sqlite = rt.engine.dialect.name == "sqlite"

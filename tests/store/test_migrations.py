@@ -358,6 +358,8 @@ def test_0013_from_a_populated_0012_keeps_every_row_and_every_dedup(db: str, req
             names = {i["name"] for i in sa.inspect(conn).get_indexes("events")}
             # 0014: deliveries made before it carry no target (whatever is configured under the name takes them)
             assert conn.execute(sa.text("SELECT count(*) FROM deliveries WHERE target IS NULL")).scalar() == 2
+            # 0015: no row carries a claim's lease (NULL: over, as before)
+            assert conn.execute(sa.text("SELECT count(*) FROM events WHERE claimed_until IS NULL")).scalar() == 3
         assert {
             "ix_events_endpoint_feed",
             "ix_events_unfinished",
@@ -370,6 +372,18 @@ def test_0013_from_a_populated_0012_keeps_every_row_and_every_dedup(db: str, req
         engine.dispose()
         upgrade(url)
         assert everything() == before
+        command.check(alembic_config(url))
+        # 0015 is a plain ADD COLUMN both ways: the tombstone trigger survives its downgrade too.
+        engine.dispose()
+        command.downgrade(alembic_config(url), "0014")
+        with engine.connect() as conn:
+            assert "claimed_until" not in {c["name"] for c in sa.inspect(conn).get_columns("events")}
+        assert everything() == before
+        dedup_holds()
+        engine.dispose()
+        upgrade(url)
+        assert everything() == before
+        dedup_holds()
         command.check(alembic_config(url))
     finally:
         engine.dispose()

@@ -96,6 +96,8 @@ def test_abandoned_processing_row_is_requeued_and_processed_once(any_app: Flask)
     drain(any_app)
     assert rows(any_app, "SELECT status, attempts FROM events") == [("processed", 2)]
     assert len(rows(any_app, "SELECT 1 FROM test_handler_calls")) == 1
+    # One row per attempt: the abandoned one's written by the sweeper.
+    assert rows(any_app, "SELECT number, status FROM attempts ORDER BY number") == [(1, "error"), (2, "processed")]
 
 
 def test_abandoned_row_that_used_every_attempt_fails_instead_of_looping(any_app: Flask) -> None:

@@ -3,7 +3,7 @@ plan of the row lookups, and the pool's ping of rested connections."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -58,7 +58,7 @@ def test_a_superseded_claim_applies_marks_and_runs_nothing(pg_url: str, redis_ur
     deliver_stripe(app, stripe_event("evt_sup"))
     rt = runtime(app)
     with rt.scope(), pgwire.wire(rt.engine) as wire:
-        claimed = postgres.claim(wire, "stripe", "evt_sup", datetime.now(UTC))
+        claimed = postgres.claim(wire, "stripe", "evt_sup", datetime.now(UTC), datetime.now(UTC) + timedelta(minutes=6))
         assert claimed is not None and claimed.attempts == 1
         with rt.engine.begin() as conn:  # job B's claim
             conn.execute(sa.text("UPDATE events SET attempts = 2 WHERE event_id = 'evt_sup'"))

@@ -111,8 +111,9 @@ class Store(Protocol):
 
     # --- the sweeper -------------------------------------------------------------------------
     def abandoned(self, cutoff: datetime, limit: int, max_attempts: int, now: datetime) -> list[Key]:
-        """``ABANDON`` ``processing`` rows older than ``cutoff`` that no live job holds; the keys
-        to enqueue again (those with attempts left; the rest are ``failed``)."""
+        """``ABANDON`` ``processing`` rows older than ``cutoff`` whose lease is over at ``now`` and
+        that no live job holds; the keys to enqueue again (those with attempts left; the rest are
+        ``failed``)."""
         ...
 
     def stranded(self, cutoff: datetime, limit: int) -> Iterator[list[tuple[Key, str]]]:
@@ -125,8 +126,20 @@ class Store(Protocol):
         ...
 
     # --- the worker (claim, process under the claim's token, fail) ------------------------------
-    def claim(self, endpoint: str, event_id: str, now: datetime) -> Claimed | None:
-        """``CLAIM``: the claimed row (its ``attempts`` is the token), committed; None: nothing to do."""
+    def claim(self, endpoint: str, event_id: str, now: datetime, until: datetime) -> Claimed | None:
+        """``CLAIM``, leased ``until`` (``claimed_until``): the claimed row (its ``attempts`` is the
+        token), committed; None: nothing to do."""
+        ...
+
+    def renew(self, endpoint: str, event_id: str, attempt: int, until: datetime) -> bool:
+        """``RENEW`` the lease of the claim whose token is ``attempt`` to ``until`` (the heartbeat
+        of a long provider call, ``webhooks.store.claims.heartbeat``); False: not renewed (the
+        claim is no longer held, or a transaction holds the row, which keeps the sweeper away)."""
+        ...
+
+    def stale(self, endpoint: str, event_id: str, attempt: int, started_at: datetime, error: str | None) -> None:
+        """Record the attempt's row of a claim that was stale when it finished (it marked and failed
+        nothing); ``error``: its own, if it failed (best effort)."""
         ...
 
     def process(self, claimed: Claimed, work: Work, started_at: datetime) -> str:

@@ -31,10 +31,10 @@ from webhooks.store.sql import SqlStore
 
 class PostgresStore(SqlStore):
     # ===== the worker: claim, lock + apply the version, mark (postgres_worker, pgwire) ========
-    def claim(self, endpoint: str, event_id: str, now: datetime) -> Claimed | None:
-        """``CLAIM``, committed without waiting for the disk (``postgres_worker.claim``)."""
+    def claim(self, endpoint: str, event_id: str, now: datetime, until: datetime) -> Claimed | None:
+        """``CLAIM`` leased ``until``, committed without waiting for the disk (``postgres_worker.claim``)."""
         with pgwire.wire(self.engine) as wire:
-            return postgres_worker.claim(wire, endpoint, event_id, now)
+            return postgres_worker.claim(wire, endpoint, event_id, now, until)
 
     def process(self, claimed: Claimed, work: Work, started_at: datetime) -> str:
         """Lock, apply and mark in one or two messages (``postgres_worker.process``); whatever

@@ -6,7 +6,8 @@ processing an event through SQLAlchemy's ORM took about thirteen (pool ping, ``B
 statement, ``COMMIT``, twice). Here each step is one message of several statements, prepared once
 per connection (``webhooks.store.pgwire``):
 
-- claim: ``BEGIN; SET LOCAL synchronous_commit TO off; UPDATE … RETURNING; COMMIT``
+- claim: ``BEGIN; SET LOCAL synchronous_commit TO off; UPDATE … RETURNING; COMMIT`` (its lease,
+  ``claimed_until``, written with the status)
 - lock: ``BEGIN``; the event row ``FOR UPDATE``; the object's advisory lock; the conditional
   upsert, returning the stored version and state (the offered row, or the newer one kept)
 - mark, after the handlers: the event row and its attempt's row in one statement; ``COMMIT``
@@ -64,16 +65,18 @@ def _cast(column: Column[Any]) -> str:
     return f"%({column.name})s::" + ("text" if isinstance(column.type, String) else column.type.compile(_PG))
 
 
-def _moved(move: Move, to: Status, now: datetime) -> dict[str, object]:
-    """``transitions.values`` as this module's parameters (``status``, ``status_at``)."""
-    return {k: str(v) if isinstance(v, Status) else v for k, v in values(move, to, now).items()}
+def _moved(move: Move, to: Status, now: datetime, until: datetime | None = None) -> dict[str, object]:
+    """``transitions.values`` as this module's parameters (``status``, ``status_at``; a claim's
+    ``claimed_until``)."""
+    return {k: str(v) if isinstance(v, Status) else v for k, v in values(move, to, now, until).items()}
 
 
 ASYNC_COMMIT = "SET LOCAL synchronous_commit TO off"
 CLAIM_ROW = Statement(
     "claim",
     (
-        f"UPDATE {EVENTS.name} SET status = %(status)s, attempts = attempts + 1, status_at = %(status_at)s"
+        f"UPDATE {EVENTS.name} SET status = %(status)s, attempts = attempts + 1, status_at = %(status_at)s,"
+        f" {EVENTS.c.claimed_until.name} = %(claimed_until)s"
         f" WHERE {_key(EVENTS)} AND status IN ({_sources(CLAIM)}) RETURNING {_names(CLAIMED)}"
     ),
 )
@@ -130,10 +133,10 @@ MARK_ROW = Statement(
 )
 
 
-def claim(wire: Wire, endpoint: str, event_id: str, now: datetime) -> Claimed | None:
-    """received/queued/failed (or an abandoned processing) → processing, committed without
-    waiting for the disk; the row claimed, or None if there is nothing to do."""
-    params = {"endpoint": endpoint, "event_id": event_id, **_moved(CLAIM, Status.PROCESSING, now)}
+def claim(wire: Wire, endpoint: str, event_id: str, now: datetime, until: datetime) -> Claimed | None:
+    """received/queued/failed (or an abandoned processing) → processing, leased ``until``,
+    committed without waiting for the disk; the row claimed, or None if there is nothing to do."""
+    params = {"endpoint": endpoint, "event_id": event_id, **_moved(CLAIM, Status.PROCESSING, now, until)}
     rows = wire.send(BEGIN, ASYNC_COMMIT, CLAIM_ROW, COMMIT, **params)[CLAIM_ROW]
     return Claimed(*rows[0]) if rows else None
 

@@ -10,23 +10,24 @@ from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import Column, ColumnElement, Engine, Table, bindparam, select, tuple_, update
+from sqlalchemy import Column, ColumnElement, Engine, Table, TextClause, bindparam, or_, select, tuple_, update
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
 from webhooks.engines import deferred, make_sessionmaker
-from webhooks.models import Event, Replay, Tombstone, unfinished
+from webhooks.models import Attempt, Event, Replay, Tombstone, unfinished
 from webhooks.quarantine import count as count_rejection
 from webhooks.store import attempts
 from webhooks.store.base import Claimed, Inserts, Key
 from webhooks.store.sql_rows import SqlInserts
-from webhooks.store.transitions import ABANDON, FAIL, LEAVE, MARK, REPLAY, REQUEUE, Move, values
+from webhooks.store.transitions import ABANDON, FAIL, LEAVE, MARK, RENEW, REPLAY, REQUEUE, Move, values
 from webhooks.vocabulary import Reason, Status
 
 log = logging.getLogger(__name__)
 CHUNK = 500  # keys per UPDATE … IN (…)
 SWEEP_PAGE = 500  # stranded rows a page (their jobs checked a page per Redis round trip)
-ABANDONED = "AbandonedJobError: the worker died while processing this event"
+ABANDONED = "AbandonedJobError: the attempt's lease ran out (its worker died, or stopped renewing it)"
+STALE = "StaleClaimError: the attempt outlived its claim (its lease ran out or a newer claim took over)"
 
 
 def audit_record(session: Session, audit: dict[str, Any], marked: list[Key], now: datetime) -> int:
@@ -61,6 +62,13 @@ def under_claim(move: Move) -> tuple[ColumnElement[bool], ...]:
         Event.status.in_(move.sources),
         Event.attempts == bindparam("b_attempt"),
     )
+
+
+def lease_over(cutoff: datetime, now: datetime) -> tuple[ColumnElement[bool] | TextClause, ...]:
+    """``processing`` rows older than ``cutoff`` whose lease is over at ``now`` (none: over): the
+    sweeper's candidates for ``ABANDON`` (whether a transaction holds them is the adapter's)."""
+    expired = or_(Event.claimed_until.is_(None), Event.claimed_until < now)
+    return Event.status.in_(ABANDON.sources), Event.status_at < cutoff, expired, unfinished()
 
 
 _FAIL = (
@@ -133,6 +141,35 @@ class SqlStore:
             attempts.add(session, endpoint, event_id, attempt, started_at, Status.IGNORED, [], error=reason)
             count_rejection(session, endpoint, reason, now)
         return True
+
+    def renew(self, endpoint: str, event_id: str, attempt: int, until: datetime) -> bool:
+        """``RENEW``: the lease of the claim whose token is ``attempt`` extended to ``until``;
+        False when the claim is no longer held (superseded, or the row moved on) or, on
+        PostgreSQL, while a transaction holds the row (its lock keeps the sweeper away)."""
+        held = select(Event.endpoint, Event.event_id).where(*under_claim(RENEW)).with_for_update(skip_locked=True)
+        params = {"b_endpoint": endpoint, "b_event_id": event_id, "b_attempt": attempt}
+        statement = (
+            update(Event)
+            .where(tuple_(Event.endpoint, Event.event_id).in_(held))
+            .values(values(RENEW, Status.PROCESSING, datetime.now(UTC), until))
+            .returning(Event.attempts)
+        )
+        with self.sessions.begin() as session:
+            return session.execute(statement, params).first() is not None
+
+    def stale(self, endpoint: str, event_id: str, attempt: int, started_at: datetime, error: str | None) -> None:
+        """The attempt's row of a claim found stale when it finished (``STALE``; its own error,
+        if any, after it), unless the sweeper recorded it when it abandoned the row: the event's row
+        itself is the newer claim's (best effort, as ``fail``'s)."""
+        note = STALE if error is None else f"{STALE}; its own error: {error}"
+        mine = (Attempt.endpoint == endpoint, Attempt.event_id == event_id, Attempt.number == attempt)
+        try:
+            with self.reads() as session:
+                recorded = session.scalar(select(Attempt.id).where(*mine).limit(1)) is not None
+        except SQLAlchemyError:
+            recorded = False  # then the record below fails too, and says so
+        if not recorded:  # the sweeper records the attempt it abandoned
+            attempts.record(self.sessions, endpoint, event_id, attempt, started_at, "error", note[:2000])
 
     def time_out(self, claim: Any, error: str, trace: str) -> bool:
         """The attempt of a job stuck past its timeout, failed under its token: the thread's own
@@ -220,19 +257,20 @@ class SqlStore:
             return session.scalar(select(Event.status).where(Event.endpoint == key[0], Event.event_id == key[1]))
 
     def abandoned(self, cutoff: datetime, limit: int, max_attempts: int, now: datetime) -> list[Key]:
-        """``processing`` rows that no transaction holds (PostgreSQL: ``FOR UPDATE SKIP LOCKED``
-        skips a live job's locked row; ``SqliteStore`` holds the processing lock around this)."""
+        """``processing`` rows whose lease is over at ``now`` (``claimed_until``; none: over) and
+        that no transaction holds (PostgreSQL: ``FOR UPDATE SKIP LOCKED`` skips a live job's
+        locked row; ``SqliteStore`` holds the processing lock around this)."""
         query = (
-            select(Event.endpoint, Event.event_id, Event.attempts)
-            .where(Event.status.in_(ABANDON.sources), Event.status_at < cutoff, unfinished())
+            select(Event.endpoint, Event.event_id, Event.attempts, Event.status_at)
+            .where(*lease_over(cutoff, now))
             .order_by(Event.status_at)
             .limit(limit)
             .with_for_update(skip_locked=True)
         )
         requeue: list[Key] = []
         with self.sessions.begin() as session:
-            for endpoint, event_id, attempts in session.execute(query).all():
-                exhausted = attempts >= max_attempts
+            for endpoint, event_id, tried, claimed_at in session.execute(query).all():
+                exhausted = tried >= max_attempts
                 change = values(ABANDON, Status.FAILED if exhausted else Status.QUEUED, now)
                 if exhausted:
                     change["last_error"] = ABANDONED
@@ -241,6 +279,18 @@ class SqlStore:
                 session.execute(
                     update(Event).where(Event.endpoint == endpoint, Event.event_id == event_id).values(change)
                 )
+                if tried > 0:  # the abandoned attempt's row (a late finish of it adds none: ``stale``)
+                    session.add(
+                        Attempt(
+                            endpoint=endpoint,
+                            event_id=event_id,
+                            number=tried,
+                            started_at=claimed_at,
+                            finished_at=now,
+                            status="error",
+                            error=ABANDONED,
+                        )
+                    )
                 log.warning(
                     "sweeper: %s/%s abandoned by its worker, %s",
                     endpoint,

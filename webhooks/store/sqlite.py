@@ -14,7 +14,7 @@ from webhooks.engines import deferred, sqlite_lock
 from webhooks.models import Event, unfinished
 from webhooks.store import sqlite_worker
 from webhooks.store.base import Claimed, Key, Work
-from webhooks.store.sql import SqlStore
+from webhooks.store.sql import SqlStore, lease_over
 from webhooks.timestamps import aware
 from webhooks.vocabulary import Status
 
@@ -29,10 +29,10 @@ class SqliteStore(SqlStore):
         self.processing: Hold = parts.get("lock") or _own_lock(engine)
 
     # ===== the worker: claim, process (handlers outside the write lock), mark ==================
-    def claim(self, endpoint: str, event_id: str, now: datetime) -> Claimed | None:
-        """``CLAIM`` (``sqlite_worker.claim``), committed."""
+    def claim(self, endpoint: str, event_id: str, now: datetime, until: datetime) -> Claimed | None:
+        """``CLAIM`` leased ``until`` (``sqlite_worker.claim``), committed."""
         with self.sessions.begin() as session:
-            return sqlite_worker.claim(session, endpoint, event_id, now)
+            return sqlite_worker.claim(session, endpoint, event_id, now, until)
 
     def process(self, claimed: Claimed, work: Work, started_at: datetime) -> str:
         """The handlers outside SQLite's write lock, the mark in a short write (``sqlite_worker``)."""
@@ -41,7 +41,13 @@ class SqliteStore(SqlStore):
     # ===== the receiver, the sweeper: a processing row is abandoned only under the lock ========
     def abandoned(self, cutoff: datetime, limit: int, max_attempts: int, now: datetime) -> list[Key]:
         """A job holds the processing lock from its claim to its mark: with the lock held, no
-        ``processing`` row is live (and when a job keeps it past ``HOLD_TIMEOUT``, none is taken)."""
+        ``processing`` row is live (and when a job keeps it past ``HOLD_TIMEOUT``, none is taken).
+        The lock is waited for only when some row's lease is over: a live job's lease tells the
+        sweeper at once, without waiting for its job."""
+        with self.reads() as session:
+            candidate = session.scalar(select(Event.event_id).where(*lease_over(cutoff, now)).limit(1))
+        if candidate is None:
+            return []
         with self.processing(HOLD_TIMEOUT) as held:
             return super().abandoned(cutoff, limit, max_attempts, now) if held else []
 

@@ -38,7 +38,12 @@ _CLAIM = (
         Event.event_id == bindparam("b_event_id"),
         Event.status.in_(CLAIM.sources),
     )
-    .values(status=bindparam("b_status"), attempts=Event.attempts + 1, status_at=bindparam("b_status_at"))
+    .values(
+        status=bindparam("b_status"),
+        attempts=Event.attempts + 1,
+        status_at=bindparam("b_status_at"),
+        claimed_until=bindparam("b_claimed_until"),
+    )
     .returning(*CLAIMED)
 )
 _MINE = select(Event).where(*under_claim(MARK)).with_for_update()
@@ -51,10 +56,11 @@ _UPSERTS: dict[str, Any] = {}  # per dialect: apply_state's conditional upsert
 _FRESH = {"populate_existing": True}
 
 
-def claim(session: Session, endpoint: str, event_id: str, now: datetime) -> Claimed | None:
-    """received/queued/failed (or an abandoned processing) → processing; returns the claimed row
-    (its ``attempts`` is the claim's token), or None if there is nothing to do."""
-    params = {"b_endpoint": endpoint, "b_event_id": event_id, **bound(values(CLAIM, Status.PROCESSING, now))}
+def claim(session: Session, endpoint: str, event_id: str, now: datetime, until: datetime) -> Claimed | None:
+    """received/queued/failed (or an abandoned processing) → processing, leased ``until``; returns
+    the claimed row (its ``attempts`` is the claim's token), or None if there is nothing to do."""
+    moved = values(CLAIM, Status.PROCESSING, now, until)
+    params = {"b_endpoint": endpoint, "b_event_id": event_id, **bound(moved)}
     row = session.execute(_CLAIM, params).first()
     return None if row is None else Claimed(*row)
 

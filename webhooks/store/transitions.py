@@ -7,7 +7,9 @@ values from these, and nothing outside ``webhooks.store`` writes a status::
     (new) ──store──▶ queued ──claim──▶ processing ──mark──▶ processed | ignored
              queued ──leave──▶ received             └──fail──▶ queued | failed (after the last try)
     received | queued ──requeue──▶ queued   (sweeper: its job never reached Redis, or Redis lost it)
-    processing ──abandon──▶ queued | failed  (sweeper: no transaction holds it; failed once spent)
+    processing ──renew──▶ processing         (worker: the claim's lease extended; status unchanged)
+    processing ──abandon──▶ queued | failed  (sweeper: its lease is over and no transaction holds
+                                              it; failed once spent)
     any but processing ──replay──▶ queued    (operator)
 
 ``mark`` to ``ignored`` may carry a reason as the row's last error (``dismiss``: a nudge that
@@ -15,6 +17,12 @@ named an object its provider does not have, ``unknown_object``).
 
 A claim is a token: ``attempts + 1``. Only the holder of the latest claim may ``mark`` or
 ``fail`` the row, so a superseded claim (a replay, a recovered job) changes nothing.
+
+A claim is also a lease (``claimed_until``: the job's timeout plus ``claims.LEASE_GRACE`` from
+the claim, renewed under the token while a long provider call runs). While it is live the row
+is its job's: the sweeper never abandons it, even when no lock holds it (the provider's API is
+called before any lock). An attempt that outlives its lease may find its token stale: it then
+marks and fails nothing, and its job logs so and records its attempt's row.
 """
 
 from __future__ import annotations
@@ -54,6 +62,12 @@ FAIL = Move(
     (Status.QUEUED, Status.FAILED),
     "worker, under its claim's token: failed after the last try",
 )
+RENEW = Move(
+    "renew",
+    (Status.PROCESSING,),
+    (Status.PROCESSING,),
+    "worker, under its claim's token: the lease extended while a long call runs (status unchanged)",
+)
 REQUEUE = Move(
     "requeue",
     (Status.RECEIVED, Status.QUEUED),
@@ -64,7 +78,7 @@ ABANDON = Move(
     "abandon",
     (Status.PROCESSING,),
     (Status.QUEUED, Status.FAILED),
-    "sweeper: no transaction holds the row; failed once its attempts are spent",
+    "sweeper: the lease is over and no transaction holds the row; failed once its attempts are spent",
 )
 REPLAY = Move(
     "replay",
@@ -73,18 +87,24 @@ REPLAY = Move(
     "operator: a replay (audited); a row being processed is left alone",
 )
 
-TABLE = (STORE, LEAVE, CLAIM, MARK, FAIL, REQUEUE, ABANDON, REPLAY)
+TABLE = (STORE, LEAVE, CLAIM, MARK, FAIL, RENEW, REQUEUE, ABANDON, REPLAY)
+LEASED = (CLAIM, RENEW)  # the moves that write a lease (``claimed_until``)
 
 
 class TransitionError(ValueError):
     """A status change the table does not allow (a bug in an adapter, never an input's fault)."""
 
 
-def values(move: Move, to: Status, now: datetime) -> dict[str, object]:
-    """The columns a ``move`` to ``to`` writes: ``status`` and ``status_at``."""
+def values(move: Move, to: Status, now: datetime, until: datetime | None = None) -> dict[str, object]:
+    """The columns a ``move`` to ``to`` writes: ``status`` and ``status_at``, and for a claim its
+    lease ``until`` (``claimed_until``); a renewal writes the lease alone."""
     if to not in move.targets:
         raise TransitionError(f"{move.name} cannot leave an event {to}")
-    return {"status": to, "status_at": now}
+    if (move in LEASED) != (until is not None):
+        raise TransitionError(f"{move.name} {'needs' if move in LEASED else 'writes no'} lease")
+    if move is RENEW:
+        return {"claimed_until": until}
+    return {"status": to, "status_at": now} | ({} if until is None else {"claimed_until": until})
 
 
 def allowed(source: Status | None, target: Status) -> bool:
