@@ -29,9 +29,9 @@ from rq import SimpleWorker
 from rq.worker import base as rq_base
 
 from tests import sample_handlers
-from tests.support import environment, servers
+from tests.support import environment, servers, templates
+from tests.support.templates import migrated
 from webhooks import create_app
-from webhooks.cli import upgrade
 from webhooks.runtime import Runtime
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -130,7 +130,17 @@ def wait_until(predicate: Callable[[], Any], timeout: float = 60.0, interval: fl
 
 @pytest.fixture
 def sqlite_url(tmp_path: Path) -> str:
+    """A SQLite file that does not exist yet (``migrated`` makes it a copy of the session's template)."""
     return f"sqlite:///{tmp_path / 'webhooks.db'}"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def sqlite_template(tmp_path_factory: pytest.TempPathFactory) -> Iterator[templates.SqliteTemplate]:
+    """This session's migrated SQLite file (tests/support/templates.py), built by the first test that needs it."""
+    template = templates.SqliteTemplate(tmp_path_factory.mktemp("template"))
+    templates.SQLITE.append(template)
+    yield template
+    templates.SQLITE.remove(template)
 
 
 def _server(named: str | None, make: Callable[[], Any], what: str) -> Iterator[str]:
@@ -160,9 +170,17 @@ def redis_server_url() -> Iterator[str]:
     yield from _server(REDIS_URL, servers.Redis, "Redis")
 
 
+@pytest.fixture(scope="session")
+def pg_template(pg_admin_url: str) -> Iterator[templates.PostgresTemplate]:
+    """This session's migrated PostgreSQL database, built by the first test that needs it, dropped at the end."""
+    template = templates.PostgresTemplate(pg_admin_url)
+    yield template
+    template.remove()
+
+
 @pytest.fixture
-def pg_url(pg_admin_url: str) -> Iterator[str]:
-    """A fresh, empty PostgreSQL database for this test."""
+def pg_url(pg_admin_url: str, pg_template: templates.PostgresTemplate) -> Iterator[str]:
+    """A fresh, empty PostgreSQL database for this test (``migrated`` makes it a copy of the session's template)."""
     admin = sa.create_engine(pg_admin_url, isolation_level="AUTOCOMMIT")
     name = f"wh_test_{uuid.uuid4().hex[:12]}"
     try:
@@ -171,7 +189,9 @@ def pg_url(pg_admin_url: str) -> Iterator[str]:
     except sa.exc.OperationalError as exc:
         unavailable("PostgreSQL", exc)
     url = admin.url.set(database=name).render_as_string(hide_password=False)
+    templates.FRESH_PG[url] = pg_template
     yield url
+    templates.FRESH_PG.pop(url, None)
     with admin.connect() as conn:
         conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
     admin.dispose()
@@ -207,7 +227,7 @@ def base_config(database_url: str, **extra: Any) -> dict[str, Any]:
 
 
 def make_app(config: dict[str, Any]) -> Flask:
-    upgrade(config["DATABASE_URL"])
+    migrated(config["DATABASE_URL"])
     app = create_app(config)
     sample_handlers.create_tables(app.extensions["webhooks"].engine)
     sample_handlers.reset()

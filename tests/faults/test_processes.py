@@ -29,7 +29,7 @@ from tests.conftest import (
     wait_until,
 )
 from tests.support.processes import BIN, clean_env, event_status, gunicorn_cmd, running, wait_http
-from webhooks.cli import upgrade
+from tests.support.templates import migrated
 
 pytestmark = pytest.mark.slow
 
@@ -60,7 +60,7 @@ def test_webhooks_serve_embedded_default(tmp_path: Path) -> None:
 @pytest.fixture
 def production(pg_url: str, redis_url: str) -> Iterator[tuple[str, dict[str, str]]]:
     """gunicorn on PostgreSQL + Redis, with the test handlers; yields (base URL, env)."""
-    upgrade(pg_url)
+    migrated(pg_url)
     engine = sa.create_engine(pg_url)
     sample_handlers.create_tables(engine)
     engine.dispose()
@@ -168,7 +168,7 @@ def test_a_stalled_client_gets_408_and_frees_its_thread(pg_url: str, redis_url: 
     import socket
     import time
 
-    upgrade(pg_url)
+    migrated(pg_url)
     port = free_port()
     env = clean_env(
         DATABASE_URL=pg_url,

@@ -15,14 +15,14 @@ import sqlalchemy as sa
 from tests import sample_handlers
 from tests.conftest import STRIPE_SECRET, free_port, stripe_event, stripe_headers, wait_until
 from tests.support.processes import BIN, clean_env, gunicorn_cmd, running, wait_http
-from webhooks.cli import upgrade
+from tests.support.templates import migrated
 
 pytestmark = pytest.mark.slow
 EVENTS = 150  # each delivered three times: hundreds of requests prove the bound
 
 
 def test_two_web_instances_and_two_workers_store_and_process_each_event_once(pg_url: str, redis_url: str) -> None:
-    upgrade(pg_url)
+    migrated(pg_url)
     engine = sa.create_engine(pg_url)
     sample_handlers.create_tables(engine)
     env = clean_env(

@@ -19,8 +19,9 @@ from werkzeug.serving import make_server
 
 from tests.conftest import ADMIN_PASSWORD, PAYLOADS, free_port, wait_until
 from tests.support.catalogue import SENT, endpoints
+from tests.support.templates import migrated
 from webhooks import create_app, providers
-from webhooks.cli import main, upgrade
+from webhooks.cli import main
 from webhooks.config import load
 
 SIGNATURE_HEADERS = {
@@ -74,7 +75,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, dict
         "DATABASE_URL": f"sqlite:///{tmp / 'wh.db'}",
         "WEBHOOKS_ADMIN_PASSWORD": ADMIN_PASSWORD,
     }
-    upgrade(env["DATABASE_URL"])
+    migrated(env["DATABASE_URL"])
     app = create_app(env)
     http = make_server("127.0.0.1", free_port(), app, threaded=True)
     threading.Thread(target=http.serve_forever, daemon=True).start()

@@ -13,7 +13,7 @@ import requests
 from tests.conftest import STRIPE_SECRET, free_port, stripe_event, stripe_headers, wait_until
 from tests.support.drippers import dripping
 from tests.support.processes import clean_env, gunicorn_cmd, running, wait_http
-from webhooks.cli import upgrade
+from tests.support.templates import migrated
 
 pytestmark = pytest.mark.slow
 
@@ -22,7 +22,7 @@ pytestmark = pytest.mark.slow
 def web(tmp_path: Path) -> Iterator[int]:
     """gunicorn exactly as the Procfile starts it (its defaults: no WEB_* variables), on SQLite; its port."""
     url = f"sqlite:///{tmp_path / 'webhooks.db'}"
-    upgrade(url)
+    migrated(url)
     port = free_port()
     env = clean_env(DATABASE_URL=url, STRIPE_WEBHOOK_SECRET=STRIPE_SECRET, PORT=str(port))
     env = {k: v for k, v in env.items() if not k.startswith("WEB_")}

@@ -26,7 +26,7 @@ from tests.conftest import (
     wait_until,
 )
 from tests.support.processes import BIN, clean_env, gunicorn_cmd, running, wait_http
-from webhooks.cli import upgrade
+from tests.support.templates import migrated
 
 pytestmark = pytest.mark.slow
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
@@ -48,7 +48,7 @@ def value(samples: Samples, name: str, **labels: str) -> float:
 
 @pytest.fixture
 def service(pg_url: str, redis_url: str, tmp_path: Path) -> Iterator[tuple[str, dict[str, str]]]:
-    upgrade(pg_url)
+    migrated(pg_url)
     port = free_port()
     env = clean_env(
         DATABASE_URL=pg_url,

@@ -12,8 +12,8 @@ from pathlib import Path
 import sqlalchemy as sa
 
 from tests.conftest import ROOT
+from tests.support.templates import migrated
 from webhooks import create_app
-from webhooks.cli import upgrade
 
 sys.path.insert(0, str(ROOT / "benchmarks"))
 import scale_fill  # after the path: the benchmarks folder is not a package
@@ -41,7 +41,7 @@ def indexes_and_triggers(engine: sa.Engine) -> set[str]:
 
 
 def test_the_fill_makes_the_promised_rows_at_the_head_schema(pg_url: str) -> None:
-    upgrade(pg_url)
+    migrated(pg_url)
     engine = sa.create_engine(pg_url)
     schema = indexes_and_triggers(engine)
     now = datetime.now(UTC)
@@ -72,7 +72,7 @@ def test_the_fill_makes_the_promised_rows_at_the_head_schema(pg_url: str) -> Non
 
 
 def test_every_console_read_answers_on_a_filled_database(pg_url: str, redis_url: str, tmp_path: Path) -> None:
-    upgrade(pg_url)
+    migrated(pg_url)
     scale_fill.fill_pg(pg_url, N, datetime.now(UTC))
     toml = scale_fill.config_file(tmp_path)
     app = create_app(

@@ -27,8 +27,9 @@ from rq.scheduler import RQScheduler
 
 from tests.conftest import STRIPE_SECRET, free_port, wait_until
 from tests.support.processes import BIN, clean_env, running, wait_http
+from tests.support.templates import migrated
 from webhooks import config
-from webhooks.cli import main, upgrade
+from webhooks.cli import main
 from webhooks.process_setup import MULTIPROC, prepare_metrics_dir
 
 
@@ -157,7 +158,7 @@ def test_serve_prints_one_format_then_its_banner_and_keeps_its_password(tmp_path
 @pytest.mark.slow
 def test_a_cleanly_stopped_worker_leaves_the_scheduler_lock_to_the_next(tmp_path: Path, redis_url: str) -> None:
     database = f"sqlite:///{tmp_path / 'w.db'}"
-    upgrade(database)
+    migrated(database)
     env = clean_env(DATABASE_URL=database, REDIS_URL=redis_url, WEBHOOKS_QUEUE="lock-test")
     client = redis.Redis.from_url(redis_url)
     lock = RQScheduler.get_locking_key("lock-test")

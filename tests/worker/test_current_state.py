@@ -73,6 +73,7 @@ def post(app: Flask, path: str, body: bytes, headers: dict[str, str]) -> int:
     return app.test_client().post(path, data=body, headers=headers).status_code
 
 
+@pytest.mark.slow  # hundreds of deliveries, each drained: the full suite only
 def test_every_order_of_five_events_sees_the_servers_current_state(refetching: Flask) -> None:
     created = int(time.time()) - 3600
     orders = list(itertools.permutations(range(5)))
@@ -139,6 +140,7 @@ def payment(app: Flask, psp: str) -> dict[str, Any]:
     return dict(got.get_json())
 
 
+@pytest.mark.slow  # hundreds of deliveries, each drained: the full suite only
 def test_all_24_orders_fold_to_the_same_payment(adyen_app: Flask) -> None:
     states = set()
     for n, order in enumerate(itertools.permutations(range(4))):

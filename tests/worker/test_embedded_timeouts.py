@@ -20,6 +20,8 @@ from tests import sample_handlers
 from tests.conftest import admin_headers, base_config, make_app, rows, stripe_event, stripe_headers, wait_until
 from webhooks import HandlerEvent, on
 
+# Real job timeouts: RQ's timer and the watchdog wait seconds no injected clock stands in for.
+pytestmark = pytest.mark.slow
 TIMEOUT = 2  # seconds: WEBHOOKS_JOB_TIMEOUT
 # Well below the handler's block (60 s) and what the old code took (until the block ended), with
 # room for a machine twice as slow: the timeout, the watchdog's check, a retry's second run.

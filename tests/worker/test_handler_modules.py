@@ -12,7 +12,7 @@ from flask import Flask
 
 from tests.conftest import base_config, drain, make_app, rows, stripe_event, stripe_headers
 from tests.support.processes import BIN, clean_env
-from webhooks.cli import upgrade
+from tests.support.templates import migrated
 from webhooks.sweeper import sweep
 
 MISSING = "myapp_that_is_not_there.handlers"
@@ -26,7 +26,7 @@ EXPECTED = (
 def test_service_refuses_a_handler_module_it_cannot_import(
     command: str, pg_url: str, redis_url: str, tmp_path: Path
 ) -> None:
-    upgrade(pg_url)
+    migrated(pg_url)
     extra = {"REDIS_URL": redis_url, "DATABASE_URL": pg_url} if command == "worker" else {}
     env = clean_env(WEBHOOKS_HANDLERS=MISSING, STRIPE_WEBHOOK_SECRET="whsec_x", **extra)
     args = [str(BIN / "webhooks"), command] + (["--port", "0"] if command == "serve" else [])

@@ -169,11 +169,19 @@ def test_processed_event_is_not_processed_again_by_a_stray_job(any_app: Flask) -
     assert len(rows(any_app, "SELECT 1 FROM test_handler_calls")) == 1
 
 
-def test_retries_with_backoff_are_run_by_the_scheduler(sqlite_url: str) -> None:
+def test_retries_with_backoff_are_run_by_the_scheduler(sqlite_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """Backoff intervals put the job in RQ's scheduled registry; without a running scheduler it
-    would wait there forever. The embedded worker's ticker promotes it."""
+    would wait there forever. The embedded worker's ticker promotes it.
+
+    The scheduler's clock runs an hour ahead (RQ's ``current_timestamp``, which its scheduler reads
+    for what is due): each retry is due at the ticker's next tick, so the test waits for ticks,
+    not for 3–6 s of backoff."""
+    import rq.scheduler
+
     from tests.conftest import base_config, make_app, wait_until
 
+    real = rq.scheduler.current_timestamp
+    monkeypatch.setattr(rq.scheduler, "current_timestamp", lambda: real() + 3600)
     app = make_app(
         base_config(
             sqlite_url, WEBHOOKS_EMBEDDED_WORKER="true", WEBHOOKS_RETRY_BASE_SECONDS="2", WEBHOOKS_MAX_ATTEMPTS="3"
@@ -188,7 +196,7 @@ def test_retries_with_backoff_are_run_by_the_scheduler(sqlite_url: str) -> None:
         event = client.get("/admin/api/events/stripe/evt_backoff", headers=admin_headers()).get_json()
         return event if event["status"] == "failed" else None
 
-    event = wait_until(failed, timeout=90)  # backoff 1-2 s then 2-4 s, plus the ticker, on a loaded machine
+    event = wait_until(failed, timeout=90)  # two ticks of the ticker, on a loaded machine
     assert event["attempts"] == 3
     assert len(sample_handlers.DOWNSTREAM_CALLS) == 3
 
