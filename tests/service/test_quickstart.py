@@ -115,12 +115,7 @@ def test_the_quick_start_from_the_clone_root_processes_an_event(installed: tuple
         assert sent.returncode == 0 and sent.stdout.startswith("200"), sent.stdout + sent.stderr
         event_id = _event_id(payload)
 
-        def status() -> str | None:
-            answer = requests.get(f"{base}/admin/api/events/stripe/{event_id}", auth=("admin", PASSWORD), timeout=30)
-            found = answer.json().get("status") if answer.status_code == 200 else None
-            return found if found in ("processed", "failed") else None
-
-        assert wait_until(status, timeout=60) == "processed"
+        assert wait_until(lambda: _finished(base, event_id), timeout=60) == "processed"
         assert (clone / "webhooks.db").exists()  # the embedded default, in the working directory
 
         # /metrics of this serve: a duplicate and a bad signature beside the stored delivery, each
@@ -153,13 +148,26 @@ def test_the_quick_start_from_the_clone_root_processes_an_event(installed: tuple
         assert samples[("webhooks_rejections_total", "signature_mismatch")] == 1
         assert samples[("webhooks_processing_attempts_total", "processed")] == 1
     finally:
-        serve.terminate()
-        try:
-            output, _ = serve.communicate(timeout=30)
-        except subprocess.TimeoutExpired:
-            serve.kill()
-            output, _ = serve.communicate()
+        output = _stopped(serve)
     assert "has no attribute 'jobs" not in output, output[-3000:]
+
+
+def _finished(base: str, event_id: str) -> str | None:
+    """The event's status once it is processed or failed (the console's API), else None."""
+    answer = requests.get(f"{base}/admin/api/events/stripe/{event_id}", auth=("admin", PASSWORD), timeout=30)
+    found = answer.json().get("status") if answer.status_code == 200 else None
+    return found if found in ("processed", "failed") else None
+
+
+def _stopped(proc: subprocess.Popen[str]) -> str:
+    """Stop ``proc`` (SIGTERM, then SIGKILL after 30 s) and return what it printed."""
+    proc.terminate()
+    try:
+        output, _ = proc.communicate(timeout=30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        output, _ = proc.communicate()
+    return output
 
 
 def _answers(url: str) -> bool:
@@ -237,17 +245,7 @@ def test_the_procfile_web_from_the_clone_root_runs_the_installed_package(
         assert requests.post(f"{base}/webhooks/stripe", data=body, headers=_signed(body), timeout=30).status_code == 200
         event_id = _event_id(payload)
 
-        def status() -> str | None:
-            answer = requests.get(f"{base}/admin/api/events/stripe/{event_id}", auth=("admin", PASSWORD), timeout=30)
-            found = answer.json().get("status") if answer.status_code == 200 else None
-            return found if found in ("processed", "failed") else None
-
-        assert wait_until(status, timeout=60) == "processed"
+        assert wait_until(lambda: _finished(base, event_id), timeout=60) == "processed"
     finally:
-        proc.terminate()
-        try:
-            output, _ = proc.communicate(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            output, _ = proc.communicate()
+        output = _stopped(proc)
     assert "has no attribute 'jobs" not in output, output[-3000:]

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from flask import Flask
 from rq.job import Job
 
 from tests import sample_handlers
@@ -34,6 +35,14 @@ def job_errors(reason: str) -> float:
     return float(metrics.JOB_ERRORS.labels(reason)._value.get())
 
 
+def stored(sqlite_url: str, event_id: str, type_: str = "payment_intent.succeeded", attempts: str = "3") -> Flask:
+    """An app on SQLite (at most ``attempts`` tries) holding one delivered Stripe event, its job queued."""
+    app = make_app(base_config(sqlite_url, WEBHOOKS_MAX_ATTEMPTS=attempts))
+    body = stripe_event(event_id, type_)
+    assert app.test_client().post("/webhooks/stripe", data=body, headers=stripe_headers(body)).status_code == 200
+    return app
+
+
 def work(rt: Runtime) -> None:
     Worker([rt.queue.queue], connection=rt.queue.connection, runtime=rt).work(burst=True)
 
@@ -41,11 +50,9 @@ def work(rt: Runtime) -> None:
 def test_a_job_whose_function_does_not_import_ends_failed_counted_and_said(
     sqlite_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    app = make_app(base_config(sqlite_url, WEBHOOKS_MAX_ATTEMPTS="3"))
+    app = stored(sqlite_url, "evt_unimportable")
     rt: Runtime = app.extensions["webhooks"]
     client = app.test_client()
-    body = stripe_event("evt_unimportable")
-    assert client.post("/webhooks/stripe", data=body, headers=stripe_headers(body)).status_code == 200
     before = job_errors("import")
     unimportable(monkeypatch)
 
@@ -85,11 +92,8 @@ def test_a_job_whose_data_does_not_read_is_counted(sqlite_url: str) -> None:
 
 
 def test_an_error_before_the_claim_is_other_and_recorded(sqlite_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    app = make_app(base_config(sqlite_url, WEBHOOKS_MAX_ATTEMPTS="1"))
+    app = stored(sqlite_url, "evt_before_claim", attempts="1")
     rt: Runtime = app.extensions["webhooks"]
-    client = app.test_client()
-    body = stripe_event("evt_before_claim")
-    assert client.post("/webhooks/stripe", data=body, headers=stripe_headers(body)).status_code == 200
     before = job_errors("other")
 
     def broken(*args: object) -> str:
@@ -104,12 +108,9 @@ def test_an_error_before_the_claim_is_other_and_recorded(sqlite_url: str, monkey
 
 
 def test_a_job_that_fails_in_its_handler_is_no_job_error(sqlite_url: str) -> None:
-    app = make_app(base_config(sqlite_url, WEBHOOKS_MAX_ATTEMPTS="1"))
+    app = stored(sqlite_url, "evt_handler_fails", "charge.refunded", attempts="1")
+    sample_handlers.FAIL_TYPES.add("charge.refunded")  # after make_app, which resets them; before the job runs
     rt: Runtime = app.extensions["webhooks"]
-    client = app.test_client()
-    sample_handlers.FAIL_TYPES.add("charge.refunded")
-    body = stripe_event("evt_handler_fails", "charge.refunded")
-    assert client.post("/webhooks/stripe", data=body, headers=stripe_headers(body)).status_code == 200
     before = {reason: job_errors(reason) for reason in ("import", "deserialize", "other")}
 
     work(rt)
