@@ -45,7 +45,6 @@ class ScopedWorker(SimpleWorker):
             try:
                 with self.scope():
                     job_errors.starting()
-                    self._unrunnable = job_errors.unrunnable(job)
                     return super().perform_job(job, queue)
             finally:
                 handoff.settle()
@@ -57,8 +56,8 @@ class ScopedWorker(SimpleWorker):
             rt: Runtime | None = runtime.current()
         except Exception:  # no runtime to record it with (a plain ``rq worker`` without REDIS_URL)
             rt = None
-        job_errors.failed(rt, job, getattr(self, "_unrunnable", None), exc_info[1])
-        self._unrunnable = None
+        # Only a failed job is asked whether RQ could import and read it: nothing on the way of one that runs.
+        job_errors.failed(rt, job, job_errors.unrunnable(job), exc_info[1])
         super().handle_exception(job, *exc_info)
 
     def stopping(self) -> bool:
