@@ -233,7 +233,7 @@ def process(
 def gunicorn(
     app: str, env: dict[str, str], port: int, cwd: Path = ROOT, log: Path | None = None
 ) -> contextlib.AbstractContextManager[subprocess.Popen[bytes]]:
-    """gunicorn with the Procfile's config (``webhooks.gunicorn_conf``, no access log) on 127.0.0.1:port."""
+    """gunicorn with the Procfile's config (``webhooks.service.gunicorn_conf``, no access log) on 127.0.0.1:port."""
     cmd = [
         str(BIN / "gunicorn"),
         app,

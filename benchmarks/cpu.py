@@ -9,7 +9,7 @@ batch of one, the receiver's worst case; then processes the stored events in thi
 job's own CPU, without RQ's: a no-op handler and the object-state upsert). PostgreSQL + Redis
 (fresh database, ``BENCH_REDIS_URL``), or with ``--sqlite`` the embedded default (a SQLite file,
 the in-process queue; no worker runs); ``--serve`` is a web process of ``webhooks serve`` (SQLite,
-and nothing queued: its worker process takes the rows from the database, ``webhooks.handover``).
+and nothing queued: its worker process takes the rows from the database, ``webhooks.worker.handover``).
 ``--profile`` prints cProfile's top functions (CPU time) for that case.
 
 ``--kinds``: CPU per genuine delivery for every registered kind, each signed as its provider would

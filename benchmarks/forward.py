@@ -125,8 +125,8 @@ def forwarding(n: int, ordered: bool, env: dict[str, str], work: Path, profile: 
     """One case: store, process (paused), resume, time the sending."""
     from webhooks import create_app
     from webhooks.providers.base import Request
-    from webhooks.receive import verify
-    from webhooks.rows import event_rows
+    from webhooks.receiver.receive import verify
+    from webhooks.receiver.rows import event_rows
 
     with sink(work, env) as port, scratch_database() as db:
         config = work / "forward.toml"

@@ -45,7 +45,7 @@ from scale_fill import KINDS, SPAN, config_file, fill_pg, utc_now
 from scale_queries import PASSWORD, PLANS, captured, measure, plans
 
 from webhooks import create_app
-from webhooks.purge import Plan, purge
+from webhooks.store.purge import Plan, purge
 
 EMPTY = 1000
 CONNECTIONS = 16

@@ -18,9 +18,9 @@ import sqlalchemy as sa
 from scale_fill import KINDS
 from scale_queries import PLANS, captured, percentile, plans
 
-from webhooks.metrics import ServiceCollector
 from webhooks.runtime import Runtime
-from webhooks.sweeper import sweep
+from webhooks.service.collector import ServiceCollector
+from webhooks.worker.sweeper import sweep
 
 PROBE_EVERY = 0.02
 STORAGE_SAMPLE = 20_000  # events a kind copied into its own table to weigh it

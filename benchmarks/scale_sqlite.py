@@ -29,7 +29,7 @@ from scale_fill import KINDS, SPAN, Kind, adyen_item, config_file, template, utc
 from scale_queries import PASSWORD, measure
 
 from webhooks import create_app
-from webhooks.purge import Plan, purge
+from webhooks.store.purge import Plan, purge
 
 EMPTY = 1000
 CHUNK = 50_000

@@ -1,7 +1,7 @@
 """Slow senders: genuine delivery latency while 0, 100 and 200 connections drip their request (half
 the head, half the body, a byte each every 0.5 s), on the Procfile's gunicorn defaults, in one run.
 
-Each case starts a fresh gunicorn (``-c python:webhooks.gunicorn_conf``, SQLite, embedded queue),
+Each case starts a fresh gunicorn (``-c python:webhooks.service.gunicorn_conf``, SQLite, embedded queue),
 opens the drippers, waits until each has dripped a few bytes, then sends ``--deliveries`` signed
 Stripe deliveries one after another, each on a new connection with a 10 s client timeout, while the
 drippers are still held (inside their 10 s head deadline). The "old" rows are the settings before

@@ -91,7 +91,7 @@ def rq_noop(count: int, n: int, env: dict[str, str], work: Path) -> float:
 def events(count: int, n: int, env: dict[str, str], work: Path, profile: Path | None = None) -> float:
     from webhooks import create_app
     from webhooks.queue import job_id
-    from webhooks.rows import event_rows
+    from webhooks.receiver.rows import event_rows
 
     connection = redis.Redis.from_url(REDIS)
     connection.flushdb()
@@ -100,7 +100,7 @@ def events(count: int, n: int, env: dict[str, str], work: Path, profile: Path | 
         rt = app.extensions["webhooks"]
         endpoint = rt.settings.endpoints["stripe"]
         from webhooks.providers.base import Request
-        from webhooks.receive import verify
+        from webhooks.receiver.receive import verify
 
         t, ids = int(time.time()), []
         inserts = rt.store.inserts()  # stored, not queued: the jobs are queued at once below, timed

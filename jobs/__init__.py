@@ -3,5 +3,5 @@
 
 ``webhooks.jobs.process.process_event`` is the job (queued by that dotted path, ``queue.JOB``).
 Imports go one way: these modules import ``webhooks`` (and each other, relatively); ``webhooks``
-never imports them. The handler API is ``webhooks.handlers`` (``from webhooks import on``).
+never imports them. The handler API is ``webhooks.worker.handlers`` (``from webhooks import on``).
 """

@@ -25,7 +25,7 @@ has its path, see ``webhooks.store``); this job orders it with the provider's AP
 handlers, and counts each attempt.
 
 A job stuck past its timeout in a call nothing can interrupt (the embedded worker's thread) is
-given up by the watchdog (``webhooks.embedded``) through ``webhooks.store.claims.abandon``.
+given up by the watchdog (``webhooks.worker.embedded``) through ``webhooks.worker.claims.abandon``.
 """
 
 from __future__ import annotations
@@ -40,13 +40,14 @@ from datetime import UTC, datetime, timedelta
 
 from rq import get_current_job
 
-from webhooks import handlers, job_errors, lanes, metrics, providers, runtime
+from webhooks import lanes, metrics, providers, runtime
+from webhooks.forward import deliveries
 from webhooks.forward.dispatcher import nudge
 from webhooks.storable import storable_text
-from webhooks.store import deliveries
 from webhooks.store.base import Claimed, Seen, Work
-from webhooks.store.claims import TRACEBACK_LIMIT, Claim, abandon, heartbeat, lease, measure, running
 from webhooks.vocabulary import Reason, Status
+from webhooks.worker import handlers, job_errors
+from webhooks.worker.claims import TRACEBACK_LIMIT, Claim, abandon, heartbeat, lease, measure, running
 
 from . import fetch
 from .objects import Prepared, merge, prepare

@@ -1,4 +1,4 @@
-"""Alembic environment: metadata from ``webhooks.models``, URL from ``webhooks.config``."""
+"""Alembic environment: metadata from ``webhooks.schema``, URL from ``webhooks.config``."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from alembic import context
 
 from webhooks import config
 from webhooks.engines import make_engine
-from webhooks.models import Base
+from webhooks.schema import METADATA
 
 url = context.config.attributes.get("url") or config.load().database_url
 engine = make_engine(url)
@@ -14,7 +14,7 @@ engine = make_engine(url)
 with engine.connect() as connection:
     context.configure(
         connection=connection,
-        target_metadata=Base.metadata,
+        target_metadata=METADATA,
         render_as_batch=connection.dialect.name == "sqlite",
         compare_type=True,
     )

@@ -71,7 +71,7 @@ SIGNAL_HANDLERS = {signum: signal.getsignal(signum) for signum in (signal.SIGINT
 def _rq_workers_leave_signals_to_pytest() -> Iterator[None]:
     """An RQ worker run in this process (``drain``, the worker tests) does not take SIGINT and SIGTERM
     for its warm shutdown: a Ctrl-C in the middle of a job only stopped that worker, and the run went
-    on. As ``webhooks.embedded``'s worker does, it installs none; RQ keeps the hook's name
+    on. As ``webhooks.worker.embedded``'s worker does, it installs none; RQ keeps the hook's name
     (``monkeypatch`` fails if it goes), and ``webhooks worker``'s own loop is undone after its test."""
     patch = pytest.MonkeyPatch()
     patch.setattr(rq_base.BaseWorker, "_install_signal_handlers", lambda self: None)

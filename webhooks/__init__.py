@@ -52,8 +52,8 @@ if TYPE_CHECKING:
     from flask import Flask
 
     from webhooks.config import Settings
-    from webhooks.handlers import HandlerEvent, on
     from webhooks.runtime import Runtime
+    from webhooks.worker.handlers import HandlerEvent, on
 
 __all__ = ["HandlerEvent", "create_app", "on"]
 
@@ -63,9 +63,11 @@ def create_app(config: Mapping[str, Any] | Settings | None = None) -> Flask:
     ready ``Settings``; None reads the environment."""
     from flask import Flask
 
-    from webhooks import admin, health, receive
+    from webhooks import admin
     from webhooks.config import Settings, load
+    from webhooks.receiver import receive
     from webhooks.runtime import Runtime
+    from webhooks.service import health
 
     settings = config if isinstance(config, Settings) else load(config)
     app = Flask(__name__)
@@ -97,17 +99,17 @@ class _StartingWorker:
 
     def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
         if self.rt.queue.embedded is None:
-            from webhooks import embedded  # worker code: loaded by the app that runs it, when it runs
+            from webhooks.worker import embedded
 
             embedded.start_embedded(self.rt)
         return self.wsgi(environ, start_response)
 
 
 def __getattr__(name: str) -> Any:
-    # The handler API (``webhooks.handlers``), loaded on first use: importing a provider module
+    # The handler API (``webhooks.worker.handlers``), loaded on first use: importing a provider module
     # or running ``webhooks --help`` does not import SQLAlchemy's ORM.
     if name in ("on", "HandlerEvent"):
-        from webhooks import handlers
+        from webhooks.worker import handlers
 
         return getattr(handlers, name)
     raise AttributeError(f"module 'webhooks' has no attribute {name!r}")

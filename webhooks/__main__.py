@@ -1,3 +1,3 @@
-from webhooks.cli import main
+from webhooks.service.cli import main
 
 main()

@@ -21,10 +21,11 @@ from pathlib import Path
 from typing import Any
 
 from webhooks import providers
+from webhooks.destinations import FIELDS as DESTINATION_FIELDS
+from webhooks.destinations import Destination, destination, forwards
 from webhooks.errors import ConfigError
-from webhooks.forward.destinations import FIELDS as DESTINATION_FIELDS
-from webhooks.forward.destinations import Destination, destination, forwards
 from webhooks.providers.base import Endpoint
+from webhooks.urls import checked_database_url, database_url, redis_url
 
 
 def shorthands() -> dict[str, tuple[str, str, str]]:
@@ -80,105 +81,6 @@ class Settings:
     @property
     def embedded_queue(self) -> bool:
         return not self.redis_url
-
-
-def database_url(url: str) -> str:
-    """Accept Heroku-style ``postgres://`` and plain ``postgresql://``; use psycopg 3."""
-    for prefix in ("postgres://", "postgresql://"):
-        if url.startswith(prefix):
-            return "postgresql+psycopg://" + url[len(prefix) :]
-    return url
-
-
-# What DATABASE_URL may name: the drivers installed with the package.
-DATABASE_SCHEMES = ("postgresql", "postgres", "postgresql+psycopg", "sqlite", "sqlite+pysqlite")
-DATABASE_EXAMPLE = "postgresql://user:password@host:5432/name or sqlite:///path/to/webhooks.db"
-
-
-def checked_database_url(url: str) -> str:
-    """``DATABASE_URL`` mapped by ``database_url``, or a ``ConfigError`` saying what is wrong with it
-    and what to write: a typo in the scheme, a database not supported, a SQLite file in a directory
-    that does not exist (SQLAlchemy would fail later, with a traceback). Never echoes a password."""
-    scheme, sep, rest = url.partition("://")
-    if not sep or not scheme or not scheme.replace("+", "").replace("-", "").isalnum():
-        raise ConfigError(f"DATABASE_URL is not a database URL; expected {DATABASE_EXAMPLE}")
-    if scheme.lower() not in DATABASE_SCHEMES:
-        close = difflib.get_close_matches(scheme.lower(), ["postgresql", "sqlite"], n=1, cutoff=0.6)
-        hint = f"did you mean {close[0]}://?" if close else f"supported: PostgreSQL and SQLite, {DATABASE_EXAMPLE}"
-        raise ConfigError(f"DATABASE_URL: unsupported database scheme {scheme!r}:// ({hint})")
-    if scheme.lower().startswith("sqlite"):
-        _check_sqlite_path(rest)
-    return database_url(url)
-
-
-def _check_sqlite_path(rest: str) -> None:
-    path, _, query = rest.partition("?")
-    if path and not path.startswith("/"):  # sqlite://name.db: the name would be taken as a host
-        raise ConfigError("DATABASE_URL: a SQLite URL is sqlite:///relative/path.db or sqlite:////absolute/path.db")
-    name = path[1:]
-    if not name or name == ":memory:" or "uri=true" in query.lower():
-        return  # in memory, or a SQLite URI filename: SQLite's own rules
-    directory = Path(name).parent
-    if not directory.is_dir():
-        where = "" if directory.is_absolute() else f" (relative to {Path.cwd()})"
-        raise ConfigError(
-            f"DATABASE_URL: the SQLite file's directory {str(directory)!r} does not exist{where}; "
-            "create it or fix the path"
-        )
-
-
-@dataclass(frozen=True)
-class Sentinels:
-    """``redis+sentinel://[[user]:password@]host:port[,host:port…]/service[/db]``: the sentinels to
-    ask, the monitored master's name, the database; the credentials are the master's."""
-
-    hosts: tuple[tuple[str, int], ...]
-    service: str
-    db: int = 0
-    username: str | None = None
-    password: str | None = None
-
-
-def sentinels(url: str) -> Sentinels | None:
-    """The sentinels a ``REDIS_URL`` names; None for a plain Redis URL. ``ConfigError`` if malformed."""
-    if not url.startswith("redis+sentinel://"):
-        return None
-    from urllib.parse import unquote
-
-    rest = url.removeprefix("redis+sentinel://")
-    userinfo, _, rest = rest.rpartition("@")
-    netloc, _, path = rest.partition("/")
-    parts = [p for p in path.split("/") if p]
-    hosts = []
-    try:
-        for item in netloc.split(","):
-            host, sep, port = item.rpartition(":")
-            hosts.append((host, int(port)) if sep else (item, 26379))
-        db = int(parts[1]) if len(parts) > 1 else 0
-    except ValueError:
-        raise ConfigError("REDIS_URL: sentinel ports and the database must be numbers") from None
-    if not parts or not all(h for h, _ in hosts):
-        raise ConfigError("REDIS_URL: expected redis+sentinel://host:port[,host:port…]/service[/db]")
-    user, _, password = userinfo.partition(":")
-    return Sentinels(tuple(hosts), unquote(parts[0]), db, unquote(user) or None, unquote(password) or None)
-
-
-def redis_address(url: str) -> str:
-    """Where a ``REDIS_URL`` points, fit to print: host:port (or the sentinels, or the socket's
-    path), never the password."""
-    from urllib.parse import urlsplit
-
-    found = sentinels(url)
-    if found is not None:
-        return f"{','.join(f'{h}:{p}' for h, p in found.hosts)} (sentinels of {found.service!r})"
-    parts = urlsplit(url)
-    if parts.scheme == "unix":
-        return parts.path
-    try:
-        port = parts.port or 6379
-    except ValueError:
-        port = 6379
-    return f"{parts.hostname or 'localhost'}:{port}"
 
 
 def _resolve(value: Any, where: str, environ: Mapping[str, str]) -> Any:
@@ -336,28 +238,6 @@ def _flag(environ: Mapping[str, str], name: str, default: bool) -> bool:
     raise ConfigError(f"{name} must be true or false, not {value!r}")
 
 
-REDIS_EXAMPLE = "redis://[:password@]host:6379/0 (or rediss://, unix://, redis+sentinel://)"
-
-
-def _redis_url(url: str | None) -> str | None:
-    """``REDIS_URL`` as redis-py takes it, or a ``ConfigError`` now (redis-py's ``ValueError``
-    would come later, as a traceback); never echoes a password."""
-    if not url:
-        return None
-    if sentinels(url) is not None:  # a malformed sentinel URL fails at start-up
-        return url
-    from urllib.parse import urlsplit
-
-    parts = urlsplit(url)
-    if parts.scheme not in ("redis", "rediss", "unix") or "://" not in url:
-        raise ConfigError(f"REDIS_URL is not a Redis URL; expected {REDIS_EXAMPLE}")
-    try:
-        parts.port  # noqa: B018  # the property parses the port: a ValueError when it is not a number
-    except ValueError:
-        raise ConfigError(f"REDIS_URL: the port must be a number; expected {REDIS_EXAMPLE}") from None
-    return url
-
-
 def load(environ: Mapping[str, Any] | None = None) -> Settings:
     """Read and validate the whole configuration."""
     env: Mapping[str, Any] = os.environ if environ is None else environ
@@ -378,7 +258,7 @@ def load(environ: Mapping[str, Any] | None = None) -> Settings:
         raise ConfigError("WEBHOOKS_MAX_ATTEMPTS must be at least 1")
     return Settings(
         database_url=checked_database_url(env.get("DATABASE_URL") or "sqlite:///webhooks.db"),
-        redis_url=_redis_url(env.get("REDIS_URL") or None),
+        redis_url=redis_url(env.get("REDIS_URL") or None),
         admin_password=env.get("WEBHOOKS_ADMIN_PASSWORD") or None,
         endpoints=endpoints,
         destinations=destinations,
@@ -466,3 +346,46 @@ def log_options(environ: Mapping[str, Any] | None = None) -> tuple[str, str | No
     if fmt is not None and fmt not in LOG_FORMATS:
         raise ConfigError(f"WEBHOOKS_LOG_FORMAT must be one of {', '.join(LOG_FORMATS)}, not {fmt!r}")
     return level, fmt
+
+
+def variable(name: str, default: str | None = None) -> str | None:
+    """One environment variable, for what is read outside ``load`` (a process's own settings)."""
+    return os.environ.get(name) or default
+
+
+def port() -> str:
+    """``PORT`` (as Heroku and honcho set it), default 8000: where ``webhooks serve``,
+    ``webhooks send`` and gunicorn's ``bind`` look."""
+    return variable("PORT") or "8000"
+
+
+def process_manager() -> str:
+    """The name a process manager gave this process (honcho's ``HONCHO_PROCESS_NAME``, foreman's
+    ``PS``), empty when none did."""
+    return variable("HONCHO_PROCESS_NAME") or variable("PS") or ""
+
+
+def metrics_dir() -> str | None:
+    """``PROMETHEUS_MULTIPROC_DIR``: where this host's processes write their samples (None: one process)."""
+    return variable("PROMETHEUS_MULTIPROC_DIR")
+
+
+@dataclass(frozen=True)
+class WebProcess:
+    """gunicorn's settings from the environment (``webhooks.gunicorn_conf``)."""
+
+    port: str
+    workers: int
+    threads: int
+    head_timeout: float
+    body_timeout: float
+
+
+def web_process() -> WebProcess:
+    return WebProcess(
+        port=port(),
+        workers=int(variable("WEB_CONCURRENCY") or "2"),
+        threads=int(variable("WEB_THREADS") or "256"),
+        head_timeout=float(variable("WEB_HEAD_TIMEOUT_SECONDS") or "10"),  # from a thread taking it up
+        body_timeout=float(variable("WEB_BODY_TIMEOUT_SECONDS") or "20"),  # from the end of its head
+    )

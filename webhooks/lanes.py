@@ -1,7 +1,7 @@
 """Per-endpoint lanes: an event whose processing calls its provider's API runs on its endpoint's
 own threads, never on the worker that every endpoint shares.
 
-A worker (``webhooks.worker.ScopedWorker``: ``webhooks worker``, the embedded worker of ``webhooks
+A worker (``webhooks.worker.loop.ScopedWorker``: ``webhooks worker``, the embedded worker of ``webhooks
 serve``) hosts each job it performs (``hosting``). The job of an event whose kind calls out for
 its endpoint (``Provider.calls_out``) asks ``hand``: the endpoint's lane takes it (at most ``CAP``
 running and ``BACKLOG`` waiting) and the job returns at once, or the lane is full and the job is

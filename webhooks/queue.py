@@ -24,7 +24,8 @@ from rq.job import Job, JobStatus
 from rq.utils import get_call_string, now, utcformat
 
 from webhooks import providers
-from webhooks.config import Settings, sentinels
+from webhooks.config import Settings
+from webhooks.urls import sentinels
 
 JOB = "webhooks.jobs.process.process_event"  # by dotted path: the web side never imports jobs
 # The queue beside ``WEBHOOKS_QUEUE`` (``<name>-lanes``) takes the jobs of endpoints whose events
@@ -142,7 +143,7 @@ class JobQueue:
     def hand_over(self) -> None:
         """From now on queue nothing here: the process whose embedded worker works the events takes
         the committed ``queued`` rows from the database (``webhooks serve``'s web processes:
-        ``webhooks.handover``). ``enqueue_many`` and ``requeue`` then succeed without a queue."""
+        ``webhooks.worker.handover``). ``enqueue_many`` and ``requeue`` then succeed without a queue."""
         self.handed_over = True
 
     def enqueue(self, endpoint: str, event_id: str) -> None:
@@ -300,7 +301,7 @@ class JobQueue:
         return True
 
     def admit(self, events: list[tuple[str, str]]) -> int:
-        """Queue the jobs of events the database says are ``queued`` (``webhooks.handover``): a job
+        """Queue the jobs of events the database says are ``queued`` (``webhooks.worker.handover``): a job
         for each that has none, and a fresh one for each whose job ended (a replay); one that is
         live is left alone. Returns how many were queued."""
         with self.connection.pipeline(transaction=False) as pipe:
@@ -312,7 +313,7 @@ class JobQueue:
         return self.enqueue_many(fresh) + sum(self.requeue(*key) for key in again)
 
     def start_embedded(self, build: Callable[[], Embedded]) -> None:
-        """Start the in-process worker ``build`` makes (``webhooks.embedded``: a worker thread, the
+        """Start the in-process worker ``build`` makes (``webhooks.worker.embedded``: a worker thread, the
         scheduler/sweeper ticker, a watchdog), unless one runs already."""
         with self._start_lock:  # two first requests at once must not start two workers
             if self.embedded is None:
@@ -321,6 +322,6 @@ class JobQueue:
 
 
 class Embedded(Protocol):
-    """What ``start_embedded`` starts (``webhooks.embedded.EmbeddedWorker``)."""
+    """What ``start_embedded`` starts (``webhooks.worker.embedded.EmbeddedWorker``)."""
 
     def start(self) -> None: ...

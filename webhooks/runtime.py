@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 import threading
 from collections.abc import Iterator
 from contextvars import ContextVar
@@ -58,7 +57,7 @@ class Runtime:
 
     def release_processing(self, thread: int) -> bool:
         """Take the processing lock back from ``thread`` (a job stuck past its timeout: see
-        ``webhooks.store.claims.abandon``); False if it holds none (or there is no such lock)."""
+        ``webhooks.worker.claims.abandon``); False if it holds none (or there is no such lock)."""
         return self._processing_lock is not None and self._processing_lock.abandon(thread)
 
     @contextlib.contextmanager
@@ -89,7 +88,9 @@ def current() -> Runtime:
     global _plain
     with _plain_lock:
         if _plain is None:
-            if not os.environ.get("REDIS_URL"):
+            from webhooks import config
+
+            if not config.variable("REDIS_URL"):
                 raise NoRuntimeError(
                     "no webhooks runtime in scope: run jobs with `webhooks worker` (or `rq worker -w "
                     "webhooks.jobs.worker.Worker`), whose worker puts its runtime in scope for each job, or "

@@ -45,7 +45,7 @@ class Outcome(StrEnum):
 # What a worker may claim: waiting, or processing under a claim its worker abandoned (the newer
 # claim supersedes it), or failed (a replay).
 CLAIMABLE = (Status.RECEIVED, Status.QUEUED, Status.PROCESSING, Status.FAILED)
-# How an attempt's error begins when the worker could not run the job at all (webhooks.job_errors).
+# How an attempt's error begins when the worker could not run the job at all (webhooks.worker.job_errors).
 JOB_ERROR = "worker could not run this job: "
 
 

@@ -176,7 +176,7 @@ def test_each_event_shows_how_many_times_it_was_delivered(any_app: Flask) -> Non
         assert client.post("/webhooks/adyen", data=single).text == "[accepted]"
     drain(any_app)
 
-    # Counts are written together at most a second later (webhooks.duplicates).
+    # Counts are written together at most a second later (webhooks.receiver.duplicates).
     def counted() -> str | None:
         html = page(client, "/admin/")
         return html if "delivered 3×" in status_text(html, "evt_dup") else None

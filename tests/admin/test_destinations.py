@@ -28,9 +28,9 @@ from tests.conftest import (
 from tests.forward.test_forwarding import forward
 from tests.support import destination
 from tests.support.console import csrf_token
-from webhooks.cli import main
 from webhooks.forward import dispatcher
 from webhooks.forward.signing import message_id
+from webhooks.service.cli import main
 
 H = admin_headers()
 

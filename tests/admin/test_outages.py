@@ -35,8 +35,8 @@ from tests.faults.services import Redis
 from tests.support.console import admin_urls, csrf_token
 from webhooks import create_app
 from webhooks.admin import queries
-from webhooks.cli import main
-from webhooks.sweeper import sweep
+from webhooks.service.cli import main
+from webhooks.worker.sweeper import sweep
 
 PENDING = "the sweeper"
 

@@ -15,7 +15,7 @@ from tests.conftest import ADMIN_PASSWORD, ADYEN_KEY, STRIPE_SECRET, free_port
 from tests.faults import effects
 from tests.faults.services import Postgres, Redis
 from tests.support.processes import BIN, clean_env, gunicorn_cmd, wait_http
-from webhooks.cli import upgrade
+from webhooks.service.cli import upgrade
 
 
 @pytest.fixture(scope="session")

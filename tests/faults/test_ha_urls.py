@@ -25,7 +25,7 @@ from tests.conftest import (
     wait_until,
 )
 from tests.faults.services import Redis
-from webhooks import config
+from webhooks import config, urls
 from webhooks.errors import ConfigError
 from webhooks.queue import job_id
 
@@ -81,9 +81,9 @@ def test_redis_through_sentinel_whose_first_sentinel_is_down(pg_url: str, sentin
 
 
 def test_sentinel_urls_parse_and_malformed_ones_fail_at_start() -> None:
-    found = config.sentinels("redis+sentinel://:s%40cret@a:26379,b/mymaster/2")
-    assert found == config.Sentinels((("a", 26379), ("b", 26379)), "mymaster", 2, None, "s@cret")
-    assert config.sentinels("redis://127.0.0.1:6379/0") is None
+    found = urls.sentinels("redis+sentinel://:s%40cret@a:26379,b/mymaster/2")
+    assert found == urls.Sentinels((("a", 26379), ("b", 26379)), "mymaster", 2, None, "s@cret")
+    assert urls.sentinels("redis://127.0.0.1:6379/0") is None
     for bad in ("redis+sentinel://a:26379", "redis+sentinel://a:port/mymaster", "redis+sentinel://a/mymaster/x"):
         with pytest.raises(ConfigError, match="REDIS_URL"):
             config.load({"REDIS_URL": bad})

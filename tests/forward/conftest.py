@@ -19,7 +19,7 @@ from tests.conftest import base_config, make_app, rows, runtime, stripe_event, s
 from tests.support import destination
 from webhooks.forward.dispatcher import Forwarder
 from webhooks.forward.dispatcher import drain as drain_forwarder
-from webhooks.forward.guard import Resolver, system_resolver
+from webhooks.guard import Resolver, system_resolver
 
 
 def forwarding_app(request: pytest.FixtureRequest, db: str, dests: dict[str, Any], forward: list[str]) -> Flask:

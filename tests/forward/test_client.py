@@ -22,7 +22,7 @@ from cryptography.x509.oid import NameOID
 
 from tests.conftest import free_port, wait_until
 from webhooks.forward.client import RESPONSE_LIMIT, Sender, SendError
-from webhooks.forward.guard import Resolver, system_resolver
+from webhooks.guard import Resolver, system_resolver
 
 Reply = Callable[["Handler", int], None]  # the handler, the request's index on its server
 GIVEN_UP = 5.0  # seconds: a timeout of 0.5 s has given up well within this, on a machine twice as slow

@@ -14,8 +14,8 @@ from flask import Flask
 from tests.conftest import drain, free_port, rows, runtime, stripe_event, wait_until
 from tests.forward.conftest import Script, forwarding, forwarding_app, post, serving, wait_settled
 from tests.support import destination
+from webhooks.forward import deliveries
 from webhooks.forward.signing import message_id
-from webhooks.store import deliveries
 
 pytestmark = pytest.mark.slow
 EVENTS = 30

@@ -9,10 +9,9 @@ from typing import Any
 import pytest
 
 from tests.support.destination import SECRET, SECRET_2
-from webhooks import config
+from webhooks import config, guard
+from webhooks.destinations import DEFAULT_SCHEDULE
 from webhooks.errors import ConfigError
-from webhooks.forward import guard
-from webhooks.forward.destinations import DEFAULT_SCHEDULE
 
 
 def load(destinations: dict[str, Any], forward: Any = ("orders",)) -> config.Settings:
@@ -110,7 +109,7 @@ forward = ["orders"]
 
 
 def test_the_serve_banner_names_what_forwards_where() -> None:
-    from webhooks.cli import banner
+    from webhooks.service.cli import banner
 
     text = banner(load({"orders": dest()}), ["http://127.0.0.1:8000"], None)
     assert "forwards   stripe → orders" in text and "orders  http://127.0.0.1:9/hooks" in text

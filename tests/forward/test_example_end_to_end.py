@@ -14,9 +14,9 @@ from werkzeug.serving import make_server
 
 from tests.conftest import ROOT, base_config, drain, make_app, runtime, stripe_event, stripe_headers
 from tests.support.destination import SECRET
+from webhooks.forward import deliveries
 from webhooks.forward.dispatcher import Forwarder
 from webhooks.forward.dispatcher import drain as drain_forwarder
-from webhooks.store import deliveries
 
 
 @pytest.fixture

@@ -100,7 +100,7 @@ def test_purge_keeps_an_event_still_being_forwarded(
 ) -> None:
     from datetime import UTC, datetime, timedelta
 
-    from webhooks.purge import Plan, purge
+    from webhooks.store.purge import Plan, purge
 
     app = forwarding_app(request, "sqlite", {"orders": destination.config(service)}, forward=["orders"])
     for event_id in ("evt_sent", "evt_pending"):

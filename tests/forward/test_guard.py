@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from webhooks.forward.guard import (
+from webhooks.guard import (
     METADATA,
     Refused,
     Resolver,

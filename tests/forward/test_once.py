@@ -15,8 +15,8 @@ from tests.conftest import drain, rows, runtime, stripe_event, wait_until
 from tests.forward.conftest import Script, forwarding, forwarding_app, post_concurrently, serving, settle_all
 from tests.support import destination
 from webhooks.admin.replay import ReplayError, replay_one
+from webhooks.forward import deliveries
 from webhooks.forward.signing import message_id
-from webhooks.store import deliveries
 
 pytestmark = pytest.mark.slow
 COPIES = 20

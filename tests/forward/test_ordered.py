@@ -21,8 +21,8 @@ from tests.forward.conftest import (
     wait_settled,
 )
 from tests.support import destination
+from webhooks.forward import deliveries
 from webhooks.forward.signing import message_id
-from webhooks.store import deliveries
 
 pytestmark = pytest.mark.slow
 VERSIONS = 5

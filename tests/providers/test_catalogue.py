@@ -21,8 +21,8 @@ from tests.conftest import ADMIN_PASSWORD, PAYLOADS, free_port, wait_until
 from tests.support.catalogue import SENT, endpoints
 from tests.support.templates import migrated
 from webhooks import create_app, providers
-from webhooks.cli import main
 from webhooks.config import load
+from webhooks.service.cli import main
 
 SIGNATURE_HEADERS = {
     "stripe": ["Stripe-Signature"],

@@ -29,7 +29,7 @@ from tests.support.delivering import at_once, kinds_app, post, stored
 from webhooks.errors import ConfigError, PayloadError, VerificationError
 from webhooks.providers.base import Endpoint, Request, replay_key
 from webhooks.providers.mailgun import Mailgun
-from webhooks.purge import Plan, purge
+from webhooks.store.purge import Plan, purge
 
 PAYLOADS = Path(__file__).parents[1] / "payloads" / "mailgun"
 PROVIDER = Mailgun()

@@ -20,8 +20,10 @@ import pytest
 
 import webhooks.providers
 from tests.conftest import admin_headers, base_config, drain, make_app, rows, runtime
-from webhooks import config, purge, reconcile
+from webhooks import config
 from webhooks.providers import PROVIDERS
+from webhooks.store import purge
+from webhooks.worker import reconcile
 
 ACME_SECRET = "acme-test-secret"
 
@@ -52,8 +54,9 @@ from typing import Any
 from webhooks.errors import VerificationError
 from webhooks.providers.base import (
     DAY, Endpoint, Missed, ObjectRef, Provider, Request, Verified, VerifiedEvent, encode_item, first_match,
-    hmac_digest, minor_amount, parse_json, require,
+    hmac_digest, parse_json, require,
 )
+from webhooks.providers.fields import minor_amount
 
 REFETCHED: list[str] = []
 FOLDED: list[str] = []
@@ -248,7 +251,7 @@ ROOT = Path(__file__).resolve().parents[2]
 # Modules outside webhooks/providers/ that may name a kind, each with its reason. Anything else
 # that does is provider knowledge outside its module: declare it as a capability on ``Provider``.
 KIND_NAMES_ALLOWED = {
-    "webhooks/handlers.py": "its docstring's example of registering a handler for (kind, event type)",
+    "webhooks/worker/handlers.py": "its docstring's example of registering a handler for (kind, event type)",
     "migrations/versions/0005_adyen_fold_versions.py": "a data migration of Adyen's rows: history, never edited",
     "webhooks/engines.py": 'SQLAlchemy\'s connection-pool event "checkout", not the kind of that name',
 }

@@ -22,7 +22,7 @@ from tests.support.delivering import at_once, kinds_app, post, stored
 from webhooks.errors import ConfigError, PayloadError, VerificationError
 from webhooks.providers.base import Endpoint, Request, hmac_digest
 from webhooks.providers.square import Square
-from webhooks.purge import Plan, purge
+from webhooks.store.purge import Plan, purge
 
 PAYLOADS = Path(__file__).parents[1] / "payloads" / "square"
 PROVIDER = Square()

@@ -12,7 +12,7 @@ from flask import Flask
 
 from tests.conftest import base_config, drain, make_app, rows, runtime
 from tests.support.catalogue import all_endpoints, genuine
-from webhooks.purge import Plan, expire_tombstones, purge
+from webhooks.store.purge import Plan, expire_tombstones, purge
 
 DAY = timedelta(days=1)
 
@@ -72,7 +72,7 @@ def test_a_genuine_768_kb_sendgrid_batch_is_stored_whole_and_once(
 
     # A replayed capture of the batch stores nothing more and queues nothing: its body is known,
     # so its 4 800 rows are not even built or sent to the database.
-    from webhooks import batch
+    from webhooks.receiver import batch
 
     before, stores = stored_bytes(catalogue_app), []
     monkeypatch.setattr(batch.GroupCommit, "store", lambda self, item: stores.append(item))
@@ -183,7 +183,7 @@ def test_tombstones_outlive_every_event_window_by_default() -> None:
 def test_purge_cli_refuses_tombstones_shorter_than_events(app: Flask, tmp_path: Any, monkeypatch: Any) -> None:
     from click.testing import CliRunner
 
-    from webhooks.cli import main
+    from webhooks.service.cli import main
 
     monkeypatch.setenv("DATABASE_URL", app.extensions["webhooks"].settings.database_url)
     result = CliRunner().invoke(main, ["purge", "--older-than", "40d", "--tombstones-older-than", "10d"])

@@ -8,8 +8,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 from werkzeug.datastructures import EnvironHeaders
 
-from webhooks import request_headers
-from webhooks.request_headers import environ_headers
+from webhooks.receiver import request_headers
+from webhooks.receiver.request_headers import environ_headers
 
 KEYS = st.one_of(
     st.sampled_from(

@@ -22,11 +22,11 @@ from rq.job import Job, JobStatus
 from sqlalchemy.exc import SQLAlchemyError
 
 from tests.conftest import base_config, make_app, rows, runtime, stripe_event, stripe_headers, wait_until
-from webhooks import batch
 from webhooks.providers.base import Request
 from webhooks.queue import job_id
-from webhooks.receive import verify
-from webhooks.rows import event_rows
+from webhooks.receiver import batch
+from webhooks.receiver.receive import verify
+from webhooks.receiver.rows import event_rows
 
 
 @pytest.fixture

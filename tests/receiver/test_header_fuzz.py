@@ -20,8 +20,8 @@ from werkzeug.test import EnvironBuilder
 
 from tests.conftest import ADYEN_KEY, base_config, make_app, rows, runtime
 from tests.support.catalogue import HOST, all_endpoints, genuine
-from webhooks.batch import committer
 from webhooks.providers.base import hmac_digest
+from webhooks.receiver.batch import committer
 from webhooks.vocabulary import Reason
 
 BASIC = "adyen-user:s3cret"

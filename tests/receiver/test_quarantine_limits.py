@@ -25,7 +25,8 @@ from tests.conftest import (
     stripe_headers,
 )
 from tests.support.catalogue import HOST, SENT, all_endpoints, genuine
-from webhooks import providers, quarantine
+from webhooks import providers
+from webhooks.receiver import quarantine
 
 SIZE = "length(body) + length(url) + length(CAST(headers AS TEXT))"  # what the byte budget counts
 

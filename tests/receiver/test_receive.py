@@ -1,5 +1,5 @@
 """The receiver's HTTP contract beyond signatures: 404, 413, 503, rate limits, short reads (Redis down and the
-sweeper: ``tests/store/test_sweeper.py``)."""
+sweeper: ``tests/worker/test_sweeper.py``)."""
 
 from __future__ import annotations
 
@@ -124,7 +124,7 @@ def test_the_wsgi_front_answers_as_flask_did(app: Flask) -> None:
 def test_an_unexpected_error_while_storing_is_json_503_never_a_500_page(
     app: Flask, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from webhooks import batch
+    from webhooks.receiver import batch
 
     def bug(self: object, item: object) -> object:
         raise RuntimeError("a bug")

@@ -1,5 +1,5 @@
 """A duplicate of an event this process lately saw in the database is answered without asking it
-(``webhooks.recent``), and only then: verified first, per process, for a bounded time, forgotten
+(``webhooks.store.recent``), and only then: verified first, per process, for a bounded time, forgotten
 when tombstones expire.
 
 "Without asking the database" is shown by refusing every connection to the test's database (its
@@ -23,9 +23,9 @@ from sqlalchemy.engine import make_url
 
 from tests.conftest import base_config, drain, make_app, rows, runtime, stripe_event, stripe_headers
 from tests.support.catalogue import all_endpoints, genuine
-from webhooks import batch
-from webhooks.purge import Plan, expire_tombstones, purge
-from webhooks.recent import Recent
+from webhooks.receiver import batch
+from webhooks.store.purge import Plan, expire_tombstones, purge
+from webhooks.store.recent import Recent
 
 
 @pytest.fixture

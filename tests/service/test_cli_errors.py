@@ -10,7 +10,7 @@ from click.testing import CliRunner
 
 from tests.conftest import free_port
 from webhooks import revisions
-from webhooks.cli import explain, main
+from webhooks.service.cli import explain, main
 
 
 @pytest.fixture(autouse=True)

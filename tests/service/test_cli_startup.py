@@ -8,7 +8,7 @@ import sys
 
 from click.testing import CliRunner
 
-from webhooks.cli import main
+from webhooks.service.cli import main
 
 HEAVY = ("flask", "sqlalchemy", "redis", "rq", "cryptography", "alembic", "werkzeug")
 
@@ -21,7 +21,7 @@ def loaded_after(code: str) -> list[str]:
 
 def test_help_loads_no_web_framework_database_or_queue() -> None:
     code = (
-        "from click.testing import CliRunner\nfrom webhooks.cli import main\n"
+        "from click.testing import CliRunner\nfrom webhooks.service.cli import main\n"
         "result = CliRunner().invoke(main, ['--help'])\nassert result.exit_code == 0, result.output"
     )
     assert loaded_after(code) == []
@@ -44,7 +44,7 @@ def test_lazy_commands_still_run() -> None:
 
 def test_handlers_register_with_from_webhooks_import_on() -> None:
     import webhooks
-    from webhooks import handlers
+    from webhooks.worker import handlers
 
     assert webhooks.on is handlers.on
     assert webhooks.HandlerEvent is handlers.HandlerEvent

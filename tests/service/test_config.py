@@ -168,7 +168,7 @@ SHOP_STRIPE = '[endpoints.stripe]\nprovider = "stripe"\nsecrets = ["whsec_file"]
 def test_an_endpoint_in_the_file_and_a_shorthand_is_refused_naming_both(tmp_path: Path) -> None:
     from click.testing import CliRunner
 
-    from webhooks.cli import main
+    from webhooks.service.cli import main
 
     path = tmp_path / "webhooks.toml"
     path.write_text(SHOP_STRIPE)

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from webhooks.cli import main
 from webhooks.config import load
 from webhooks.errors import ConfigError
+from webhooks.service.cli import main
 
 
 def refusal(tmp_path: Path, table: str) -> str:

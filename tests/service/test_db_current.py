@@ -13,7 +13,7 @@ from click.testing import CliRunner
 
 from tests.conftest import free_port, wait_until
 from webhooks import revisions
-from webhooks.cli import main
+from webhooks.service.cli import main
 
 
 def run(tmp_path: Path, *args: str, database_url: str) -> tuple[int, list[str]]:

@@ -20,8 +20,7 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
-from webhooks import config
-from webhooks.forward import guard
+from webhooks import config, guard
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"

@@ -1,4 +1,4 @@
-"""What ``webhooks.gunicorn_worker`` relies on in gunicorn beyond its documented API, pinned for the
+"""What ``webhooks.service.gunicorn_worker`` relies on in gunicorn beyond its documented API, pinned for the
 supported range (pyproject.toml's ``gunicorn`` pin), as tests/worker/test_rq_contract.py pins RQ's:
 a gunicorn that renames or reshapes any of it fails here, before a slow end-to-end test times out.
 
@@ -24,7 +24,7 @@ from gunicorn.http.message import Request  # type: ignore[import-untyped]
 from gunicorn.http.unreader import SocketUnreader  # type: ignore[import-untyped]
 from gunicorn.workers import gthread  # type: ignore[import-untyped]
 
-from webhooks.gunicorn_worker import Conn, DeadlineUnreader, DeadlineWorker
+from webhooks.service.gunicorn_worker import Conn, DeadlineUnreader, DeadlineWorker
 
 # (what, the callable, the parameter names it must take, in order, after self)
 SIGNATURES: list[tuple[str, type, str, list[str]]] = [

@@ -11,7 +11,7 @@ import pytest
 from flask import Flask
 
 from tests.conftest import stripe_event, stripe_headers
-from webhooks.process_setup import configure_logging
+from webhooks.service.process_setup import configure_logging
 
 # C0, DEL, C1 (NEL, CSI), the Unicode line and paragraph separators, a bidi override.
 HOSTILE = "a\nb\rc\x1b[31md\x7fe\x85f\x9b2Jg\u2028h\u2029i\u202ej"

@@ -24,10 +24,10 @@ APP = textwrap.dedent("""
     import webhooks, webhooks.jobs.worker, webhooks.jobs.process, webhooks.migrations
     for module in (webhooks, webhooks.jobs.worker, webhooks.jobs.process, webhooks.migrations):
         assert module.__file__.startswith(sys.argv[1]), module.__file__
-    assert webhooks.jobs.worker.Worker.__module__ == "webhooks.worker"
+    assert webhooks.jobs.worker.Worker.__module__ == "webhooks.worker.loop"
     from rq import SimpleWorker
     from webhooks import create_app, providers
-    from webhooks.cli import upgrade
+    from webhooks.service.cli import upgrade
     url = f"sqlite:///{sys.argv[2]}/wh.db"
     upgrade(url)
     app = create_app({"DATABASE_URL": url, "WEBHOOKS_HANDLERS": "myapp.handlers", "WEBHOOKS_EMBEDDED_WORKER": "false",
@@ -106,9 +106,9 @@ def test_the_wheel_leaves_jobs_and_migrations_to_the_application(tmp_path: Path)
 
 def test_the_editable_install_maps_the_checkouts_jobs_and_migrations(tmp_path: Path) -> None:
     probe = (
-        "import json, webhooks.jobs.worker, webhooks.jobs.process, webhooks.migrations, webhooks.worker\n"
+        "import json, webhooks.jobs.worker, webhooks.jobs.process, webhooks.migrations, webhooks.worker.loop\n"
         "from webhooks.revisions import migrations_dir\n"
-        "assert webhooks.jobs.worker.Worker is webhooks.worker.Worker\n"
+        "assert webhooks.jobs.worker.Worker is webhooks.worker.loop.Worker\n"
         "print(json.dumps([webhooks.jobs.process.__file__, webhooks.migrations.__file__, str(migrations_dir())]))"
     )
     result = subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, capture_output=True, text=True, timeout=60)

@@ -211,7 +211,7 @@ def test_the_procfile_web_from_the_clone_root_runs_the_installed_package(
     installed: tuple[Path, Path], tmp_path: Path
 ) -> None:
     """gunicorn puts its ``chdir`` (the clone's root) first on ``sys.path`` before it imports
-    ``python:webhooks.gunicorn_conf``: the clone's ``webhooks/`` gives way to the installed one, so
+    ``python:webhooks.service.gunicorn_conf``: the clone's ``webhooks/`` gives way to the installed one, so
     the web process's own embedded worker (no ``REDIS_URL``) imports its jobs."""
     clone, bin_dir = installed
     port = free_port()

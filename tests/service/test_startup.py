@@ -29,8 +29,8 @@ from tests.conftest import STRIPE_SECRET, free_port, wait_until
 from tests.support.processes import BIN, clean_env, running, wait_http
 from tests.support.templates import migrated
 from webhooks import config
-from webhooks.cli import main
-from webhooks.process_setup import MULTIPROC, prepare_metrics_dir
+from webhooks.service.cli import main
+from webhooks.service.process_setup import MULTIPROC, prepare_metrics_dir
 
 
 def test_a_misspelt_variable_is_named_with_the_closest_known_one(tmp_path: Path) -> None:
@@ -177,8 +177,8 @@ def test_a_cleanly_stopped_worker_leaves_the_scheduler_lock_to_the_next(tmp_path
 
 
 def test_a_password_from_the_environment_is_never_printed() -> None:
-    from webhooks.cli import banner
     from webhooks.config import Settings
+    from webhooks.service.cli import banner
 
     text = banner(Settings(admin_password="s3cret-from-env"), ["http://127.0.0.1:8000"], None)
     assert "s3cret-from-env" not in text

@@ -18,7 +18,7 @@ import requests
 
 from tests.conftest import free_port, wait_until
 from tests.support.processes import BIN, gunicorn_cmd, wait_http
-from webhooks.cli import upgrade
+from webhooks.service.cli import upgrade
 
 
 @pytest.fixture

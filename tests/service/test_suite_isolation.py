@@ -23,7 +23,7 @@ from tests.conftest import ROOT, STRIPE_SECRET, drain, free_port, stripe_event, 
 from tests.service.test_safe_servers import processes_in
 from tests.support.processes import clean_env, gunicorn_cmd, running, wait_http
 from webhooks import config
-from webhooks.cli import upgrade
+from webhooks.service.cli import upgrade
 
 HERE = "tests/service/test_suite_isolation.py"
 # What a developer following the README and examples/orders may well have in the clone's root.

@@ -25,11 +25,11 @@ from webhooks.jobs.process import process_event, work
 from webhooks.models import Event
 from webhooks.queue import job_id
 from webhooks.runtime import Runtime
-from webhooks.store import claims
 from webhooks.store import sqlite as sqlite_store
-from webhooks.sweeper import sweep
 from webhooks.timestamps import aware
 from webhooks.vocabulary import Reason
+from webhooks.worker import claims
+from webhooks.worker.sweeper import sweep
 
 # ===== the receiver, the sweeper, replay: a duplicate creates no job; a replay is audited with
 # its row change; the sweeper recovers each stranded state ====================================

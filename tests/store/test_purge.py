@@ -10,8 +10,8 @@ from click.testing import CliRunner
 from flask import Flask
 
 from tests.conftest import drain, rows, runtime, stripe_event, stripe_headers
-from webhooks.cli import main
-from webhooks.purge import Plan, PurgeRefusedError, horizon, parse_age, purge
+from webhooks.service.cli import main
+from webhooks.store.purge import Plan, PurgeRefusedError, horizon, parse_age, purge
 
 DAY = timedelta(days=1)
 

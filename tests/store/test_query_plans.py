@@ -17,10 +17,10 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 from tests.conftest import base_config, make_app, runtime
-from webhooks import metrics
 from webhooks.admin import gaps, queries
 from webhooks.forward import backlog
-from webhooks.purge import Plan, expire_tombstones, purge
+from webhooks.service import collector
+from webhooks.store.purge import Plan, expire_tombstones, purge
 
 NOW = datetime(2026, 6, 1, tzinfo=UTC)
 EVENTS = 30_000
@@ -220,8 +220,8 @@ def test_failed_deliveries_and_failed_events_are_counted_from_small_indexes(popu
         with rt.engine.connect() as conn:
             [found] = backlog.backlogs(conn, ["crm"], NOW)
             assert found.failed == 40
-            assert conn.execute(sa.select(metrics.failed_query())).scalar_one() == EVENTS // 200
-            assert conn.execute(metrics.oldest_query()).scalar() is not None
+            assert conn.execute(sa.select(collector.failed_query())).scalar_one() == EVENTS // 200
+            assert conn.execute(collector.oldest_query()).scalar() is not None
 
     found = plans_of(rt.engine, run)
     uses(found, "ix_deliveries_failed", table="deliveries")
@@ -268,7 +268,7 @@ def test_the_overview_reads_only_the_last_days_range_of_the_time_index(populated
 
 @pytest.mark.parametrize("populated", ["sqlite"], indirect=True)  # the handover is SQLite's (webhooks serve)
 def test_the_handover_reads_the_queued_rows_from_the_unfinished_index(populated: Any) -> None:
-    """``webhooks serve``'s worker process polls ``queued`` rows every 50 ms (``webhooks.handover``):
+    """``webhooks serve``'s worker process polls ``queued`` rows every 50 ms (``webhooks.worker.handover``):
     a range of ``ix_events_unfinished`` in its own order, no other index and no sort."""
     rt = populated
     found = plans_of(rt.engine, lambda: rt.store.queued_since(NOW - timedelta(days=30), 2000))

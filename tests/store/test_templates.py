@@ -14,7 +14,7 @@ import sqlalchemy as sa
 from tests.support import servers, templates
 from tests.support.templates import migrated
 from webhooks import revisions
-from webhooks.cli import upgrade
+from webhooks.service.cli import upgrade
 
 
 def no_upgrade(url: str, revision: str = "head") -> None:

@@ -24,7 +24,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from webhooks.cli import upgrade
+from webhooks.service.cli import upgrade
 
 
 class SqliteTemplate:
@@ -117,7 +117,7 @@ def _fresh_file(database: str | None, query: Any) -> bool:
 
 
 def migrated(url: str) -> None:
-    """What ``webhooks.cli.upgrade(url)`` does, by copying this session's template when ``url`` is
+    """What ``webhooks.service.cli.upgrade(url)`` does, by copying this session's template when ``url`` is
     a fresh, empty database (a SQLite file that does not exist yet or is empty, or a database
     ``pg_url`` made that nobody touched); else ``upgrade(url)`` itself."""
     parsed = sa.make_url(url)

@@ -18,7 +18,7 @@ from flask import Flask
 from tests import sample_handlers
 from tests.conftest import admin_headers, base_config, make_app, rows, runtime, stripe_event, stripe_headers, wait_until
 from webhooks import HandlerEvent, on
-from webhooks.sweeper import sweep
+from webhooks.worker.sweeper import sweep
 
 PROMPT = 10.0  # seconds: a delivery or a read that waits for the handler takes 30 s (busy timeout)
 STARTED = threading.Event()

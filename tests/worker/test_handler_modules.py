@@ -13,7 +13,7 @@ from flask import Flask
 from tests.conftest import base_config, drain, make_app, rows, stripe_event, stripe_headers
 from tests.support.processes import BIN, clean_env
 from tests.support.templates import migrated
-from webhooks.sweeper import sweep
+from webhooks.worker.sweeper import sweep
 
 MISSING = "myapp_that_is_not_there.handlers"
 EXPECTED = (
@@ -37,7 +37,7 @@ def test_service_refuses_a_handler_module_it_cannot_import(
 
 
 def test_the_working_directory_is_on_the_import_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from webhooks import handlers
+    from webhooks.worker import handlers
 
     package = tmp_path / "cwdapp_handlers_probe"
     package.mkdir()

@@ -10,7 +10,7 @@ import pytest
 from flask import Flask
 
 from tests.conftest import admin_headers, base_config, drain, make_app, stripe_event, stripe_headers
-from webhooks import handlers
+from webhooks.worker import handlers
 
 
 def deliver(app: Flask, event_id: str, type_: str) -> None:

@@ -1,5 +1,5 @@
 """``webhooks serve``'s handover: its web processes queue nothing, and its worker process takes the
-committed ``queued`` rows from the database onto its own embedded queue (``webhooks.handover``) —
+committed ``queued`` rows from the database onto its own embedded queue (``webhooks.worker.handover``) —
 new deliveries, replays, and a row that committed after rows stamped later."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from flask import Flask
 
 from tests.conftest import base_config, drain, make_app, rows, runtime, stripe_event, stripe_headers
 from webhooks.admin.replay import replay_one
-from webhooks.handover import LOOKBACK, LOOKBACK_EVERY, Handover
 from webhooks.models import Event
+from webhooks.worker.handover import LOOKBACK, LOOKBACK_EVERY, Handover
 
 
 def web_and_worker(sqlite_url: str) -> tuple[Flask, Flask]:
@@ -92,7 +92,7 @@ def test_older_rows_are_the_start_up_sweeps_not_the_handovers(sqlite_url: str) -
 def test_a_handed_over_web_process_reports_the_queued_rows_as_the_queue_depth(sqlite_url: str) -> None:
     from prometheus_client.parser import text_string_to_metric_families
 
-    from webhooks.metrics import exposition
+    from webhooks.service.collector import exposition
 
     web, worker = web_and_worker(sqlite_url)
 

@@ -17,11 +17,11 @@ from rq.job import Job
 from tests import sample_handlers
 from tests.conftest import ADMIN_PASSWORD, admin_headers, base_config, make_app, rows, stripe_event, stripe_headers
 from webhooks import metrics
-from webhooks.cli import main
 from webhooks.queue import JOB
 from webhooks.runtime import Runtime
+from webhooks.service.cli import main
 from webhooks.vocabulary import JOB_ERROR
-from webhooks.worker import Worker
+from webhooks.worker.loop import Worker
 
 
 def unimportable(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -18,8 +18,8 @@ from tests.conftest import PAYLOADS, base_config, drain, make_app, rows, runtime
 from tests.fake_apis import serve
 from tests.worker.test_refetch import METER
 from webhooks.jobs.process import process_event
-from webhooks.store import claims
-from webhooks.sweeper import sweep
+from webhooks.worker import claims
+from webhooks.worker.sweeper import sweep
 
 THIN = PAYLOADS / "stripe/v1.billing.meter.error_report_triggered__thin.json"
 DRIP = 4.0  # seconds the fake Stripe API takes to answer: past the sweep age and the lease

@@ -21,8 +21,8 @@ from flask import Flask
 
 from tests.conftest import PAYLOADS, STRIPE_SECRET, admin_headers, base_config, drain, make_app, rows, stripe_headers
 from webhooks import config
-from webhooks.cli import main
 from webhooks.errors import ConfigError
+from webhooks.service.cli import main
 
 BOUND = "1"  # WEBHOOKS_OUTBOUND_TIMEOUT_SECONDS in these tests
 GIVEN_UP = 15.0  # seconds: an assertion's deadline, well below the SDK's 80 s

@@ -17,10 +17,10 @@ from flask import Flask
 from tests import state_handlers
 from tests.conftest import STRIPE_SECRET, admin_headers, base_config, drain, make_app, rows, runtime, stripe_headers
 from tests.fake_apis import serve
-from webhooks import reconcile
-from webhooks.cli import main
 from webhooks.providers import stripe_api
-from webhooks.sweeper import sweep
+from webhooks.service.cli import main
+from webhooks.worker import reconcile
+from webhooks.worker.sweeper import sweep
 
 API_KEY = "sk_test_reconcile"
 

@@ -27,7 +27,7 @@ from rq.worker import WorkerStatus
 import webhooks.queue as queue_module
 from webhooks import config
 from webhooks.queue import JobQueue, job_id, retry_intervals
-from webhooks.worker import ScopedWorker
+from webhooks.worker.loop import ScopedWorker
 
 EVENTS = [("stripe", "evt_1"), ("stripe", "evt_" + "x" * 200), ("github", "dlv\u00e9'\"\\"), ("stripe", "evt_2")]
 RAN: list[tuple[str, str]] = []

@@ -18,7 +18,7 @@ from werkzeug.wrappers import Response
 from webhooks.admin.throttle import LoginThrottle
 from webhooks.clients import sender
 from webhooks.metrics import ADMIN_AUTH_FAILURES
-from webhooks.quarantine import basic_credentials
+from webhooks.receiver.quarantine import basic_credentials
 from webhooks.runtime import Runtime
 from webhooks.vocabulary import Reason
 

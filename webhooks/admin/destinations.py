@@ -21,11 +21,13 @@ from werkzeug.wrappers import Response
 
 from webhooks.admin.auth import WHO, runtime
 from webhooks.admin.queries import iso, storable
+from webhooks.destinations import Destination
+from webhooks.forward import deliveries
 from webhooks.forward.backlog import Backlog, Held, backlogs, held
-from webhooks.forward.destinations import Destination
 from webhooks.forward.dispatcher import nudge
-from webhooks.models import COUNT_CAP, Delivery, DeliveryAttempt
-from webhooks.store import deliveries
+from webhooks.forward.held import adopt, fail_held
+from webhooks.forward_tables import Delivery, DeliveryAttempt
+from webhooks.models import COUNT_CAP
 from webhooks.store.sql import audit_record
 
 log = logging.getLogger(__name__)
@@ -139,7 +141,7 @@ def _settle_held(name: str, verb: str, reason: Any) -> tuple[int | None, str | N
         return None, "bad_reason"
     now = datetime.now(UTC)
     with runtime().sessions.begin() as session:
-        move = deliveries.adopt if verb == "adopt" else deliveries.fail_held
+        move = adopt if verb == "adopt" else fail_held
         keys = move(session, name, configured, now)
         if keys:
             audit_record(session, {"who": WHO, "reason": text or "", "filter": {verb: name}}, keys, now)

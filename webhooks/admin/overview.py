@@ -45,7 +45,7 @@ class Overview:
     now: datetime
     plots: dict[str, dict[str, Plot]]  # endpoint → window name → plot
     oldest_pending: datetime | None
-    job_errors: int = 0  # attempts in the last day of jobs a worker could not run (webhooks.job_errors)
+    job_errors: int = 0  # attempts in the last day of jobs a worker could not run (webhooks.worker.job_errors)
 
     def pending_age(self) -> float | None:
         """Seconds the oldest pending (received or queued) event has waited."""

@@ -6,12 +6,12 @@ from typing import Any
 
 from flask import Blueprint, abort, redirect, render_template, request, url_for
 
-from webhooks import quarantine
 from webhooks.admin.auth import runtime
 from webhooks.admin.queries import rejections_query
 from webhooks.errors import VerificationError
 from webhooks.models import Rejection
-from webhooks.receive import accept
+from webhooks.receiver import quarantine
+from webhooks.receiver.receive import accept
 
 PAGE_SIZE = 100
 COUNTS_PAGE = 100  # endpoints per page of counts: old databases may hold thousands

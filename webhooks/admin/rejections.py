@@ -6,13 +6,13 @@ from typing import Any
 
 from flask import Blueprint, jsonify, request
 
-from webhooks import quarantine
 from webhooks.admin.api import _error
 from webhooks.admin.auth import runtime
 from webhooks.admin.queries import iso, parse_limit, rejections_query
 from webhooks.errors import UnavailableError, VerificationError
 from webhooks.models import Rejection
-from webhooks.receive import accept
+from webhooks.receiver import quarantine
+from webhooks.receiver.receive import accept
 
 COUNTS_PAGE = 100  # endpoints per page of counts
 

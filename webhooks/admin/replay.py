@@ -19,11 +19,12 @@ from typing import Any
 
 from sqlalchemy import func, select
 
-from webhooks import outbox
 from webhooks.admin import resend
 from webhooks.admin.queries import Filters, conditions, storable
 from webhooks.errors import WebhooksError
-from webhooks.models import Delivery, Event
+from webhooks.forward_tables import Delivery
+from webhooks.models import Event
+from webhooks.receiver import outbox
 from webhooks.runtime import Runtime
 from webhooks.store.transitions import REPLAY
 

@@ -17,10 +17,12 @@ from typing import Any
 
 from sqlalchemy import and_, exists, or_
 
+from webhooks.forward import deliveries
 from webhooks.forward.dispatcher import nudge
-from webhooks.models import Delivery, Event
+from webhooks.forward_tables import Delivery
+from webhooks.models import Event
 from webhooks.runtime import Runtime
-from webhooks.store import Key, deliveries
+from webhooks.store import Key
 from webhooks.store.sql import audit_record
 from webhooks.vocabulary import DeliveryStatus, Status
 

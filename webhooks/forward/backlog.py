@@ -7,7 +7,7 @@ rows, capped at ``COUNT_CAP + 1`` each: a count above ``COUNT_CAP`` means at lea
 never read for the pending count. A destination never sent to has no row yet: it is ``active`` with nothing waiting.
 
 ``held``: the names whose pending deliveries no configured destination may send (removed, or
-configured again at another URL; ``webhooks.store.deliveries.held``), one statement. A configured
+configured again at another URL; ``webhooks.forward.held.held``), one statement. A configured
 name's ``pending`` counts every pending delivery under it, held ones too: nothing waits unseen.
 """
 
@@ -20,9 +20,10 @@ from typing import Any
 
 from sqlalchemy import func, literal, select, union_all
 
-from webhooks.forward.destinations import Destination
-from webhooks.models import Delivery, DestinationState, capped_count
-from webhooks.store import deliveries
+from webhooks.destinations import Destination
+from webhooks.forward.held import held as held_deliveries
+from webhooks.forward_tables import Delivery, DestinationState
+from webhooks.models import capped_count
 from webhooks.timestamps import aware
 from webhooks.vocabulary import DeliveryStatus
 
@@ -128,7 +129,7 @@ def held(db: Any, configured: Mapping[str, Destination]) -> list[Held]:
     """Every name with held deliveries, by name; ``db``: a ``Session`` or a ``Connection``."""
     query = (
         select(Delivery.destination, func.count(), func.min(Delivery.status_at))
-        .where(deliveries.held(configured))
+        .where(held_deliveries(configured))
         .group_by(Delivery.destination)
         .order_by(Delivery.destination)
     )

@@ -28,7 +28,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, cast
 
-from webhooks.forward.guard import Refused, Resolver, resolve_within, system_resolver, vet
+from webhooks.guard import Refused, Resolver, resolve_within, system_resolver, vet
 
 RESPONSE_LIMIT = 64 * 1024
 USER_AGENT = "webhooks-forwarder/1"

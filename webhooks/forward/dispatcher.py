@@ -3,7 +3,7 @@
 Each destination has its own lane: a pool of ``max_in_flight`` sending threads and one client,
 so a destination that hangs holds up only its own lane, never another destination nor the
 forwarder's loop (which never waits on the network). The loop leases what a lane has room for
-(``webhooks.store.deliveries.lease``: the database decides what is due, in order, within the
+(``webhooks.forward.deliveries.lease``: the database decides what is due, in order, within the
 destination's rate and concurrency, service-wide), hands each lease to the lane, and settles the
 results in one transaction per destination and turn. A database outage pauses the loop (the
 results wait in memory; leases that expire meanwhile are sent again under the same
@@ -25,12 +25,12 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
 from webhooks import metrics
-from webhooks.store import deliveries, settle
-from webhooks.store.deliveries import Lease, Result
+from webhooks.destinations import Destination
+from webhooks.forward import deliveries, settle
+from webhooks.forward.deliveries import Lease, Result
+from webhooks.guard import Resolver, system_resolver
 
 from . import client, signing
-from .destinations import Destination
-from .guard import Resolver, system_resolver
 
 log = logging.getLogger(__name__)
 IDLE_SECONDS = 0.5  # the longest the loop sleeps when nothing wakes it

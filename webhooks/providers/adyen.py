@@ -45,11 +45,9 @@ from webhooks.providers.base import (
     b64decode,
     first_match,
     hmac_digest,
-    iso_ms,
-    minor_amount,
     parse_json,
-    time_text,
 )
+from webhooks.providers.fields import iso_ms, minor_amount, time_text
 from webhooks.vocabulary import Reason
 
 SIGNED_FIELDS = ("pspReference", "originalReference", "merchantAccountCode", "merchantReference")

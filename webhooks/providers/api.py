@@ -18,9 +18,9 @@ from collections.abc import Callable
 from typing import Any
 
 from webhooks import outbound
+from webhooks.buckets import TokenBucket
 from webhooks.errors import ConfigError
 from webhooks.providers.base import Endpoint
-from webhooks.ratelimit import TokenBucket
 
 _buckets: dict[str, TokenBucket] = {}
 _versions = {"last": 0}

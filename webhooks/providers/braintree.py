@@ -46,9 +46,8 @@ from webhooks.providers.base import (
     VerifiedEvent,
     capped_split,
     content_id,
-    iso_ms,
-    updated_text,
 )
+from webhooks.providers.fields import iso_ms, updated_text
 from webhooks.vocabulary import Reason
 
 SCHEME = "braintree-sha1"

@@ -17,20 +17,9 @@ from __future__ import annotations
 from typing import Any
 
 from webhooks.errors import ConfigError, PayloadError
-from webhooks.providers.base import (
-    DAY,
-    Endpoint,
-    ObjectRef,
-    Provider,
-    Request,
-    Verified,
-    VerifiedEvent,
-    iso_ms,
-    minor_amount,
-    parse_json,
-    time_text,
-)
+from webhooks.providers.base import DAY, Endpoint, ObjectRef, Provider, Request, Verified, VerifiedEvent, parse_json
 from webhooks.providers.body_hmac import sign_body, verify_body
+from webhooks.providers.fields import iso_ms, minor_amount, time_text
 
 HEADER = "Cko-Signature"
 PREFIXES = {"pay": "payment", "dsp": "dispute"}

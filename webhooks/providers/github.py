@@ -29,14 +29,13 @@ from webhooks.providers.base import (
     VerifiedEvent,
     first_match,
     hmac_digest,
-    iso_ms,
     looks_like_json,
     parse_json,
     prefixed_hex,
     replay_key,
     require,
-    updated_text,
 )
+from webhooks.providers.fields import iso_ms, updated_text
 
 EVENT_KEYS = (
     ("zen", "ping"),

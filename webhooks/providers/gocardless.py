@@ -28,11 +28,10 @@ from webhooks.providers.base import (
     VerifiedEvent,
     first_match,
     hmac_digest,
-    iso_ms,
     parse_json,
     require,
-    time_text,
 )
+from webhooks.providers.fields import iso_ms, time_text
 from webhooks.vocabulary import Reason
 
 SIGNATURE = "Webhook-Signature"

@@ -25,12 +25,10 @@ from webhooks.providers.base import (
     Verified,
     VerifiedEvent,
     content_id,
-    iso_ms,
-    minor_amount,
     parse_json,
-    updated_text,
 )
 from webhooks.providers.body_hmac import sign_body, verify_body
+from webhooks.providers.fields import iso_ms, minor_amount, updated_text
 
 HEADER = "X-Signature"
 MIN_SECRET = 6  # Lemon Squeezy's own lower bound

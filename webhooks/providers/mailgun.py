@@ -38,8 +38,8 @@ from webhooks.providers.base import (
     hmac_digest,
     parse_json,
     replay_key,
-    time_text,
 )
+from webhooks.providers.fields import time_text
 from webhooks.providers.mailgun_message import message_id
 from webhooks.vocabulary import Reason
 

@@ -41,8 +41,8 @@ from webhooks.providers.base import (
     hmac_digest,
     parse_json,
     require,
-    time_text,
 )
+from webhooks.providers.fields import time_text
 from webhooks.vocabulary import Reason
 
 SIGNATURE, REQUEST_ID = "x-signature", "x-request-id"

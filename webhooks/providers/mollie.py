@@ -36,11 +36,10 @@ from webhooks.providers.base import (
     VerifiedEvent,
     first_match,
     hmac_digest,
-    iso_ms,
     looks_like_json,
     parse_json,
-    time_text,
 )
+from webhooks.providers.fields import iso_ms, time_text
 from webhooks.vocabulary import Reason
 
 SIGNATURE = "X-Mollie-Signature"

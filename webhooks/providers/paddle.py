@@ -32,12 +32,11 @@ from webhooks.providers.base import (
     check_timestamp,
     first_match,
     hmac_digest,
-    iso_ms,
     parse_json,
     require,
     timestamped_hex,
-    updated_text,
 )
+from webhooks.providers.fields import iso_ms, updated_text
 from webhooks.vocabulary import Reason
 
 SIGNATURE = "Paddle-Signature"

@@ -42,12 +42,11 @@ from webhooks.providers.base import (
     Verified,
     VerifiedEvent,
     b64decode,
-    iso_ms,
     parse_json,
     replay_key,
     require,
-    updated_text,
 )
+from webhooks.providers.fields import iso_ms, updated_text
 from webhooks.providers.paypal_hosts import is_paypal_cert_url
 from webhooks.vocabulary import Reason
 

@@ -27,12 +27,10 @@ from webhooks.providers.base import (
     Verified,
     VerifiedEvent,
     content_id,
-    iso_ms,
-    minor_amount,
     parse_json,
-    updated_text,
 )
 from webhooks.providers.body_hmac import sign_body, verify_body
+from webhooks.providers.fields import iso_ms, minor_amount, updated_text
 
 HEADER = "x-paystack-signature"
 KEY_PREFIXES = ("sk_test_", "sk_live_")

@@ -30,12 +30,11 @@ from webhooks.providers.base import (
     VerifiedEvent,
     first_match,
     hmac_digest,
-    minor_amount,
     parse_json,
     replay_key,
     require,
-    time_text,
 )
+from webhooks.providers.fields import minor_amount, time_text
 from webhooks.vocabulary import Reason
 
 SIGNATURE = "X-Razorpay-Signature"

@@ -31,10 +31,10 @@ from webhooks.providers.base import (
     b64decode,
     first_match,
     hmac_digest,
-    iso_ms,
     replay_key,
     require,
 )
+from webhooks.providers.fields import iso_ms
 
 
 def _header(request: Request, name: str) -> str | None:

@@ -49,9 +49,9 @@ from webhooks.providers.base import (
     Verified,
     VerifiedEvent,
     b64decode,
-    iso_ms,
     parse_json,
 )
+from webhooks.providers.fields import iso_ms
 from webhooks.providers.sns_hosts import cert_region, is_subscribe_url, topic_region
 from webhooks.vocabulary import Reason
 

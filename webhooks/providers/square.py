@@ -34,12 +34,10 @@ from webhooks.providers.base import (
     b64decode,
     first_match,
     hmac_digest,
-    iso_ms,
-    minor_amount,
     parse_json,
     require,
-    updated_text,
 )
+from webhooks.providers.fields import iso_ms, minor_amount, updated_text
 from webhooks.vocabulary import Reason
 
 HEADER = "x-square-hmacsha256-signature"

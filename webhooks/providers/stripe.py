@@ -37,13 +37,11 @@ from webhooks.providers.base import (
     encode_item,
     first_match,
     hmac_digest,
-    iso_ms,
-    minor_amount,
     parse_json,
     require,
-    time_text,
     timestamped_hex,
 )
+from webhooks.providers.fields import iso_ms, minor_amount, time_text
 from webhooks.vocabulary import Reason
 
 RECONCILED = "stripe-reconcile"  # the scheme of events listed by the API: our key authenticated them

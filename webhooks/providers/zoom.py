@@ -35,8 +35,8 @@ from webhooks.providers.base import (
     parse_json,
     prefixed_hex,
     require,
-    time_text,
 )
+from webhooks.providers.fields import time_text
 
 VALIDATION = "endpoint.url_validation"
 

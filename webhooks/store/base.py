@@ -133,7 +133,7 @@ class Store(Protocol):
 
     def renew(self, endpoint: str, event_id: str, attempt: int, until: datetime) -> bool:
         """``RENEW`` the lease of the claim whose token is ``attempt`` to ``until`` (the heartbeat
-        of a long provider call, ``webhooks.store.claims.heartbeat``); False: not renewed (the
+        of a long provider call, ``webhooks.worker.claims.heartbeat``); False: not renewed (the
         claim is no longer held, or a transaction holds the row, which keeps the sweeper away)."""
         ...
 
@@ -162,7 +162,7 @@ class Store(Protocol):
         ...
 
     def time_out(self, claim: Any, error: str, trace: str) -> bool:
-        """A job stuck past its timeout (``webhooks.store.claims``): record its attempt as failed
+        """A job stuck past its timeout (``webhooks.worker.claims``): record its attempt as failed
         (its claim marked abandoned first), or nothing when the stuck transaction holds the row
         (PostgreSQL); whether it was recorded."""
         ...

@@ -16,9 +16,9 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from webhooks.engines import deferred, make_sessionmaker
 from webhooks.models import Attempt, Event, Replay, Tombstone, unfinished
-from webhooks.quarantine import count as count_rejection
 from webhooks.store import attempts
 from webhooks.store.base import Claimed, Inserts, Key
+from webhooks.store.rejections import count_rejection
 from webhooks.store.sql_rows import SqlInserts
 from webhooks.store.transitions import ABANDON, FAIL, LEAVE, MARK, RENEW, REPLAY, REQUEUE, Move, values
 from webhooks.vocabulary import Reason, Status

@@ -55,7 +55,7 @@ class SqliteStore(SqlStore):
     def queued_since(self, since: datetime, limit: int) -> list[tuple[str, str, datetime]]:
         """``queued`` rows whose status changed at ``since`` or later, oldest first: (endpoint,
         event_id, status_at); ``ix_events_unfinished`` answers it, its range in the index's order
-        (``webhooks.handover``): the query repeats the index's predicate, or SQLite would not use it."""
+        (``webhooks.worker.handover``): the query repeats the index's predicate, or SQLite would not use it."""
         query = (
             select(Event.endpoint, Event.event_id, Event.status_at)
             .where(Event.status == Status.QUEUED, Event.status_at >= since, unfinished())

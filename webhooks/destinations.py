@@ -1,0 +1,170 @@
+"""``[destinations.<name>]``: the HTTP services events are forwarded to, validated at start-up.
+
+A destination fails closed like an endpoint: a missing or malformed secret, a URL that is not
+``http(s)://host``, a target on a loopback, private or link-local address without
+``allow_private = true`` (the cloud metadata address always), an unknown key, or an endpoint whose
+``forward`` names no such destination stops start-up with a message naming it.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import fnmatch
+import functools
+import hashlib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from webhooks import guard
+from webhooks.errors import ConfigError
+
+# Seconds after each failed attempt before the next: 5 s, 5 min, 30 min, 2 h, 5 h, 10 h, 10 h
+# (eight attempts over about 27.6 hours), then ``failed``.
+DEFAULT_SCHEDULE = (5.0, 300.0, 1800.0, 7200.0, 18000.0, 36000.0, 36000.0)
+SECRET_PREFIX = "whsec_"
+MIN_KEY_BYTES = 24  # the Standard Webhooks specification: 24 to 64 bytes of key
+FIELDS = (
+    "url",
+    "secrets",
+    "events",
+    "ordered",
+    "timeout_seconds",
+    "rate_limit",
+    "max_in_flight",
+    "allow_private",
+    "retry_schedule",
+    "circuit_failures",
+    "probe_seconds",
+)
+
+
+@dataclass(frozen=True)
+class Destination:
+    """One configured destination. ``secrets`` never appear in a repr (logs, tracebacks)."""
+
+    name: str
+    url: str
+    secrets: tuple[str, ...] = field(repr=False)
+    events: tuple[str, ...] = ()  # globs of event types; empty: every type
+    ordered: bool = False
+    timeout_seconds: float = 15.0
+    rate_limit: float | None = None  # requests a second, service-wide; None: unlimited
+    max_in_flight: int = 8
+    allow_private: bool = False
+    retry_schedule: tuple[float, ...] = DEFAULT_SCHEDULE
+    circuit_failures: int = 20  # consecutive failures that open the circuit
+    probe_seconds: float = 5.0  # the first probe's wait once open; doubles up to ``MAX_PROBE_SECONDS``
+
+    def wants(self, event_type: str) -> bool:
+        return not self.events or any(fnmatch.fnmatchcase(event_type, glob) for glob in self.events)
+
+    @property
+    def keys(self) -> tuple[bytes, ...]:
+        """The HMAC keys, the first signs; all sign during a rotation."""
+        return tuple(key(s) for s in self.secrets)
+
+    @functools.cached_property
+    def identity(self) -> str:
+        """Which service this is, beyond its name: a hash of its URL (a URL may carry a token in its
+        query: never stored). A delivery is sent only to the destination it was created for
+        (``deliveries.target``); one configured later under the same name at another URL is another."""
+        return hashlib.sha256(self.url.encode()).hexdigest()
+
+    @property
+    def max_attempts(self) -> int:
+        return len(self.retry_schedule) + 1
+
+
+MAX_PROBE_SECONDS = 600.0
+
+
+def key(secret: str) -> bytes:
+    value = secret.removeprefix(SECRET_PREFIX)
+    return base64.b64decode(value + "=" * (-len(value) % 4), validate=True)
+
+
+def _number(where: str, raw: Mapping[str, Any], name: str, default: Any, *, whole: bool = False) -> Any:
+    value = raw.get(name, default)
+    if value is None:
+        return None
+    number = isinstance(value, int) or (isinstance(value, float) and not whole)
+    if isinstance(value, bool) or not number or value <= 0:
+        raise ConfigError(f"{where}: {name} must be a positive {'whole ' if whole else ''}number")
+    return value
+
+
+def _flag(where: str, raw: Mapping[str, Any], name: str) -> bool:
+    value = raw.get(name, False)
+    if not isinstance(value, bool):
+        raise ConfigError(f"{where}: {name} must be true or false")
+    return value
+
+
+def _secrets(where: str, values: list[str]) -> tuple[str, ...]:
+    if not values:
+        raise ConfigError(f'{where}: no secrets configured (fail closed): add secrets = ["whsec_…"]')
+    for position, secret in enumerate(values, 1):
+        try:
+            length = len(key(secret))
+        except (binascii.Error, ValueError):
+            raise ConfigError(f"{where}: secret {position} is not whsec_ followed by base64") from None
+        if length < MIN_KEY_BYTES:
+            raise ConfigError(f"{where}: secret {position} decodes to {length} bytes; use at least {MIN_KEY_BYTES}")
+    return tuple(values)
+
+
+def _strings(where: str, raw: Mapping[str, Any], name: str) -> list[str]:
+    value = raw.get(name, [])
+    if isinstance(value, str):
+        value = [value]
+    if not isinstance(value, list) or not all(isinstance(v, str) and v.strip() for v in value):
+        raise ConfigError(f"{where}: {name} must be a list of non-empty strings")
+    return [v.strip() for v in value]
+
+
+def destination(name: str, raw: Mapping[str, Any], resolve: Any, resolver: guard.Resolver | None = None) -> Destination:
+    """Validate one ``[destinations.<name>]`` table (its keys checked by ``webhooks.config``: one
+    wording for a typo); ``resolve(value, where)`` turns ``env:NAME`` values into theirs."""
+    where = f"destination {name!r}"
+    url = resolve(raw.get("url"), where)
+    if not isinstance(url, str) or not url.strip():
+        raise ConfigError(f"{where}: url is required")
+    allow_private = _flag(where, raw, "allow_private")
+    try:
+        guard.check_url(url.strip(), allow_private=allow_private, resolver=resolver or guard.system_resolver)
+    except guard.Refused as exc:
+        raise ConfigError(f"{where}: {exc}") from None
+    schedule = raw.get("retry_schedule", list(DEFAULT_SCHEDULE))
+    if (
+        not isinstance(schedule, list)
+        or not all(isinstance(s, int | float) and not isinstance(s, bool) and s >= 0 for s in schedule)
+        or len(schedule) > 50
+    ):
+        raise ConfigError(f"{where}: retry_schedule must be a list of at most 50 seconds (each ≥ 0)")
+    return Destination(
+        name=name,
+        url=url.strip(),
+        secrets=_secrets(where, [str(resolve(s, where)).strip() for s in _strings(where, raw, "secrets")]),
+        events=tuple(_strings(where, raw, "events")),
+        ordered=_flag(where, raw, "ordered"),
+        timeout_seconds=float(_number(where, raw, "timeout_seconds", 15)),
+        rate_limit=_number(where, raw, "rate_limit", None),
+        max_in_flight=_number(where, raw, "max_in_flight", 8, whole=True),
+        allow_private=allow_private,
+        retry_schedule=tuple(float(s) for s in schedule),
+        circuit_failures=_number(where, raw, "circuit_failures", 20, whole=True),
+        probe_seconds=float(_number(where, raw, "probe_seconds", 5)),
+    )
+
+
+def forwards(endpoint: str, raw: Any, destinations: Mapping[str, Destination]) -> tuple[str, ...]:
+    """An endpoint's ``forward = [...]``: names of configured destinations."""
+    where = f"endpoint {endpoint!r}"
+    names = _strings(where, {"forward": raw}, "forward")
+    for name in names:
+        if name not in destinations:
+            known = ", ".join(sorted(destinations)) or "none configured"
+            raise ConfigError(f"{where}: forward names destination {name!r}, which is not configured ({known})")
+    return tuple(dict.fromkeys(names))

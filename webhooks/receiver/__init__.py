@@ -1,0 +1,1 @@
+"""The receive path: verify, store, enqueue, answer."""

@@ -1,0 +1,121 @@
+"""``webhooks serve``: web processes and one worker process on one SQLite file, one command.
+
+gunicorn's master starts ``WEB_CONCURRENCY`` web processes (the Procfile's web settings) and,
+once it listens, the worker process (``webhooks serve-worker``), which it starts again if it dies
+and stops when it stops. Ingest and processing no longer share one GIL, and the web processes
+share no memory: they queue nothing (``JobQueue.hand_over``) and the worker process takes the
+committed ``queued`` rows from the database onto its own embedded queue (``webhooks.worker.handover``),
+where the embedded worker (``webhooks.worker.embedded``: RQ's worker thread, the watchdog, the
+ticker's retries, sweeps and reconciliations, forwarding) works them.
+
+The worker process reads its standard input until the end: when the master is gone, killed
+outright too, it stops.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
+
+from webhooks.config import Settings
+
+log = logging.getLogger("webhooks.serving")  # the name the docs and log filters know
+RESTART_SECONDS = 1.0  # between the worker process's death and its next start
+# The worker process yields the CPU to the web processes when both want it: a delivery waits for
+# its answer (a provider gives up after ~10 s), an event only for its turn; on an idle core the
+# niceness costs the worker nothing. Nice 5 gets about a third of a nice-0 process's share.
+WORKER_NICENESS = 5
+
+
+class WorkerProcess:
+    """The worker process, started by gunicorn's master (``when_ready``) and kept running."""
+
+    def __init__(self, command: list[str]) -> None:
+        self.command = command
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.stopped = threading.Event()
+        self._lock = threading.Lock()
+        self.serving: Callable[[], bool] = lambda: True
+
+    def start(self, serving: Callable[[], bool]) -> None:
+        """Start it, and start it again whenever it ends while ``serving()`` (the master shutting
+        down closes its listeners first; a Ctrl-C reaches this process before the master's hook)."""
+        self.serving = serving
+        self._spawn()
+        threading.Thread(target=self._watch, name="webhooks-worker-process", daemon=True).start()
+
+    def _spawn(self) -> None:
+        with self._lock:
+            if not self.stopped.is_set():
+                # gunicorn's master reaps every child it sees exit; Popen then reads the code as 0.
+                self.proc = subprocess.Popen(self.command, stdin=subprocess.PIPE)
+
+    def _watch(self) -> None:
+        while not self.stopped.wait(RESTART_SECONDS):
+            proc = self.proc
+            if proc is not None and proc.poll() is not None and self.serving() and not self.stopped.is_set():
+                log.warning("serve: the worker process %d ended; starting it again", proc.pid)
+                self._spawn()
+
+    def stop(self, timeout: float = 10) -> None:
+        with self._lock:
+            self.stopped.set()
+            proc = self.proc
+        if proc is None or proc.poll() is not None:
+            return
+        proc.terminate()
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def web_app(settings: Settings) -> Any:
+    """A web process's app: no worker of its own, and its deliveries left ``queued`` in the
+    database for the worker process."""
+    from webhooks import create_app
+
+    app = create_app(dataclasses.replace(settings, embedded_worker=False))
+    app.extensions["webhooks"].queue.hand_over()
+    return app
+
+
+def work(settings: Settings) -> None:
+    """The worker process (``webhooks serve-worker``): the embedded worker and the handover, until
+    SIGTERM, SIGINT or the end of standard input (its master is gone)."""
+    from webhooks.runtime import Runtime
+    from webhooks.worker import embedded, sweeper
+    from webhooks.worker.handover import Handover
+
+    os.nice(WORKER_NICENESS)
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    threading.Thread(target=_until_eof, args=(stop.set,), name="webhooks-master-gone", daemon=True).start()
+    rt = Runtime(settings)
+    started = datetime.now(UTC)
+    # The embedded queue starts empty: whatever the last run left unfinished is stranded now.
+    sweeper.sweep(rt, age=0)
+    embedded.start_embedded(rt)  # the worker thread, the watchdog, the ticker, forwarding
+    handover = Handover(rt, started)
+    handover.start()
+    stop.wait()
+    handover.stopped.set()  # the worker thread is a daemon: a job cut short is the sweeper's
+
+
+def _until_eof(then: Callable[[], object]) -> None:
+    try:
+        while os.read(sys.stdin.fileno(), 4096):
+            pass
+    except OSError:
+        pass
+    then()
