@@ -1,0 +1,279 @@
+"""Secrets at rest: the keyring of ``WEBHOOKS_ENCRYPTION_KEYS``, its tokens and its fingerprints.
+
+Pure: no environment, no database; the caller passes the variable's value (``Keyring.parse``) or
+the key file's path (``load_or_create_key_file``). The value is ``kid:base64-32-bytes`` items,
+comma separated; the first key encrypts, every key decrypts, so a rotation is "put the new key
+first, re-encrypt, then drop the old one when ``key_id_of`` counts none under it".
+
+A value is stored as the token ``v1:<kid>:<nonce>:<ciphertext>`` (base64url, unpadded): AES-256-GCM
+under the key ``kid`` with a random 12-byte nonce, and associated data that binds it to its row
+(the JSON list of the format, table, owner name, secret id and kid), so a token copied to another
+row, or relabelled with another kid, does not decrypt.
+
+Errors, beside ``webhooks.errors``' tree::
+
+    ConfigError
+    └── UnknownKeyError     a token's kid is not configured (start-up fails closed, naming it)
+    WebhooksError
+    └── UndecryptableError  a token altered, malformed or copied from another row
+
+No message ever holds key material, a plaintext or a token's ciphertext.
+Proved by ``tests/service/test_keys.py``.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import hmac
+import json
+import os
+import re
+import secrets
+from collections.abc import Sequence
+from pathlib import Path
+
+from cryptography.exceptions import InvalidTag
+from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+
+from webhooks.errors import ConfigError, WebhooksError
+
+VARIABLE = "WEBHOOKS_ENCRYPTION_KEYS"
+TOKEN_VERSION = "v1"
+KEY_BYTES = 32  # AES-256
+NONCE_BYTES = 12  # random per value: safe to 2**32 values per key (NIST SP 800-38D), far past any deployment
+TAG_BYTES = 16
+KEY_ID = re.compile(r"[A-Za-z0-9_.-]{1,32}")
+FINGERPRINT_INFO = b"webhooks fingerprint"
+FINGERPRINT_HEX = 16  # 64 bits: enough to tell secrets apart on a page, short enough to read
+LOCAL_KEY_ID = "local1"
+GENERATED_KINDS = frozenset({"standard", "hmac"})  # the kinds whose secret we may choose
+
+
+class UnknownKeyError(ConfigError):
+    """A token names a key id the keyring lacks: its secret cannot be read until the key is back."""
+
+    def __init__(self, kid: str) -> None:
+        self.kid = kid
+        super().__init__(
+            f"encryption key {kid!r} is not in {VARIABLE}: add it back "
+            f"(any position after the first) until `webhooks keys status` counts no row under it"
+        )
+
+
+class UndecryptableError(WebhooksError):
+    """A token that does not open: malformed, altered, or bound to another row."""
+
+
+def _b64url(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode("ascii")
+
+
+def _unb64url(text: str) -> bytes:
+    return base64.b64decode(text + "=" * (-len(text) % 4), altchars=b"-_", validate=True)
+
+
+def _key_bytes(text: str) -> bytes:
+    """Standard or URL-safe base64, padding optional: ``openssl rand -base64 32`` and Python's
+    ``urlsafe_b64encode`` both paste as they are."""
+    text = text.strip().replace("-", "+").replace("_", "/")
+    return base64.b64decode(text + "=" * (-len(text) % 4), validate=True)
+
+
+def _associated_data(table: str, owner: str, secret_id: str, kid: str) -> bytes:
+    # A JSON list is unambiguous whatever the names hold (``a,b`` + ``c`` never equals ``a`` + ``b,c``).
+    return json.dumps([TOKEN_VERSION, table, owner, secret_id, kid], separators=(",", ":")).encode()
+
+
+def _split(token: str) -> tuple[str, bytes, bytes]:
+    """(kid, nonce, ciphertext with its tag) of a well-formed token."""
+    parts = token.split(":")
+    if len(parts) != 4 or parts[0] != TOKEN_VERSION or not KEY_ID.fullmatch(parts[1]):
+        raise UndecryptableError(f"not a {TOKEN_VERSION}:<kid>:<nonce>:<ciphertext> token")
+    try:
+        nonce, sealed = _unb64url(parts[2]), _unb64url(parts[3])
+    except (binascii.Error, ValueError):
+        raise UndecryptableError(f"token under key {parts[1]!r} is not base64url") from None
+    if len(nonce) != NONCE_BYTES or len(sealed) < TAG_BYTES:
+        raise UndecryptableError(f"token under key {parts[1]!r} is truncated")
+    return parts[1], nonce, sealed
+
+
+def key_id_of(token: str) -> str:
+    """The key id a token was sealed under, without opening it (``webhooks keys status``)."""
+    return _split(token)[0]
+
+
+class Keyring:
+    """The configured keys in order; the first encrypts and makes fingerprints, all decrypt."""
+
+    def __init__(self, keys: Sequence[tuple[str, bytes]]) -> None:
+        """Keys already checked (``parse`` says which item is wrong); a bad one here is a bug."""
+        self._keys = dict(keys)
+        if not keys or len(self._keys) != len(keys) or any(len(k) != KEY_BYTES for k in self._keys.values()):
+            raise ValueError("a keyring needs distinct key ids, each with 32 bytes of key")
+        self.key_ids: tuple[str, ...] = tuple(kid for kid, _ in keys)
+
+    def __repr__(self) -> str:  # never the keys: a keyring may end up in a traceback or a log
+        return f"Keyring(key_ids={self.key_ids!r})"
+
+    @classmethod
+    def parse(cls, value: str, *, source: str = VARIABLE) -> Keyring:
+        """The keyring of a ``kid:base64-32-bytes,…`` value; ``source`` names it in errors (the
+        variable, or a key file's path). Callers treat an unset or blank variable as "no key"."""
+        keys: list[tuple[str, bytes]] = []
+        for position, item in enumerate(value.split(","), 1):
+            item = item.strip()
+            where = f"{source}: item {position}"
+            if not item:
+                raise ConfigError(f"{where} is empty; expected kid:base64-32-bytes, comma separated")
+            kid, colon, material = item.partition(":")
+            kid = kid.strip()
+            if not colon:
+                raise ConfigError(f"{where} has no ':'; expected kid:base64-32-bytes")
+            if not KEY_ID.fullmatch(kid):
+                # Not echoed: a key pasted before its id would be printed.
+                raise ConfigError(f"{where}: the key id must be 1 to 32 of A-Z a-z 0-9 _ . -")
+            try:
+                key = _key_bytes(material)
+            except (binascii.Error, ValueError):
+                raise ConfigError(f"{where}: key {kid!r} is not base64") from None
+            if len(key) != KEY_BYTES:
+                raise ConfigError(
+                    f"{where}: key {kid!r} decodes to {len(key)} bytes, not {KEY_BYTES} "
+                    "(make one with: openssl rand -base64 32)"
+                )
+            if earlier := [p for p, (k, _) in enumerate(keys, 1) if k == kid]:
+                raise ConfigError(f"{where}: key id {kid!r} is already item {earlier[0]}")
+            keys.append((kid, key))
+        return cls(keys)
+
+    @property
+    def current_key_id(self) -> str:
+        return self.key_ids[0]
+
+    def _key(self, kid: str) -> bytes:
+        try:
+            return self._keys[kid]
+        except KeyError:
+            raise UnknownKeyError(kid) from None
+
+    def encrypt(self, plaintext: bytes, *, table: str, owner: str, secret_id: str) -> str:
+        """A token of ``plaintext`` under the first key, bound to this row."""
+        kid = self.current_key_id
+        nonce = os.urandom(NONCE_BYTES)
+        sealed = AESGCM(self._keys[kid]).encrypt(nonce, plaintext, _associated_data(table, owner, secret_id, kid))
+        return f"{TOKEN_VERSION}:{kid}:{_b64url(nonce)}:{_b64url(sealed)}"
+
+    def decrypt(self, token: str, *, table: str, owner: str, secret_id: str) -> bytes:
+        """The plaintext of a token made for this row; ``UnknownKeyError`` when its key is not
+        configured, ``UndecryptableError`` when it is altered or belongs to another row."""
+        kid, nonce, sealed = _split(token)
+        try:
+            return AESGCM(self._key(kid)).decrypt(nonce, sealed, _associated_data(table, owner, secret_id, kid))
+        except InvalidTag:
+            raise UndecryptableError(
+                f"{table} {owner!r} secret {secret_id!r}: the token under key {kid!r} does not open "
+                "(altered, or copied from another row)"
+            ) from None
+
+    def needs_rotation(self, token: str) -> bool:
+        """Whether ``webhooks keys rotate`` should re-encrypt it (sealed under another than the first key)."""
+        return key_id_of(token) != self.current_key_id
+
+    def _fingerprint_under(self, kid: str, secret: bytes) -> str:
+        hkdf = HKDF(algorithm=hashes.SHA256(), length=32, salt=None, info=FINGERPRINT_INFO)
+        digest = hmac.new(hkdf.derive(self._key(kid)), secret, hashlib.sha256).hexdigest()
+        return f"fp_{kid}_{digest[:FINGERPRINT_HEX]}"
+
+    def fingerprint(self, secret: bytes) -> str:
+        """``fp_<kid>_<16 hex>``: an HMAC-SHA-256 of ``secret`` under a key derived (HKDF) from the
+        first key, so a low-entropy secret (``basic_auth``) cannot be guessed from it without the key.
+
+        Stable by storage, not by recomputation: the caller computes it once, when the secret is
+        stored, and keeps it beside the token. Rotation re-encrypts the token but leaves the stored
+        fingerprint alone, so the API, the console and the audit show one value for a secret's whole
+        life; the kid in the text says which key ``fingerprint_matches`` recomputes under. Deriving
+        from a fixed key instead (the oldest, the first by name) would change when that key is
+        removed; a key of its own would be a second variable to lose.
+        """
+        return self._fingerprint_under(self.current_key_id, secret)
+
+    def fingerprint_matches(self, secret: bytes, fingerprint: str) -> bool:
+        """Whether ``fingerprint`` (from ``fingerprint``, under any configured key) is ``secret``'s;
+        ``UnknownKeyError`` when its key has been removed, ``False`` when it is not a fingerprint."""
+        prefix, _, digest = fingerprint.rpartition("_")
+        kid = prefix.removeprefix("fp_")
+        if not prefix.startswith("fp_") or not KEY_ID.fullmatch(kid) or len(digest) != FINGERPRINT_HEX:
+            return False
+        return hmac.compare_digest(self._fingerprint_under(kid, secret).encode(), fingerprint.encode())
+
+
+def load_or_create_key_file(path: Path) -> tuple[str, bool]:
+    """The ``WEBHOOKS_ENCRYPTION_KEYS`` value kept in ``path`` (``<database file>.key``), and
+    whether this call created it, with one fresh key ``local1``. Refused (``ConfigError``) when
+    group or others may read or write it, or when it does not parse."""
+    value = _read_key_file(path)
+    if value is not None:
+        return value, False
+    value = f"{LOCAL_KEY_ID}:{base64.b64encode(os.urandom(KEY_BYTES)).decode('ascii')}"
+    # Written whole under a temporary name, then linked into place: ``os.link`` fails if the name
+    # exists, so two processes starting at once never see a half-written file, and the loser
+    # reads the winner's key instead of writing another (which would strand its ciphertexts).
+    temporary = path.with_name(f".{path.name}.{secrets.token_hex(8)}")
+    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        with os.fdopen(fd, "w", encoding="ascii") as file:
+            os.fchmod(fd, 0o600)  # whatever the umask
+            file.write(value + "\n")
+            file.flush()
+            os.fsync(fd)  # a lost key is every stored secret lost
+        try:
+            os.link(temporary, path)
+        except FileExistsError:
+            kept = _read_key_file(path)
+            if kept is None:  # removed again between the link and the read: not ours to fix
+                raise ConfigError(f"key file {path} vanished while it was created; start again") from None
+            return kept, False
+    finally:
+        temporary.unlink(missing_ok=True)
+    _sync_directory(path.parent)
+    return value, True
+
+
+def _read_key_file(path: Path) -> str | None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return None
+    with os.fdopen(fd, encoding="ascii", errors="replace") as file:
+        mode = os.fstat(fd).st_mode & 0o777
+        if mode & 0o077:
+            raise ConfigError(f"key file {path} is mode {mode:o}, open to group or others: chmod 600 {path}")
+        value = file.read().strip()
+    if not value:
+        raise ConfigError(f"key file {path} is empty; remove it only if no secret was ever stored with it")
+    Keyring.parse(value, source=f"key file {path}")
+    return value
+
+
+def _sync_directory(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def generate_secret(kind: str) -> str:
+    """A fresh signing secret in the shape ``kind`` verifies (``GENERATED_KINDS``):
+    ``standard`` as Svix makes them (``whsec_`` + base64 of 24 bytes, also a destination's shape),
+    ``hmac`` as 64 hex characters (its key is the secret's UTF-8: 256 bits of it)."""
+    if kind == "standard":
+        return "whsec_" + base64.b64encode(secrets.token_bytes(24)).decode("ascii")
+    if kind == "hmac":
+        return secrets.token_hex(32)
+    raise ValueError(f"secrets of kind {kind!r} are the provider's to issue; generated: {sorted(GENERATED_KINDS)}")
