@@ -1,9 +1,11 @@
-"""Alembic environment: metadata from ``webhooks.models``, URL from ``webhooks.config``."""
+"""Alembic environment: metadata from ``webhooks.models`` (and the modules that add their tables
+to its ``Base``: ``webhooks.tokens``), URL from ``webhooks.config``."""
 
 from __future__ import annotations
 
 from alembic import context
 
+import webhooks.tokens  # noqa: F401 -- imported for its effect: api_tokens joins Base.metadata
 from webhooks import config
 from webhooks.engines import make_engine
 from webhooks.models import Base
