@@ -1,4 +1,4 @@
-"""The ``webhooks`` command: ``serve``, ``worker``, ``db upgrade|current``, ``events …``."""
+"""The ``webhooks`` command: ``serve``, ``worker``, ``db upgrade|current``, ``events …``, ``tokens …``."""
 
 from __future__ import annotations
 
@@ -23,6 +23,7 @@ if TYPE_CHECKING:
 LAZY = {
     "send": ("webhooks.send", "send", "Sign PAYLOAD_FILE as ENDPOINT's provider would and POST it."),
     "events": ("webhooks.admin.cli", "events", "List, show and replay stored events."),
+    "tokens": ("webhooks.admin.tokens_cli", "tokens_group", "Create, list and revoke the admin API's named tokens."),
     "purge": ("webhooks.purge", "purge_command", "Delete old processed, ignored and failed events."),
     "reconcile": ("webhooks.reconcile", "reconcile_command", "Store and process the Stripe events an endpoint missed."),
 }
