@@ -105,7 +105,8 @@ def _touch(session: Session, name: str, now: datetime) -> None:
     """Mark ``name`` used now, unless another request (any process) did within ``TOUCH``."""
     stale = or_(Token.last_used_at.is_(None), Token.last_used_at <= now - TOUCH)
     try:
-        session.execute(update(Token).where(Token.name == name, stale).values(last_used_at=now))
+        touch = update(Token).where(Token.name == name, stale).values(last_used_at=now)
+        session.execute(touch.execution_options(synchronize_session=False))  # the caller sets its copy
         session.commit()
     except OperationalError as exc:
         session.rollback()
