@@ -38,8 +38,8 @@ def _json_posts_only() -> Response | tuple[Response, int] | None:
     # The origin rule exists because a browser attaches cached Basic credentials by itself. It
     # never attaches a Bearer token by itself, and a cross-site page can make it send an
     # ``Authorization`` header only after a CORS preflight, which we never grant (no
-    # Access-Control-Allow-* header is ever sent): a Bearer request that got this far is no
-    # cross-site page's, so the rule does not judge it (a script on an allowed page may set Origin).
+    # Access-Control-Allow-* header is ever sent). A request whose valid token got it this far
+    # was sent by a client holding the token, not by a page riding on a browser: not judged.
     if not g.get("admin_token") and not csrf.same_origin():
         return _error("cross_site_request", 403)
     request.max_content_length = runtime().settings.max_body_bytes  # a larger body: 413 as it is read
