@@ -8,11 +8,12 @@
     ├── NoRuntimeError          a job ran where no worker put a runtime in scope (fails the job)
     ├── PurgeRefusedError       (``purge.py``) the window would let a late retry in as new
     ├── FilterError             (``admin/queries.py``) a console filter value it cannot use (400)
-    └── ReplayError             (``admin/replay.py``) a replay that cannot be done (its status)
+    ├── ReplayError             (``admin/replay.py``) a replay that cannot be done (its status)
+    └── TokenError              (``tokens.py``) a token name that cannot be created or revoked
 
 HTTP answers are given in two places: the receiver (``receive.py``) for ``VerificationError`` and
 ``UnavailableError``, the console (``admin/errors.py`` and its blueprints) for the rest but
-``NoRuntimeError`` (a worker's, never shown over HTTP). Outside
+``NoRuntimeError`` (a worker's, never shown over HTTP) and ``TokenError`` (the CLI's). Outside
 this tree, on purpose: the providers' API clients (``providers.api.ApiError``,
 ``FetchError``/``MismatchError``) fail a job and are never shown over HTTP.
 """

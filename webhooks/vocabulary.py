@@ -71,5 +71,8 @@ class Reason(StrEnum):
     # The worker's: a nudge of a kind that signs nothing named an object the provider does not
     # have (its event ends ``ignored`` with this as ``last_error``; never sent back to the sender).
     UNKNOWN_OBJECT = "unknown_object"
-    # The console's: a client that typed too many wrong admin passwords waits (429).
+    # The console's: a client that typed too many wrong admin passwords (or tokens) waits (429);
+    # no or a wrong password, an unknown or revoked token (401); a read-only token's change (403).
     LOGIN_THROTTLED = "login_throttled"
+    UNAUTHORIZED = "unauthorized"
+    READ_ONLY = "read_only"

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 import standardwebhooks
 
+from webhooks.destinations import MIN_KEY_BYTES
+from webhooks.destinations import key as destination_key
 from webhooks.errors import ConfigError
-from webhooks.forward.destinations import MIN_KEY_BYTES
-from webhooks.forward.destinations import key as destination_key
 from webhooks.keys import (
     Keyring,
     UndecryptableError,

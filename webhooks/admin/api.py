@@ -1,19 +1,20 @@
 """The admin JSON API under ``/admin/api``: the console's pages as JSON.
 
-Every POST must be ``Content-Type: application/json``: a cross-site HTML form or a "simple"
-``fetch`` cannot send that type, and the browser's cached Basic credentials would otherwise
-ride along — this is the API's CSRF protection (the HTML pages use tokens, ``csrf.py``).
+Every POST, PATCH and DELETE must be ``Content-Type: application/json``: a cross-site HTML form
+or a "simple" ``fetch`` cannot send that type, and the browser's cached Basic credentials would
+otherwise ride along — this is the API's CSRF protection (the HTML pages use tokens, ``csrf.py``).
+Named tokens (``Authorization: Bearer``) are accepted here only (``auth.check_api_auth``).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from flask import Blueprint, jsonify, request
+from flask import Blueprint, g, jsonify, request
 from werkzeug.wrappers import Response
 
 from webhooks.admin import csrf, errors, queries
-from webhooks.admin.auth import WHO, check_auth, runtime
+from webhooks.admin.auth import check_api_auth, runtime, who
 from webhooks.admin.destinations import deliveries_of
 from webhooks.admin.queries import FilterError, iso
 from webhooks.admin.replay import PENDING, ReplayError, replay_matching, replay_one
@@ -21,19 +22,25 @@ from webhooks.models import Attempt, Event, Object, Replay
 from webhooks.vocabulary import DeliveryStatus, Status
 
 bp = Blueprint("admin_api", __name__, url_prefix="/admin/api")
-bp.before_request(check_auth)
+bp.before_request(check_api_auth)
 errors.init(bp, errors.api_answer)
 errors.init_api(bp)
 
 
 @bp.before_request
 def _json_posts_only() -> Response | tuple[Response, int] | None:
-    """The API's CSRF guard. Browsers mark cross-site requests (``Origin``, ``Sec-Fetch-Site``):
-    those are refused. A body must be JSON, which no cross-site form or simple request can send;
-    a bodiless POST (``curl -X POST``) is fine from a client that is not a cross-site page."""
-    if request.method != "POST":
+    """The API's CSRF guard, on every POST, PATCH and DELETE. Browsers mark cross-site requests
+    (``Origin``, ``Sec-Fetch-Site``): those are refused. A body must be JSON, which no cross-site
+    form or simple request can send; a bodiless POST (``curl -X POST``) is fine from a client
+    that is not a cross-site page."""
+    if not csrf.changes_state(request.method):
         return None
-    if not csrf.same_origin():
+    # The origin rule exists because a browser attaches cached Basic credentials by itself. It
+    # never attaches a Bearer token by itself, and a cross-site page can make it send an
+    # ``Authorization`` header only after a CORS preflight, which we never grant (no
+    # Access-Control-Allow-* header is ever sent). A request whose valid token got it this far
+    # was sent by a client holding the token, not by a page riding on a browser: not judged.
+    if not g.get("admin_token") and not csrf.same_origin():
         return _error("cross_site_request", 403)
     request.max_content_length = runtime().settings.max_body_bytes  # a larger body: 413 as it is read
     if (request.content_length or request.headers.get("Transfer-Encoding")) and request.mimetype != "application/json":
@@ -211,7 +218,7 @@ def replay_event(provider: str, event_id: str) -> Any:
     body = _body()
     reason, destination = body.get("reason"), body.get("destination")
     outcome = replay_one(
-        runtime(), provider, event_id, who=WHO, reason=str(reason) if reason else None, destination=destination
+        runtime(), provider, event_id, who=who(), reason=str(reason) if reason else None, destination=destination
     )
     if destination is not None:
         answer = {"provider": provider, "endpoint": provider, "event_id": event_id, "destination": destination}
@@ -244,7 +251,7 @@ def replay_bulk() -> Any:
     outcome = replay_matching(
         runtime(),
         filters,
-        who=WHO,
+        who=who(),
         reason=str(reason) if reason else None,
         dry_run=bool(body.get("dry_run")),
         destination=destination,

@@ -1,20 +1,27 @@
-"""HTTP Basic for the console: user ``admin``, ``WEBHOOKS_ADMIN_PASSWORD``; 404 when unset.
+"""Who may use the console: HTTP Basic (user ``admin``, ``WEBHOOKS_ADMIN_PASSWORD``; 404 when
+unset) on the pages, the API and ``/metrics``; on ``/admin/api`` also a named token
+(``Authorization: Bearer wht_…``, ``webhooks.tokens``), which works with no password set. A
+request's ``g.admin_who`` is the token's name or ``admin``: the audit's ``who`` (``who()``). An
+unknown or revoked token is 401, a read-only token's POST, PATCH or DELETE 403 ``read_only``.
 
-Wrong passwords are throttled per client (``throttle.py``): after ``FREE`` of them the client is
-answered 429 with ``Retry-After`` — even for the right password — until its wait is over; every
-other client logs in as before. The client is ``REMOTE_ADDR``, or with ``WEBHOOKS_TRUSTED_PROXIES``
-= N the address the N-th proxy from the end appended to ``X-Forwarded-For`` (what a client writes
-there itself is never believed).
+Wrong passwords and wrong tokens are throttled per client, in the same buckets (``throttle.py``):
+after ``FREE`` of them the client is answered 429 with ``Retry-After`` — even for the right
+password or token — until its wait is over; every other client logs in as before. The client is
+``REMOTE_ADDR``, or with ``WEBHOOKS_TRUSTED_PROXIES`` = N the address the N-th proxy from the end
+appended to ``X-Forwarded-For`` (what a client writes there itself is never believed).
 """
 
 from __future__ import annotations
 
 import hmac
 import logging
+from datetime import UTC, datetime
 
-from flask import abort, current_app, jsonify, render_template, request
+from flask import abort, current_app, g, jsonify, render_template, request
 from werkzeug.wrappers import Response
 
+from webhooks import tokens
+from webhooks.admin.csrf import changes_state
 from webhooks.admin.throttle import LoginThrottle
 from webhooks.clients import sender
 from webhooks.metrics import ADMIN_AUTH_FAILURES
@@ -23,7 +30,7 @@ from webhooks.runtime import Runtime
 from webhooks.vocabulary import Reason
 
 log = logging.getLogger(__name__)
-WHO = "admin"  # the only HTTP user, named in the audit trail
+WHO = "admin"  # the password's user, and its name in the audit trail
 
 
 def runtime() -> Runtime:
@@ -37,36 +44,80 @@ def client() -> str:
     return sender(request.remote_addr, request.headers.getlist("X-Forwarded-For"), runtime().settings.trusted_proxies)
 
 
+def who() -> str:
+    """Who made this request, for the audit: the token's name, or ``admin`` (the password)."""
+    return str(g.get("admin_who", WHO))
+
+
 def check_auth() -> Response | None:
+    """The pages' and ``/metrics``' gate: the password; 404 when none is set (the console is off)."""
     password = runtime().settings.admin_password
     if not password:
         abort(404)
     throttle: LoginThrottle = current_app.extensions["webhooks_login_throttle"]
-    who = client()
+    address = client()
     given = request.headers.get("Authorization")
     right = hmac.compare_digest(basic_credentials(given), f"{WHO}:{password}".encode())
     if right or not given:  # no credentials yet (a browser's first request) is not a guess
-        wait, last = throttle.wait(who), False
+        wait, last = throttle.wait(address), False
     else:
-        wait, last = throttle.failed(who)
+        wait, last = throttle.failed(address)
     if wait:
         ADMIN_AUTH_FAILURES.labels("throttled").inc()
         return _throttled(wait)
     if right:
+        g.admin_who = WHO
         return None
     if given:
         ADMIN_AUTH_FAILURES.labels("unauthorized").inc()
+    return _unauthorized(address, last, "Basic", "passwords")
+
+
+def check_api_auth() -> Response | None:
+    """``/admin/api``'s gate: a Bearer token (password or not), else the password as above."""
+    scheme, _, credential = request.headers.get("Authorization", "").partition(" ")
+    if scheme.lower() != "bearer":
+        return check_auth()
+    throttle: LoginThrottle = current_app.extensions["webhooks_login_throttle"]
+    address = client()
+    wait = throttle.wait(address)  # a throttled client's flood never reaches the database
+    if wait:
+        ADMIN_AUTH_FAILURES.labels("throttled").inc()
+        return _throttled(wait)
+    with runtime().deferred_sessions() as session:
+        found = tokens.authenticate(session, credential.strip(), now=datetime.now(UTC))
+    if found is None:
+        wait, last = throttle.failed(address)
+        if wait:
+            ADMIN_AUTH_FAILURES.labels("throttled").inc()
+            return _throttled(wait)
+        ADMIN_AUTH_FAILURES.labels("unauthorized").inc()
+        return _unauthorized(address, last, "Bearer", "tokens")
+    g.admin_who, g.admin_token = found.name, True
+    if found.read_only and changes_state(request.method):
+        response = jsonify(error=Reason.READ_ONLY, detail=f"the token {found.name!r} is read-only")
+        response.status_code = 403
+        return response
+    return None
+
+
+def _unauthorized(address: str, last: bool, scheme: str, what: str) -> Response:
+    throttle: LoginThrottle = current_app.extensions["webhooks_login_throttle"]
     if last:  # one line when a client runs out of tries, not one a guess
         log.warning(
-            "admin: %s has used its %s tries with wrong passwords; it may try once every %ss now",
-            who,
+            "admin: %s has used its %s tries with wrong %s; it may try once every %ss now",
+            address,
             throttle.free,
+            what,
             throttle.refill,
         )
+    body = '{"error": "unauthorized"}'
+    if scheme == "Bearer":  # the same words for an unknown and a revoked token: no oracle
+        body = '{"error": "unauthorized", "detail": "unknown or revoked token"}'
     return Response(
-        '{"error": "unauthorized"}',
+        body,
         401,
-        {"WWW-Authenticate": 'Basic realm="webhooks admin"', "Content-Type": "application/json"},
+        {"WWW-Authenticate": f'{scheme} realm="webhooks admin"', "Content-Type": "application/json"},
     )
 
 

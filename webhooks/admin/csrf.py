@@ -22,6 +22,12 @@ from werkzeug.wrappers import Response
 
 COOKIE = "wh_csrf"
 FIELD = "csrf_token"
+SAFE = frozenset({"GET", "HEAD", "OPTIONS"})  # every other method changes state and is guarded
+
+
+def changes_state(method: str) -> bool:
+    """Whether a request of ``method`` is one the CSRF rule guards (POST, PATCH, DELETE, PUT …)."""
+    return method.upper() not in SAFE
 
 
 def _key() -> bytes:
@@ -71,7 +77,8 @@ def _site(url: str) -> tuple[str, str, int | None] | None:
 
 
 def same_origin() -> bool:
-    """The console's one origin rule (HTML forms and JSON API alike): a POST that the browser marks
+    """The console's one origin rule (HTML forms and JSON API alike): a POST, PATCH or DELETE
+    (``changes_state``) that the browser marks
     as coming from another site (``Sec-Fetch-Site``), or whose ``Origin`` is not this scheme, host
     and port, is refused. The scheme honours ``X-Forwarded-Proto`` (``scheme``), so an https page
     behind a proxy that speaks http to us still matches its own origin; a cross-site page cannot

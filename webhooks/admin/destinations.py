@@ -19,7 +19,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 from werkzeug.wrappers import Response
 
-from webhooks.admin.auth import WHO, runtime
+from webhooks.admin.auth import runtime, who
 from webhooks.admin.queries import iso, storable
 from webhooks.destinations import Destination
 from webhooks.forward import deliveries
@@ -125,7 +125,7 @@ def _pause(name: str, paused: bool, reason: Any) -> str | None:
     except ValueError:
         return "bad_reason"
     deliveries.pause(runtime().sessions, name, paused, text)
-    log.warning("destination %s %s by %s: %s", name, "paused" if paused else "resumed", WHO, text or "(no reason)")
+    log.warning("destination %s %s by %s: %s", name, "paused" if paused else "resumed", who(), text or "(no reason)")
     return None
 
 
@@ -144,9 +144,9 @@ def _settle_held(name: str, verb: str, reason: Any) -> tuple[int | None, str | N
         move = adopt if verb == "adopt" else fail_held
         keys = move(session, name, configured, now)
         if keys:
-            audit_record(session, {"who": WHO, "reason": text or "", "filter": {verb: name}}, keys, now)
+            audit_record(session, {"who": who(), "reason": text or "", "filter": {verb: name}}, keys, now)
     if keys:  # ``name`` is then a stored destination's: the log never repeats a URL's text as such
-        log.warning("held deliveries of %s: %d %s by %s: %s", name, len(keys), verb, WHO, text or "(no reason)")
+        log.warning("held deliveries of %s: %d %s by %s: %s", name, len(keys), verb, who(), text or "(no reason)")
         if verb == "adopt":
             nudge()
     return len(keys), None

@@ -19,7 +19,7 @@ from werkzeug.wrappers import Response
 
 from webhooks import providers
 from webhooks.admin import amounts, csrf, errors, overview, queries, versions
-from webhooks.admin.auth import WHO, check_auth, runtime
+from webhooks.admin.auth import check_auth, runtime, who
 from webhooks.admin.destinations import deliveries_of
 from webhooks.admin.queries import FilterError, Filters
 from webhooks.admin.replay import BULK_LIMIT, ReplayError, matching_count, replay_matching, replay_one
@@ -76,7 +76,7 @@ def _bad_filter(exc: FilterError) -> tuple[str, int]:
 
 @bp.before_request
 def _csrf_on_posts() -> tuple[str, int] | None:
-    if request.method == "POST" and not csrf.valid():
+    if csrf.changes_state(request.method) and not csrf.valid():
         return render_template(
             "message.html",
             title="Refused",
@@ -317,7 +317,7 @@ def replay_event(provider: str, event_id: str) -> Any:
         ), 400
     destination = request.form.get("destination") or None  # a Re-send button: that delivery again
     try:
-        outcome = replay_one(runtime(), provider, event_id, who=WHO, reason=reason, destination=destination)
+        outcome = replay_one(runtime(), provider, event_id, who=who(), reason=reason, destination=destination)
     except ReplayError as exc:
         message = {
             "in_progress": "It is being processed, or sent, right now; try again in a moment.",
@@ -350,7 +350,7 @@ def replay_form() -> str:
 def replay_bulk() -> Any:
     filters = queries.parse_filters(request.form)
     try:
-        outcome = replay_matching(runtime(), filters, who=WHO, reason=request.form.get("reason"), dry_run=False)
+        outcome = replay_matching(runtime(), filters, who=who(), reason=request.form.get("reason"), dry_run=False)
     except ReplayError as exc:
         errors = {
             "reason_required": "A reason is required.",

@@ -1,4 +1,4 @@
-"""The ``webhooks`` command: ``serve``, ``worker``, ``db upgrade|current``, ``events …``."""
+"""The ``webhooks`` command: ``serve``, ``worker``, ``db upgrade|current``, ``events …``, ``tokens …``."""
 
 from __future__ import annotations
 
@@ -22,6 +22,7 @@ if TYPE_CHECKING:
 LAZY = {
     "send": ("webhooks.service.send", "send", "Sign PAYLOAD_FILE as ENDPOINT's provider would and POST it."),
     "events": ("webhooks.service.events_cli", "events", "List, show and replay stored events."),
+    "tokens": ("webhooks.service.tokens_cli", "tokens_group", "Create, list and revoke the admin API's named tokens."),
     "purge": ("webhooks.service.purge_cli", "purge_command", "Delete old processed, ignored and failed events."),
     "reconcile": (
         "webhooks.service.reconcile_cli",
