@@ -89,6 +89,17 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
         pytest.exit(f"stopped by signal {STOP_SIGNALS[0]}", returncode=pytest.ExitCode.INTERRUPTED)
 
 
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    """A test's captured output may hold what a hostile payload carried (a lone surrogate): written
+    with backslash escapes, so a report can always be encoded (pytest-xdist sends it as UTF-8)."""
+    outcome = yield
+    report = outcome.get_result()  # type: ignore[attr-defined]
+    report.sections = [
+        (name, text.encode("utf-8", "backslashreplace").decode("utf-8")) for name, text in report.sections
+    ]
+
+
 STRIPE_SECRET = "whsec_test_secret"
 ADYEN_KEY = "44782DEF547AAA06C910C43932B1EB0C71FC68D9D0C057550C48EC2ACF6BA056"
 ADMIN_PASSWORD = "admin-test-password"

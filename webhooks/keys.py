@@ -50,7 +50,6 @@ KEY_ID = re.compile(r"[A-Za-z0-9_.-]{1,32}")
 FINGERPRINT_INFO = b"webhooks fingerprint"
 FINGERPRINT_HEX = 16  # 64 bits: enough to tell secrets apart on a page, short enough to read
 LOCAL_KEY_ID = "local1"
-GENERATED_KINDS = frozenset({"standard", "hmac"})  # the kinds whose secret we may choose
 
 
 class UnknownKeyError(ConfigError):
@@ -266,14 +265,3 @@ def _sync_directory(directory: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
-
-
-def generate_secret(kind: str) -> str:
-    """A fresh signing secret in the shape ``kind`` verifies (``GENERATED_KINDS``):
-    ``standard`` as Svix makes them (``whsec_`` + base64 of 24 bytes, also a destination's shape),
-    ``hmac`` as 64 hex characters (its key is the secret's UTF-8: 256 bits of it)."""
-    if kind == "standard":
-        return "whsec_" + base64.b64encode(secrets.token_bytes(24)).decode("ascii")
-    if kind == "hmac":
-        return secrets.token_hex(32)
-    raise ValueError(f"secrets of kind {kind!r} are the provider's to issue; generated: {sorted(GENERATED_KINDS)}")

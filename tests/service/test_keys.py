@@ -7,26 +7,18 @@ import base64
 import hashlib
 import os
 import stat
-from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-import standardwebhooks
 
-from webhooks.destinations import MIN_KEY_BYTES
-from webhooks.destinations import key as destination_key
 from webhooks.errors import ConfigError
 from webhooks.keys import (
     Keyring,
     UndecryptableError,
     UnknownKeyError,
-    generate_secret,
     key_id_of,
     load_or_create_key_file,
 )
-from webhooks.providers.base import Endpoint, Request
-from webhooks.providers.generic import GenericHmac
-from webhooks.providers.standard import Standard
 
 KEY_A = bytes(range(32))
 KEY_B = bytes(range(100, 132))
@@ -235,33 +227,6 @@ def test_a_malformed_key_file_is_refused_and_kept(tmp_path: Path, content: str, 
         load_or_create_key_file(path)
     assert str(path) in str(raised.value) and "\n" not in str(raised.value)
     assert path.read_text() == content  # never overwritten: a replaced key strands every ciphertext
-
-
-def test_generated_standard_secrets_verify_as_the_kind_and_the_sdk_expect() -> None:
-    secret = generate_secret("standard")
-    assert secret.startswith("whsec_") and secret != generate_secret("standard")
-    endpoint = Endpoint("svc", "standard", (secret,))
-    Standard().validate(endpoint)
-    body = '{"type":"ping"}'
-    signature = standardwebhooks.Webhook(secret).sign("msg_1", datetime.fromtimestamp(NOW, UTC), body)
-    headers = {"webhook-id": "msg_1", "webhook-timestamp": str(NOW), "webhook-signature": signature}
-    verified = Standard().verify(Request(headers, body.encode()), endpoint, now=NOW)  # the SDK signed it
-    assert (verified.events[0].event_id, verified.events[0].event_type) == ("msg_1", "ping")
-    assert len(destination_key(secret)) >= MIN_KEY_BYTES  # a destination's secret too
-
-
-def test_generated_hmac_secrets_verify_as_the_kind_expects() -> None:
-    secret = generate_secret("hmac")
-    assert len(secret) == 64 and int(secret, 16) >= 0 and secret != generate_secret("hmac")
-    endpoint = Endpoint("svc", "hmac", (secret,), options={"header": "X-Signature"})
-    GenericHmac().validate(endpoint)
-    body, headers = GenericHmac().sign(endpoint, b"{}", now=NOW)
-    assert GenericHmac().verify(Request({k.lower(): v for k, v in headers.items()}, body), endpoint, now=NOW).events
-
-
-def test_a_kind_whose_provider_issues_the_secret_gets_none_generated() -> None:
-    with pytest.raises(ValueError, match="'stripe'"):
-        generate_secret("stripe")
 
 
 def test_two_processes_creating_the_key_file_at_once_keep_the_first_key(

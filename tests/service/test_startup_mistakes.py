@@ -147,7 +147,10 @@ def test_send_in_a_shell_without_endpoints_says_how_to_configure_one(env: dict[s
     )
 
 
-CONSOLE_OFF = "console and admin API are off (answer 404): set WEBHOOKS_ADMIN_PASSWORD to turn them on"
+CONSOLE_OFF = (
+    "console is off (answers 404) and the admin API takes only named tokens: "
+    "set WEBHOOKS_ADMIN_PASSWORD to turn the console on"
+)
 
 
 @pytest.mark.slow

@@ -146,6 +146,11 @@ class Provider:
     def verify(self, request: Request, endpoint: Endpoint, *, now: float) -> Verified:
         raise NotImplementedError
 
+    def issue_secret(self) -> str | None:
+        """A fresh signing secret in the shape this kind verifies, where the receiver may choose it
+        (the admin API's new secret without a ``value``); None: the provider issues its own."""
+        return None
+
     def signs_nothing(self, endpoint: Endpoint) -> bool:
         """Whether anyone may post to ``endpoint`` (nothing a delivery carries is signed; the worker
         fetches what it names): such an endpoint gets a default ``rate_limit`` and

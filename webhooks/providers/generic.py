@@ -17,6 +17,7 @@ from __future__ import annotations
 import base64
 import binascii
 import hashlib
+import secrets
 from typing import Any
 
 from webhooks.errors import ConfigError, PayloadError, VerificationError
@@ -78,6 +79,10 @@ def _decode(value: str, encoding: str) -> bytes:
 class GenericHmac(Provider):
     kind = "hmac"
     option_names = frozenset(KNOWN)
+
+    def issue_secret(self) -> str:
+        """64 hex characters: the key is the secret's UTF-8, 256 bits of it."""
+        return secrets.token_hex(32)
 
     def validate(self, endpoint: Endpoint) -> None:
         super().validate(endpoint)

@@ -21,6 +21,7 @@ from __future__ import annotations
 import base64
 import binascii
 import hashlib
+import secrets
 
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
@@ -83,6 +84,10 @@ class Standard(Provider):
     kind = "standard"
     retry_horizon = 2 * DAY  # Svix: about 1.5 days
     shorthands = {"STANDARD_WEBHOOK_SECRET": "secrets"}
+
+    def issue_secret(self) -> str:
+        """As Svix makes them: ``whsec_`` + base64 of 24 random bytes (also a destination's shape)."""
+        return "whsec_" + base64.b64encode(secrets.token_bytes(24)).decode("ascii")
 
     def validate(self, endpoint: Endpoint) -> None:
         super().validate(endpoint)

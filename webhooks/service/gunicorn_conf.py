@@ -80,7 +80,8 @@ def on_starting(server: Any) -> None:
     refuse_taken(server)
     if not settings.admin_password:  # once per master, not once per web process
         logging.getLogger("webhooks.web").info(
-            "console and admin API are off (answer 404): set WEBHOOKS_ADMIN_PASSWORD to turn them on"
+            "console is off (answers 404) and the admin API takes only named tokens: "
+            "set WEBHOOKS_ADMIN_PASSWORD to turn the console on"
         )
     revisions.wait_for_head(settings.database_url, logging.getLogger("webhooks.web"))
 
