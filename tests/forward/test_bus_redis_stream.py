@@ -253,3 +253,33 @@ def test_credentials_are_allowed_in_a_bus_url_and_shown_nowhere(request: pytest.
 def test_an_http_destination_is_kind_http_with_its_url_as_target() -> None:
     http = load({"url": "http://127.0.0.1:9/", "secrets": [destination.SECRET], "allow_private": True})
     assert (http.destinations["bus"].kind, http.destinations["bus"].target) == ("http", "http://127.0.0.1:9/")
+
+
+def test_a_broker_name_resolving_to_loopback_is_refused_when_connecting(
+    request: pytest.FixtureRequest, bus: servers.Redis
+) -> None:
+    """The guard judges the address each connection opens to: a name that resolves to loopback once
+    the service runs (DNS rebinding) is refused, and the delivery waits ``pending``."""
+    url = f"redis://broker.invalid:{bus.port}/0"  # does not resolve at start-up: the connect decides
+    app = forwarding_app(request, "sqlite", {"bus": table(bus, "rebound", url=url, allow_private=False)}, ["bus"])
+    assert post(app, event(1)) == 200
+    drain(app)
+    settle_all(app, resolver=lambda host, port: ["127.0.0.1"])
+    assert statuses(app) == {"evt_1/bus": "pending"}
+    [(error,)] = rows(app, "SELECT error FROM delivery_attempts")
+    assert error.startswith("refused: redis://broker.invalid:") and "not a public address" in error
+    assert not redis.Redis(port=bus.port).exists("rebound")
+
+
+def test_the_publisher_connects_to_the_address_the_guard_checked(
+    request: pytest.FixtureRequest, bus: servers.Redis
+) -> None:
+    """A name only the guard's resolver knows is reached at the address it gave: the client never
+    looks the name up itself."""
+    url = f"redis://broker.invalid:{bus.port}/0"
+    app = forwarding_app(request, "sqlite", {"bus": table(bus, "vetted", url=url)}, ["bus"])
+    assert post(app, event(2)) == 200
+    drain(app)
+    settle_all(app, resolver=lambda host, port: ["127.0.0.1"] if host == "broker.invalid" else [])
+    assert statuses(app) == {"evt_2/bus": "delivered"}
+    assert [e["body"] for e in entries(bus, "vetted")] == [event(2)]
