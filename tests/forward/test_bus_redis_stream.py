@@ -23,7 +23,9 @@ from tests.conftest import admin_headers, drain, rows, stripe_event, unavailable
 from tests.forward.conftest import forwarding, forwarding_app, post, settle_all, statuses, versioned, wait_settled
 from tests.support import destination, servers
 from webhooks import config
+from webhooks.destinations import KINDS
 from webhooks.errors import ConfigError
+from webhooks.forward.kinds import PUBLISHERS
 from webhooks.forward.signing import message_id
 from webhooks.service.cli import banner
 
@@ -283,3 +285,7 @@ def test_the_publisher_connects_to_the_address_the_guard_checked(
     settle_all(app, resolver=lambda host, port: ["127.0.0.1"] if host == "broker.invalid" else [])
     assert statuses(app) == {"evt_2/bus": "delivered"}
     assert [e["body"] for e in entries(bus, "vetted")] == [event(2)]
+
+
+def test_every_destination_kind_has_a_publisher() -> None:
+    assert set(PUBLISHERS) == set(KINDS)

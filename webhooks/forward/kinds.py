@@ -4,7 +4,8 @@ forwarding (the deliveries and their states, retries, the circuit, pause and res
 A ``Publisher`` takes one lease and the signed headers (``signing.headers``) and says what came of
 it as a ``Result``: delivered (a 2xx, or a bus's acknowledgement), or why not. It never raises for
 the destination's sake (a broker or service that is down is a failed attempt); ``Lane`` turns a bug
-into a failed attempt too. ``publisher`` is the registry: kind → how to build its sender.
+into a failed attempt too. ``PUBLISHERS`` is the registry: kind → how to build its sender, one for
+each kind ``webhooks.destinations.KINDS`` accepts.
 
 - ``http``: a POST over a connection the guard vetted (``client.Sender``); ``Retry-After`` kept.
 - ``redis-stream``: ``XADD`` (``redis_stream.RedisStreamPublisher``).
@@ -69,7 +70,7 @@ class HttpPublisher:
         self.sender.close()
 
 
-KINDS: dict[str, Callable[[Destination, Resolver], Publisher]] = {
+PUBLISHERS: dict[str, Callable[[Destination, Resolver], Publisher]] = {
     "http": HttpPublisher,
     "redis-stream": redis_stream.RedisStreamPublisher,
 }
@@ -77,4 +78,4 @@ KINDS: dict[str, Callable[[Destination, Resolver], Publisher]] = {
 
 def publisher(destination: Destination, resolver: Resolver) -> Publisher:
     """The sender of ``destination``'s kind (every kind ``webhooks.destinations.KINDS`` accepts has one)."""
-    return KINDS[destination.kind](destination, resolver)
+    return PUBLISHERS[destination.kind](destination, resolver)
