@@ -21,8 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from webhooks import providers
-from webhooks.destinations import FIELDS as DESTINATION_FIELDS
-from webhooks.destinations import Destination, destination, forwards
+from webhooks.destinations import Destination, destination, forwards, known_keys
 from webhooks.errors import ConfigError
 from webhooks.providers.base import Endpoint
 from webhooks.urls import checked_database_url, database_url, redis_url
@@ -133,7 +132,7 @@ def _rate(value: Any, where: str, key: str) -> float | None:
 
 
 def _destination(name: str, raw: Mapping[str, Any], environ: Mapping[str, Any]) -> Destination:
-    _refuse_unknown(f"destination {name!r}", raw, set(DESTINATION_FIELDS))
+    _refuse_unknown(f"destination {name!r}", raw, known_keys(name, raw))
     return destination(name, raw, lambda value, where: _resolve(value, where, environ))
 
 

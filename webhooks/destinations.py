@@ -1,9 +1,14 @@
-"""``[destinations.<name>]``: the HTTP services events are forwarded to, validated at start-up.
+"""``[destinations.<name>]``: where events are forwarded to, validated at start-up.
 
-A destination fails closed like an endpoint: a missing or malformed secret, a URL that is not
-``http(s)://host``, a target on a loopback, private or link-local address without
-``allow_private = true`` (the cloud metadata address always), an unknown key, or an endpoint whose
-``forward`` names no such destination stops start-up with a message naming it.
+A destination has a ``kind``: ``http`` (the default: a service of the team's own) or a bus
+(``redis-stream``; each kind lists its options in ``KINDS``). It fails closed like an endpoint: an
+unknown kind, a missing or malformed secret, a URL not of its kind's schemes, a host on a
+loopback, private or link-local address without ``allow_private = true`` (the cloud metadata
+address always), an unknown key or one of another kind, or an endpoint whose ``forward`` names no
+such destination stops start-up with one line naming the destination and the option.
+
+Only a bus kind takes credentials, as the URL's ``user:password@``: the URL is then never shown
+(``Destination.target`` is the URL without them, for the API, the console, the banner and logs).
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ import binascii
 import fnmatch
 import functools
 import hashlib
+import urllib.parse
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -25,8 +31,8 @@ from webhooks.errors import ConfigError
 DEFAULT_SCHEDULE = (5.0, 300.0, 1800.0, 7200.0, 18000.0, 36000.0, 36000.0)
 SECRET_PREFIX = "whsec_"
 MIN_KEY_BYTES = 24  # the Standard Webhooks specification: 24 to 64 bytes of key
-FIELDS = (
-    "url",
+COMMON = (
+    "kind",
     "secrets",
     "events",
     "ordered",
@@ -41,11 +47,45 @@ FIELDS = (
 
 
 @dataclass(frozen=True)
+class Kind:
+    """What a destination kind takes: its options beside ``COMMON``, its URL schemes and default port,
+    and whether its URL may carry ``user:password@`` (a bus's credentials; never an HTTP URL's)."""
+
+    options: tuple[str, ...]
+    schemes: tuple[str, ...]
+    port: dict[str, int]
+    credentials: bool = False
+
+
+KINDS: dict[str, Kind] = {
+    "http": Kind(("url",), ("http", "https"), {"http": 80, "https": 443}),
+    "redis-stream": Kind(("url", "stream", "maxlen"), ("redis", "rediss"), {"redis": 6379, "rediss": 6379}, True),
+}
+FIELDS = tuple(dict.fromkeys([*COMMON, *(o for kind in KINDS.values() for o in kind.options)]))
+
+
+@dataclass(frozen=True)
+class RedisStream:
+    """A ``redis-stream`` destination's own options: the stream each message is added to (``XADD``)
+    and, if set, its approximate length (``MAXLEN ~``)."""
+
+    stream: str
+    maxlen: int | None = None
+
+    @property
+    def place(self) -> str:
+        return self.stream
+
+
+BusOptions = RedisStream  # a union as kinds are added
+
+
+@dataclass(frozen=True)
 class Destination:
     """One configured destination. ``secrets`` never appear in a repr (logs, tracebacks)."""
 
     name: str
-    url: str
+    url: str = field(repr=False)  # a bus's may carry credentials: ``target`` is what is shown
     secrets: tuple[str, ...] = field(repr=False)
     events: tuple[str, ...] = ()  # globs of event types; empty: every type
     ordered: bool = False
@@ -56,6 +96,12 @@ class Destination:
     retry_schedule: tuple[float, ...] = DEFAULT_SCHEDULE
     circuit_failures: int = 20  # consecutive failures that open the circuit
     probe_seconds: float = 5.0  # the first probe's wait once open; doubles up to ``MAX_PROBE_SECONDS``
+    kind: str = "http"
+    bus: BusOptions | None = None  # a bus kind's own options
+    target: str = ""  # the URL without credentials (set from ``url``)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "target", without_credentials(self.url))
 
     def wants(self, event_type: str) -> bool:
         return not self.events or any(fnmatch.fnmatchcase(event_type, glob) for glob in self.events)
@@ -69,8 +115,12 @@ class Destination:
     def identity(self) -> str:
         """Which service this is, beyond its name: a hash of its URL (a URL may carry a token in its
         query: never stored). A delivery is sent only to the destination it was created for
-        (``deliveries.target``); one configured later under the same name at another URL is another."""
-        return hashlib.sha256(self.url.encode()).hexdigest()
+        (``deliveries.target``); one configured later under the same name at another URL is another.
+        A bus is its kind, its URL without credentials (new credentials: the same bus) and its place
+        (the stream)."""
+        if self.bus is None:
+            return hashlib.sha256(self.url.encode()).hexdigest()
+        return hashlib.sha256(f"{self.kind}\0{self.target}\0{self.bus.place}".encode()).hexdigest()
 
     @property
     def max_attempts(self) -> int:
@@ -78,6 +128,14 @@ class Destination:
 
 
 MAX_PROBE_SECONDS = 600.0
+
+
+def without_credentials(url: str) -> str:
+    """``url`` without its ``user:password@`` (what a destination's list, banner and logs show)."""
+    parts = urllib.parse.urlsplit(url)
+    if "@" not in parts.netloc:
+        return url
+    return urllib.parse.urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2]))
 
 
 def key(secret: str) -> bytes:
@@ -124,18 +182,59 @@ def _strings(where: str, raw: Mapping[str, Any], name: str) -> list[str]:
     return [v.strip() for v in value]
 
 
-def destination(name: str, raw: Mapping[str, Any], resolve: Any, resolver: guard.Resolver | None = None) -> Destination:
-    """Validate one ``[destinations.<name>]`` table (its keys checked by ``webhooks.config``: one
-    wording for a typo); ``resolve(value, where)`` turns ``env:NAME`` values into theirs."""
+def kind_of(name: str, raw: Mapping[str, Any]) -> Kind:
+    """The table's ``kind`` (``http`` when absent); refuses an unknown kind and an option of another kind."""
     where = f"destination {name!r}"
+    value = raw.get("kind", "http")
+    if value not in KINDS:
+        raise ConfigError(f"{where}: kind {value!r} is not a destination kind (known: {', '.join(KINDS)})")
+    kind = KINDS[value]
+    for option in sorted(set(raw) - {*COMMON, *kind.options}):
+        others = [k for k, other in KINDS.items() if option in other.options]
+        if others:
+            raise ConfigError(f"{where}: {option} is an option of destination kind {others[0]}, not {value}")
+    return kind
+
+
+def known_keys(name: str, raw: Mapping[str, Any]) -> set[str]:
+    """The keys a ``[destinations.<name>]`` table of its kind may have (``webhooks.config`` refuses the rest)."""
+    return {*COMMON, *kind_of(name, raw).options}
+
+
+def _redis_stream(where: str, raw: Mapping[str, Any], url: str) -> RedisStream:
+    if urllib.parse.urlsplit(url).query:
+        raise ConfigError(f"{where}: url: no ?query in a redis-stream URL (its options are the destination's keys)")
+    path = urllib.parse.urlsplit(url).path.strip("/")
+    if path and not path.isdigit():
+        raise ConfigError(f"{where}: url: the path of a redis-stream URL is a database number, not {path!r}")
+    stream = raw.get("stream")
+    if not isinstance(stream, str) or not stream.strip():
+        raise ConfigError(f'{where}: stream is required for destination kind redis-stream (stream = "webhooks")')
+    return RedisStream(stream.strip(), _number(where, raw, "maxlen", None, whole=True))
+
+
+def destination(name: str, raw: Mapping[str, Any], resolve: Any, resolver: guard.Resolver | None = None) -> Destination:
+    """Validate one ``[destinations.<name>]`` table (its keys checked by ``webhooks.config`` against
+    ``known_keys``: one wording for a typo); ``resolve(value, where)`` turns ``env:NAME`` values into theirs."""
+    where = f"destination {name!r}"
+    kind = kind_of(name, raw)
+    kind_name = str(raw.get("kind", "http"))
     url = resolve(raw.get("url"), where)
     if not isinstance(url, str) or not url.strip():
         raise ConfigError(f"{where}: url is required")
+    url = url.strip()
     allow_private = _flag(where, raw, "allow_private")
     try:
-        guard.check_url(url.strip(), allow_private=allow_private, resolver=resolver or guard.system_resolver)
+        guard.check_url(
+            url,
+            allow_private=allow_private,
+            resolver=resolver or guard.system_resolver,
+            schemes=kind.port,
+            credentials=kind.credentials,
+        )
     except guard.Refused as exc:
-        raise ConfigError(f"{where}: {exc}") from None
+        raise ConfigError(f"{where}: url: {exc}") from None
+    bus = _redis_stream(where, raw, url) if kind_name == "redis-stream" else None
     schedule = raw.get("retry_schedule", list(DEFAULT_SCHEDULE))
     if (
         not isinstance(schedule, list)
@@ -145,7 +244,7 @@ def destination(name: str, raw: Mapping[str, Any], resolve: Any, resolver: guard
         raise ConfigError(f"{where}: retry_schedule must be a list of at most 50 seconds (each ≥ 0)")
     return Destination(
         name=name,
-        url=url.strip(),
+        url=url,
         secrets=_secrets(where, [str(resolve(s, where)).strip() for s in _strings(where, raw, "secrets")]),
         events=tuple(_strings(where, raw, "events")),
         ordered=_flag(where, raw, "ordered"),
@@ -156,6 +255,8 @@ def destination(name: str, raw: Mapping[str, Any], resolve: Any, resolver: guard
         retry_schedule=tuple(float(s) for s in schedule),
         circuit_failures=_number(where, raw, "circuit_failures", 20, whole=True),
         probe_seconds=float(_number(where, raw, "probe_seconds", 5)),
+        kind=kind_name,
+        bus=bus,
     )
 
 

@@ -18,7 +18,7 @@ import ipaddress
 import socket
 import threading
 import urllib.parse
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 Address = ipaddress.IPv4Address | ipaddress.IPv6Address
 Resolver = Callable[[str, int], list[str]]  # host, port -> IP address strings (IPv4/IPv6)
@@ -171,9 +171,21 @@ def vet(host: str, port: int, *, allow_private: bool, resolver: Resolver = syste
     return addresses
 
 
-def check_url(url: str, *, allow_private: bool, resolver: Resolver = system_resolver) -> None:
+HTTP_PORTS = {"http": 80, "https": 443}
+
+
+def check_url(
+    url: str,
+    *,
+    allow_private: bool,
+    resolver: Resolver = system_resolver,
+    schemes: Mapping[str, int] = HTTP_PORTS,
+    credentials: bool = False,
+) -> None:
     """The start-up check of a destination URL: raises Refused for a URL the forwarder would never send
-    to. A name that does not resolve now passes: the connect-time ``vet`` decides later."""
+    to. A name that does not resolve now passes: the connect-time ``vet`` decides later. ``schemes``:
+    the URL schemes of the destination's kind and their default ports; ``credentials``: whether a
+    ``user:password@`` is allowed (a bus's; never an HTTP destination's)."""
     # The messages never repeat the URL whole: it may carry a password.
     if any(ord(c) <= 0x20 or ord(c) == 0x7F for c in url):
         raise Refused("bad_url", "a destination URL has a space or a control character: remove it")
@@ -182,13 +194,12 @@ def check_url(url: str, *, allow_private: bool, resolver: Resolver = system_reso
         port = parts.port
     except ValueError as exc:
         raise Refused("bad_url", f"a destination URL does not parse ({exc})") from None
-    if parts.scheme not in ("http", "https"):
-        raise Refused(
-            "bad_url", f"a destination URL starts with http:// or https://, not {parts.scheme or 'no scheme'}"
-        )
+    if parts.scheme not in schemes:
+        allowed = " or ".join(f"{s}://" for s in schemes)
+        raise Refused("bad_url", f"a destination URL starts with {allowed}, not {parts.scheme or 'no scheme'}")
     if not parts.hostname:
         raise Refused("bad_url", f"a destination URL names a host ({parts.scheme}:// has none)")
-    if "@" in parts.netloc:
+    if "@" in parts.netloc and not credentials:
         raise Refused(
             "bad_url", f"{parts.hostname}: no user:password@ in a destination URL (send credentials in headers)"
         )
@@ -198,7 +209,7 @@ def check_url(url: str, *, allow_private: bool, resolver: Resolver = system_reso
         raise Refused("bad_url", f"{parts.hostname}: no #fragment in a destination URL")
     host = parts.hostname
     if port is None:
-        port = 443 if parts.scheme == "https" else 80
+        port = schemes[parts.scheme]
     name = host.rstrip(".")
     if (name == "localhost" or name.endswith(".localhost")) and not allow_private:
         raise Refused("private_address", f"{host} is this machine (loopback): {_ALLOW_HINT}")

@@ -88,6 +88,8 @@ def test_the_list_shows_every_configured_destination_and_no_secret(
     assert list(found) == ["orders", "audit"]  # as configured, the never-sent one too
     assert found["orders"] | {"last_success_at": None} == {
         "name": "orders",
+        "kind": "http",
+        "target": service.url,
         "url": service.url,
         "state": "active",
         "pending": 0,

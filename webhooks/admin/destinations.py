@@ -2,8 +2,9 @@
 deliveries of removed destinations: ``?removed=1``, adopt, fail), the console's
 ``/admin/destinations`` page, and an event's deliveries for its detail.
 
-Every configured destination is listed, sent to or not; its secrets never leave the
-configuration (a URL holds none: the guard refuses ``user:password@`` at start-up). A pause or
+Every configured destination is listed, sent to or not, with its ``kind`` and ``target`` (the URL
+without credentials; ``url`` too for an HTTP one, whose URL holds none: the guard refuses
+``user:password@`` there); its secrets and a bus's credentials never leave the configuration. A pause or
 resume is logged with who did it and why; an adopt or a fail of held deliveries is also written
 to the ``replays`` audit table (``filter``: ``{"adopt": name}`` / ``{"fail": name}``).
 """
@@ -36,9 +37,12 @@ BAD_REASON = f"A reason is text of at most {MAX_REASON} characters that can be s
 
 
 def destination_json(destination: Destination, backlog: Backlog) -> dict[str, Any]:
+    shown = {"url": destination.url} if destination.kind == "http" else {}
     return {
         "name": destination.name,
-        "url": destination.url,
+        "kind": destination.kind,
+        "target": destination.target,
+        **shown,
         "state": backlog.state,
         "pending": backlog.pending,
         "failed": backlog.failed,

@@ -61,7 +61,8 @@ class Lease:
 
 @dataclass(frozen=True)
 class Result:
-    """What one send came to (``status`` None: no answer; ``error`` says why)."""
+    """What one send came to (``status`` None: no HTTP answer; ``error`` says why; ``acknowledged``: a
+    bus accepted the message, with ``response`` its id for it)."""
 
     lease: Lease
     started_at: datetime
@@ -70,6 +71,11 @@ class Result:
     error: str | None = None
     retry_after: float | None = None  # 429/503: seconds the destination asked for
     response: str | None = None
+    acknowledged: bool = False
+
+    @property
+    def delivered(self) -> bool:
+        return self.acknowledged or (self.status is not None and 200 <= self.status < 300)
 
 
 def create(session: Session, event: Any, destinations: Mapping[str, str], now: datetime) -> None:

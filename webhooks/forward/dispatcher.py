@@ -1,7 +1,8 @@
 """The forwarder: one thread per worker process that leases due deliveries and sends them.
 
-Each destination has its own lane: a pool of ``max_in_flight`` sending threads and one client,
-so a destination that hangs holds up only its own lane, never another destination nor the
+Each destination has its own lane: a pool of ``max_in_flight`` sending threads and one publisher
+of its kind (``webhooks.forward.kinds``: an HTTP client, a bus's producer), so a destination that
+hangs holds up only its own lane, never another destination nor the
 forwarder's loop (which never waits on the network). The loop leases what a lane has room for
 (``webhooks.forward.deliveries.lease``: the database decides what is due, in order, within the
 destination's rate and concurrency, service-wide), hands each lease to the lane, and settles the
@@ -12,7 +13,6 @@ results wait in memory; leases that expire meanwhile are sent again under the sa
 
 from __future__ import annotations
 
-import email.utils
 import logging
 import queue
 import threading
@@ -30,7 +30,8 @@ from webhooks.forward import deliveries, settle
 from webhooks.forward.deliveries import Lease, Result
 from webhooks.guard import Resolver, system_resolver
 
-from . import client, signing
+from . import kinds, signing
+from .kinds import retry_after
 
 log = logging.getLogger(__name__)
 IDLE_SECONDS = 0.5  # the longest the loop sleeps when nothing wakes it
@@ -42,31 +43,12 @@ def nudge() -> None:
     _wake.set()
 
 
-def retry_after(value: str | None, now: float) -> float | None:
-    """A ``Retry-After``'s seconds: a number, or an HTTP date; None when absent or unreadable."""
-    if not value:
-        return None
-    value = value.strip()
-    if value.isdigit():
-        return float(value)
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    return max(0.0, when.timestamp() - now) if when.tzinfo else None
-
-
 class Lane:
-    """One destination's sending threads and client."""
+    """One destination's sending threads and its kind's publisher (``webhooks.forward.kinds``)."""
 
     def __init__(self, destination: Destination, done: Callable[[Result], None], resolver: Resolver) -> None:
         self.destination, self.done = destination, done
-        self.sender = client.Sender(
-            destination.url,
-            timeout=destination.timeout_seconds,
-            allow_private=destination.allow_private,
-            resolver=resolver,
-        )
+        self.publisher = kinds.publisher(destination, resolver)
         self.pool = ThreadPoolExecutor(destination.max_in_flight, thread_name_prefix=f"forward-{destination.name}")
         self.busy = 0  # leases handed to the pool and not yet settled
         self.keys = destination.keys
@@ -84,21 +66,15 @@ class Lane:
         timestamp = int(time.time())
         headers = signing.headers(self.keys, lease.message, timestamp, lease.body)
         try:
-            answer = self.sender.post(lease.body, headers)
-        except client.SendError as exc:
-            result = Result(lease, started_at, time.monotonic() - clock, None, f"{exc.reason}: {exc}")
+            result = self.publisher.publish(lease, headers, started_at)
         except Exception as exc:  # a bug must not lose the lease's result: settled as an error
             log.exception("forward: sending to %s failed", self.destination.name)
             result = Result(lease, started_at, time.monotonic() - clock, None, f"{exc.__class__.__name__}")
-        else:
-            wait = retry_after(answer.headers.get("retry-after"), time.time())
-            text = answer.body.decode("utf-8", "replace")
-            result = Result(lease, started_at, answer.seconds, answer.status, None, wait, text)
         self.done(result)
 
     def close(self, wait: bool) -> None:
         self.pool.shutdown(wait=wait, cancel_futures=False)
-        self.sender.close()
+        self.publisher.close()
 
 
 class Forwarder:

@@ -1,8 +1,8 @@
 """Settling a forwarded delivery: what one send came to, applied under its lease's token.
 
-A 2xx delivers (and, for an ordered destination, raises the object's newest version sent); a 429
-or 503 with ``Retry-After`` throttles the destination without spending an attempt; a 410 pauses it;
-anything else spends an attempt (``retry_schedule``, then ``failed``) and counts toward the
+A 2xx or a bus's acknowledgement delivers (and, for an ordered destination, raises the object's
+newest version sent); a 429 or 503 with ``Retry-After`` throttles the destination without spending
+an attempt; a 410 pauses it; anything else spends an attempt (``retry_schedule``, then ``failed``) and counts toward the
 circuit, unless the circuit is open already: then it is a failed probe, and only a real probe
 (``Lease.probe``) doubles the wait for the next. Every result adds its ``delivery_attempts`` row.
 """
@@ -24,7 +24,7 @@ from webhooks.vocabulary import DeliveryStatus, Outcome
 
 
 def _outcome(result: Result, state: DestinationState) -> Outcome:
-    if result.status is not None and 200 <= result.status < 300:
+    if result.delivered:
         return Outcome.DELIVERED
     if result.status in (429, 503) and result.retry_after is not None:
         return Outcome.THROTTLED

@@ -298,7 +298,9 @@ def banner(settings: Settings, listeners: list[str], kept: Any) -> str:
     lines = [f"webhooks {version()} serving on {', '.join(listeners)}", f"  console    {base}/admin/  {login}"]
     lines += [f"  {'endpoints' if i == 0 else '':9}  {line}" for i, line in enumerate(endpoints)]
     forwards = [f"{name} → {', '.join(names)}" for name, names in settings.forwards.items()]
-    destinations = [f"{d.name}  {d.url}" for d in settings.destinations.values()]
+    destinations = [
+        f"{d.name}  {d.target}" + ("" if d.kind == "http" else f"  ({d.kind})") for d in settings.destinations.values()
+    ]
     lines += [f"  {'forwards' if i == 0 else '':9}  {line}" for i, line in enumerate(forwards)]
     lines += [f"  {'to' if i == 0 else '':9}  {line}" for i, line in enumerate(destinations)]
     return "\n".join(lines)
