@@ -188,6 +188,7 @@ def serve(host: str, port: int) -> None:
     prepare_metrics_dir()
     from gunicorn.app.base import BaseApplication  # type: ignore[import-untyped]
 
+    from webhooks import encryption
     from webhooks.service import gunicorn_conf, serving
     from webhooks.worker import handlers
 
@@ -200,6 +201,9 @@ def serve(host: str, port: int) -> None:
     if not settings.admin_password:  # one password for this database, not a new one every start
         kept = admin_password_file(settings.database_url).resolve()
         settings = dataclasses.replace(settings, admin_password=kept_password(kept, lambda: secrets.token_urlsafe(12)))
+    if settings.keyring is None and (local := encryption.local_keyring(settings.database_url)) is not None:
+        settings = dataclasses.replace(settings, keyring=local[0])  # secrets stored through the API
+        click.echo(f"encryption key {'created' if local[2] else 'kept'} in {local[1].resolve()} (back it up)")
     # Alembic's and the embedded worker's INFO lines would bury the banner; DEBUG shows them.
     quiet("alembic.runtime.migration", "rq.worker", "rq.scheduler")
     upgrade(settings.database_url)
