@@ -102,6 +102,7 @@ def work(settings: Settings) -> None:
         signal.signal(sig, lambda *_: stop.set())
     threading.Thread(target=_until_eof, args=(stop.set,), name="webhooks-master-gone", daemon=True).start()
     rt = Runtime(settings)
+    rt.start_config()
     started = datetime.now(UTC)
     # The embedded queue starts empty: whatever the last run left unfinished is stranded now.
     sweeper.sweep(rt, age=0)

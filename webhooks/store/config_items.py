@@ -30,6 +30,7 @@ from webhooks.timestamps import aware
 CHANNEL = "webhooks_config"  # PostgreSQL NOTIFY channel; the payload is the new version
 TABLE = "config_secrets"  # bound into each token: a token copied to another table does not open
 MAX_LIVE = 5  # live signing secrets of one item at once
+VERSION = select(ConfigVersion.version).where(ConfigVersion.id == 1)
 
 
 class ConfigItemError(WebhooksError):
@@ -56,7 +57,7 @@ def live(secret: ConfigSecret, now: datetime) -> bool:
 
 
 def version(session: Session) -> int:
-    return int(session.scalar(select(ConfigVersion.version).where(ConfigVersion.id == 1)) or 0)
+    return int(session.scalar(VERSION) or 0)
 
 
 def items(session: Session, kind: str | None = None) -> list[ConfigItem]:
@@ -110,24 +111,27 @@ def snapshot(session: Session, keyring: Keyring | None, *, now: datetime) -> Sna
     session.commit()
     found, broken, boundaries = [], [], []
     for item in stored:
-        signing, credentials = [], {}
+        mine = sealed.get(item.name, [])
+        boundaries += [aware(e) for s in mine for e in (s.not_before, s.expires_at) if e is not None and aware(e) > now]
         try:
-            for secret in sorted(sealed.get(item.name, []), key=_signing_order):
-                for edge in (secret.not_before, secret.expires_at):
-                    if edge is not None and aware(edge) > now:
-                        boundaries.append(aware(edge))
-                if not live(secret, now) and secret.purpose == SIGNING:
-                    continue
-                value = opened(keyring, item.name, secret)
-                if secret.purpose == SIGNING:
-                    signing.append(value)
-                else:
-                    credentials[secret.purpose] = value
+            found.append(Item(item.kind, item.name, opened_table(keyring, item, mine, now)))
         except UndecryptableError as exc:
             broken.append((item.name, str(exc)))
-            continue
-        found.append(Item(item.kind, item.name, joined(_table(item), signing, credentials)))
     return Snapshot(at, tuple(found), tuple(broken), min(boundaries, default=None))
+
+
+def opened_table(
+    keyring: Keyring | None, item: ConfigItem, secrets: list[ConfigSecret], now: datetime
+) -> dict[str, Any]:
+    """``item``'s table as the file would hold it: its options, credentials and live signing
+    secrets opened (a rotation's new secret first)."""
+    signing, credentials = [], {}
+    for secret in sorted(secrets, key=_signing_order):
+        if secret.purpose != SIGNING:
+            credentials[secret.purpose] = opened(keyring, item.name, secret)
+        elif live(secret, now):
+            signing.append(opened(keyring, item.name, secret))
+    return joined(_table(item), signing, credentials)
 
 
 def _signing_order(secret: ConfigSecret) -> tuple[bool, float, datetime]:
