@@ -79,3 +79,20 @@ def test_an_item_the_file_rules_refuse_is_left_out_and_counted(sqlite_url: str) 
     assert "good" in rt(app).settings.endpoints and "bad" not in rt(app).settings.endpoints
     assert rt(app).settings.endpoints["stripe"].secrets != (SECRET,)
     assert metrics.CONFIG_REJECTED._value.get() == before + 2
+
+
+def test_a_secret_under_a_key_not_configured_stops_start_up_naming_the_key(sqlite_url: str) -> None:
+    from webhooks import create_app
+    from webhooks.config import load
+    from webhooks.keys import UnknownKeyError
+    from webhooks.service.process_setup import missing_key_problem
+
+    app = make_app(base_config(sqlite_url, WEBHOOKS_ENCRYPTION_KEYS=KEYS))
+    create(app, "shop-eu", {"provider": "stripe", "secrets": [SECRET]})
+    other = "k2:" + base64.b64encode(b"2" * 32).decode()
+    config = base_config(sqlite_url, WEBHOOKS_ENCRYPTION_KEYS=other)
+    problem = missing_key_problem(load(config))
+    assert problem is not None and "'k1'" in problem and "\n" not in problem
+    assert missing_key_problem(load(base_config(sqlite_url, WEBHOOKS_ENCRYPTION_KEYS=f"{other},{KEYS}"))) is None
+    with pytest.raises(UnknownKeyError, match="'k1'"):
+        create_app(config)

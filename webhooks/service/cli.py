@@ -181,6 +181,7 @@ def _default_port() -> str:
 )
 def serve(host: str, port: int) -> None:
     """Run it all, nothing to install: SQLite, web and worker processes, the console."""
+    from webhooks.service import process_setup as setup
     from webhooks.service.process_setup import admin_password_file, kept_password, prepare_metrics_dir, quiet
 
     # Several processes: /metrics adds up their samples. First, before anything imports
@@ -207,6 +208,8 @@ def serve(host: str, port: int) -> None:
     # Alembic's and the embedded worker's INFO lines would bury the banner; DEBUG shows them.
     quiet("alembic.runtime.migration", "rq.worker", "rq.scheduler")
     upgrade(settings.database_url)
+    if problem := setup.missing_key_problem(settings):  # a stored secret's key is not configured
+        raise click.ClickException(f"configuration: {problem}")
     # -P: the worker process runs the installed package, never a webhooks/ in the working
     # directory (``-m`` would put it first on sys.path: a clone's has no jobs).
     worker = serving.WorkerProcess([sys.executable, "-P", "-m", "webhooks", "serve-worker"])
@@ -312,7 +315,7 @@ def banner(settings: Settings, listeners: list[str], kept: Any) -> str:
 @click.option("--burst", is_flag=True, help="Drain the queue, then exit.")
 def worker(burst: bool) -> None:
     """Run an RQ worker on REDIS_URL (with the retry scheduler and the sweeper)."""
-    from webhooks.service.process_setup import prepare_metrics_dir
+    from webhooks.service.process_setup import missing_key_problem, prepare_metrics_dir
 
     prepare_metrics_dir()  # before the jobs import prometheus_client: the web's /metrics adds these up
 
@@ -325,6 +328,8 @@ def worker(burst: bool) -> None:
     require_job()
     refuse_unreachable_redis(settings.redis_url)
     revisions.wait_for_head(settings.database_url, logging.getLogger("webhooks.worker"))
+    if problem := missing_key_problem(settings):  # a stored secret's key is not configured
+        raise click.ClickException(f"configuration: {problem}")
     run(settings, burst=burst)
 
 

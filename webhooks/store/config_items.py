@@ -147,6 +147,17 @@ def _table(item: ConfigItem) -> dict[str, Any]:
     return options
 
 
+def missing_key(session: Session, keyring: Keyring | None) -> str | None:
+    """The first key id a stored secret is sealed under that ``keyring`` lacks (None: all open),
+    read from each token's prefix, never opening one: start-up's fail-closed check."""
+    known = set(keyring.key_ids) if keyring is not None else set()
+    for token in session.scalars(select(ConfigSecret.ciphertext)):
+        kid = key_id_of(token)
+        if kid not in known:
+            return kid
+    return None
+
+
 def opened(keyring: Keyring | None, name: str, secret: ConfigSecret) -> str:
     if keyring is None:  # sealed, and no key at all: the same one line as a key missing
         raise UnknownKeyError(key_id_of(secret.ciphertext))
