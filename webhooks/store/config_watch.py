@@ -53,7 +53,7 @@ class Watcher:
         postgres = rt is not None and rt.engine.dialect.name == "postgresql"
         url = rt.engine.url.set(drivername="postgresql").render_as_string(hide_password=False) if rt else ""
         del rt  # held weakly: the runtime may go, and this thread with it
-        while not self.stop.is_set():
+        while not self.stop.is_set() and self._rt() is not None:
             try:
                 self._listen(url) if postgres else self._poll()
                 return
