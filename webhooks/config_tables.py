@@ -62,7 +62,7 @@ class ConfigChange(Base):
 
     __tablename__ = "config_changes"
 
-    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    id: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"), primary_key=True)
     at: Mapped[Timestamp]
     who: Mapped[str] = mapped_column(Text)
     action: Mapped[str] = mapped_column(String(32))

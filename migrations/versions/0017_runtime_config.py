@@ -62,7 +62,7 @@ def upgrade() -> None:
     op.create_index("ix_config_secrets_item", "config_secrets", ["item_name"])
     op.create_table(
         "config_changes",
-        sa.Column("id", sa.Integer(), autoincrement=True, nullable=False),
+        sa.Column("id", sa.BigInteger().with_variant(sa.Integer(), "sqlite"), autoincrement=True, nullable=False),
         sa.Column("at", sa.DateTime(timezone=True), nullable=False),
         sa.Column("who", sa.Text(), nullable=False),
         sa.Column("action", sa.String(32), nullable=False),
