@@ -202,9 +202,9 @@ def serve(host: str, port: int) -> None:
     if not settings.admin_password:  # one password for this database, not a new one every start
         kept = admin_password_file(settings.database_url).resolve()
         settings = dataclasses.replace(settings, admin_password=kept_password(kept, lambda: secrets.token_urlsafe(12)))
+    key_file = None  # secrets stored through the API: sealed by a key kept beside the database
     if settings.keyring is None and (local := encryption.local_keyring(settings.database_url)) is not None:
-        settings = dataclasses.replace(settings, keyring=local[0])  # secrets stored through the API
-        click.echo(f"encryption key {'created' if local[2] else 'kept'} in {local[1].resolve()} (back it up)")
+        settings, key_file = dataclasses.replace(settings, keyring=local[0]), local[1].resolve()
     # Alembic's and the embedded worker's INFO lines would bury the banner; DEBUG shows them.
     quiet("alembic.runtime.migration", "rq.worker", "rq.scheduler")
     upgrade(settings.database_url)
@@ -218,7 +218,7 @@ def serve(host: str, port: int) -> None:
     def ready(process: Any) -> None:
         # In the last web process of the first start, once its app is loaded: after every start-up line.
         if process.age == workers:
-            click.echo(banner(settings, [str(s) for s in process.sockets], kept))
+            click.echo(banner(settings, [str(s) for s in process.sockets], kept, key_file))
             sys.stdout.flush()
 
     class Server(BaseApplication):  # type: ignore[misc]  # gunicorn ships no type hints
@@ -291,7 +291,7 @@ def serve_worker() -> None:
     serving.work(settings)
 
 
-def banner(settings: Settings, listeners: list[str], kept: Any) -> str:
+def banner(settings: Settings, listeners: list[str], kept: Any, key_file: Any = None) -> str:
     """What ``serve`` prints last: where it listens, the console and its password, the endpoints."""
     base = listeners[0] if listeners else "http://127.0.0.1"
     login = (
@@ -308,6 +308,7 @@ def banner(settings: Settings, listeners: list[str], kept: Any) -> str:
     destinations = [f"{d.name}  {d.url}" for d in settings.destinations.values()]
     lines += [f"  {'forwards' if i == 0 else '':9}  {line}" for i, line in enumerate(forwards)]
     lines += [f"  {'to' if i == 0 else '':9}  {line}" for i, line in enumerate(destinations)]
+    lines += [f"  keys       encryption key kept in {key_file} (back it up with the database)"] if key_file else []
     return "\n".join(lines)
 
 
