@@ -234,3 +234,32 @@ def test_a_secret_written_through_the_api_is_nowhere_after_its_answer(app: Flask
     raw = b"".join(p.read_bytes() for p in database.parent.glob(database.name + "*") if p.is_file())
     assert not [k for k in known if k.encode() in raw]
     assert deliver(app, "shop-eu", "evt_sealed", SECRET) == 200  # and yet it works
+
+
+@pytest.mark.slow
+def test_the_forwarder_follows_destinations_created_and_rotated_at_runtime(app: Flask) -> None:
+    from tests.conftest import drain
+    from tests.support import destination as local
+    from webhooks.forward.dispatcher import Forwarder
+
+    client = app.test_client()
+    forwarder = Forwarder(rt(app).sessions, lambda: rt(app).settings.destinations).start()  # as a worker's
+    try:
+        with local.running() as dest:
+            table = {"name": "orders", "url": dest.url + "?token=" + URL_TOKEN, "allow_private": True}
+            assert api(client, "POST", "/destinations", {**table, "secrets": [dest.secret]}).status_code == 201
+            assert api(client, "POST", "/endpoints", {**SHOP, "forward": ["orders"]}).status_code == 201
+            assert deliver(app, "shop-eu", "evt_fwd_1", SECRET) == 200
+            drain(app)
+            wait_until(lambda: dest.ids() == ["evt_fwd_1"], timeout=30)
+            assert api(client, "POST", "/destinations/orders/rotate", {"grace_seconds": 60}).status_code == 201
+            assert deliver(app, "shop-eu", "evt_fwd_2", SECRET) == 200
+            drain(app)
+            wait_until(lambda: dest.ids() == ["evt_fwd_1", "evt_fwd_2"], timeout=30)  # the old secret still verifies
+            assert api(client, "POST", "/destinations/orders/rotate", {"grace_seconds": 0}).status_code == 201
+            assert deliver(app, "shop-eu", "evt_fwd_3", SECRET) == 200
+            drain(app)
+            wait_until(lambda: len(dest.seen) == 3, timeout=30)
+            assert not dest.seen[-1].verified  # after the grace: only the newest signs, unknown to this oracle
+    finally:
+        forwarder.stop()
