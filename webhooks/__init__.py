@@ -72,6 +72,7 @@ def create_app(config: Mapping[str, Any] | Settings | None = None) -> Flask:
     settings = config if isinstance(config, Settings) else load(config)
     app = Flask(__name__)
     rt = Runtime(settings)
+    rt.start_config()  # the database's endpoints and destinations, followed live
     app.extensions["webhooks"] = rt  # the app's own: nothing global, so apps never share one
     receive.init_app(app)
     health.init_app(app)

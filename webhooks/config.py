@@ -20,9 +20,11 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from webhooks import providers
+from webhooks import encryption, providers
 from webhooks.destinations import Destination, destination, forwards, known_keys
 from webhooks.errors import ConfigError
+from webhooks.keys import VARIABLE as ENCRYPTION_KEYS
+from webhooks.keys import Keyring
 from webhooks.providers.base import Endpoint
 from webhooks.urls import checked_database_url, database_url, redis_url
 
@@ -76,6 +78,7 @@ class Settings:
     quarantine_bytes: int = 64 * 1024 * 1024  # bodies, URLs and headers kept, shared by endpoints
     trusted_proxies: int = 0  # proxies in front that append the client to X-Forwarded-For
     outbound_timeout: float = 10.0  # seconds any call out (provider APIs, `webhooks send`) may wait
+    keyring: Keyring | None = field(default=None, repr=False, compare=False)  # seals stored secrets
 
     @property
     def embedded_queue(self) -> bool:
@@ -92,7 +95,7 @@ def _resolve(value: Any, where: str, environ: Mapping[str, str]) -> Any:
     return value
 
 
-def _endpoint(name: str, raw: Mapping[str, Any], environ: Mapping[str, str]) -> Endpoint:
+def build_endpoint(name: str, raw: Mapping[str, Any], environ: Mapping[str, str]) -> Endpoint:
     where = f"endpoint {name!r}"
     if not isinstance(raw, Mapping):
         raise ConfigError(f"{where}: must be a table")
@@ -131,7 +134,7 @@ def _rate(value: Any, where: str, key: str) -> float | None:
     return value
 
 
-def _destination(name: str, raw: Mapping[str, Any], environ: Mapping[str, Any]) -> Destination:
+def build_destination(name: str, raw: Mapping[str, Any], environ: Mapping[str, Any]) -> Destination:
     _refuse_unknown(f"destination {name!r}", raw, known_keys(name, raw))
     return destination(name, raw, lambda value, where: _resolve(value, where, environ))
 
@@ -242,8 +245,8 @@ def load(environ: Mapping[str, Any] | None = None) -> Settings:
     env: Mapping[str, Any] = os.environ if environ is None else environ
     raw_endpoints, raw_destinations = _tables(env)
     raw_endpoints = _raw_endpoints(env, raw_endpoints)
-    endpoints = {name: _endpoint(name, raw, env) for name, raw in raw_endpoints.items()}
-    destinations = {name: _destination(name, raw, env) for name, raw in raw_destinations.items()}
+    endpoints = {name: build_endpoint(name, raw, env) for name, raw in raw_endpoints.items()}
+    destinations = {name: build_destination(name, raw, env) for name, raw in raw_destinations.items()}
     forward = {
         name: forwards(name, raw["forward"], destinations) for name, raw in raw_endpoints.items() if raw.get("forward")
     }
@@ -255,8 +258,9 @@ def load(environ: Mapping[str, Any] | None = None) -> Settings:
     endpoints = {name: replace(endpoint, outbound_timeout=outbound) for name, endpoint in endpoints.items()}
     if attempts < 1:
         raise ConfigError("WEBHOOKS_MAX_ATTEMPTS must be at least 1")
+    database = checked_database_url(env.get("DATABASE_URL") or "sqlite:///webhooks.db")
     return Settings(
-        database_url=checked_database_url(env.get("DATABASE_URL") or "sqlite:///webhooks.db"),
+        database_url=database,
         redis_url=redis_url(env.get("REDIS_URL") or None),
         admin_password=env.get("WEBHOOKS_ADMIN_PASSWORD") or None,
         endpoints=endpoints,
@@ -278,14 +282,17 @@ def load(environ: Mapping[str, Any] | None = None) -> Settings:
         quarantine_bytes=int(_number(env, "WEBHOOKS_QUARANTINE_BYTES", 64 * 1024 * 1024)),
         trusted_proxies=int(_number(env, "WEBHOOKS_TRUSTED_PROXIES", 0)),
         outbound_timeout=outbound,
+        keyring=encryption.keyring(env.get(ENCRYPTION_KEYS), database),
     )
 
 
+SECRET_PREFIX = "WEBHOOKS_SECRET_"  # `webhooks config export`'s placeholders: WEBHOOKS_SECRET_<ITEM>_<N>
 # Every ``WEBHOOKS_*`` variable something reads (the test suite's too): any other is a typo.
 VARIABLES = (
     "WEBHOOKS_ADMIN_PASSWORD",
     "WEBHOOKS_CONFIG",
     "WEBHOOKS_EMBEDDED_WORKER",
+    "WEBHOOKS_ENCRYPTION_KEYS",
     "WEBHOOKS_HANDLERS",
     "WEBHOOKS_JOB_TIMEOUT",
     "WEBHOOKS_LOG_FORMAT",
@@ -312,7 +319,8 @@ def unknown_variables(environ: Mapping[str, Any] | None = None) -> list[str]:
     (``WEBHOOKS_MAX_ATTEMPT``) would otherwise keep the default without a word."""
     env: Mapping[str, Any] = os.environ if environ is None else environ
     warnings = []
-    for name in sorted(n for n in env if n.startswith("WEBHOOKS_") and n not in VARIABLES):
+    names = (n for n in env if n.startswith("WEBHOOKS_") and n not in VARIABLES and not n.startswith(SECRET_PREFIX))
+    for name in sorted(names):
         # Compared without the prefix every name shares, which would make any name look close.
         close = difflib.get_close_matches(name[9:], [v[9:] for v in VARIABLES], n=1, cutoff=0.6)
         hint = f"did you mean WEBHOOKS_{close[0]}?" if close else "no such setting"

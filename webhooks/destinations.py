@@ -138,6 +138,14 @@ def without_credentials(url: str) -> str:
     return urllib.parse.urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2]))
 
 
+def new_secret() -> str:
+    """A fresh destination secret, as Svix makes them: ``whsec_`` + base64 of ``MIN_KEY_BYTES``
+    random bytes (the admin API's rotation and a new secret without a value)."""
+    import secrets
+
+    return "whsec_" + base64.b64encode(secrets.token_bytes(MIN_KEY_BYTES)).decode("ascii")
+
+
 def key(secret: str) -> bytes:
     value = secret.removeprefix(SECRET_PREFIX)
     return base64.b64decode(value + "=" * (-len(value) % 4), validate=True)

@@ -9,7 +9,9 @@
     ├── PurgeRefusedError       (``purge.py``) the window would let a late retry in as new
     ├── FilterError             (``admin/queries.py``) a console filter value it cannot use (400)
     ├── ReplayError             (``admin/replay.py``) a replay that cannot be done (its status)
-    └── TokenError              (``tokens.py``) a token name that cannot be created or revoked
+    ├── TokenError              (``tokens.py``) a token name that cannot be created or revoked
+    └── ConfigItemError         (``store/config_items.py``) a runtime configuration change refused
+                                (its ``word`` and ``status``: the admin API's answer)
 
 HTTP answers are given in two places: the receiver (``receive.py``) for ``VerificationError`` and
 ``UnavailableError``, the console (``admin/errors.py`` and its blueprints) for the rest but

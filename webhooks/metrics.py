@@ -57,6 +57,9 @@ JOB_ERRORS = Counter(
 )
 for _reason in ("import", "deserialize", "other"):  # exported at 0: an alert sees the first one
     JOB_ERRORS.labels(_reason)
+CONFIG_REJECTED = Counter(
+    "webhooks_config_rejected", "Database endpoints or destinations left out of a snapshot (invalid, unreadable)"
+)
 RECOVERIES = Counter("webhooks_sweeper_recoveries", "Stranded events the sweeper queued again")
 RATE_LIMIT_FAILURES = Counter(
     "webhooks_rate_limit_failures", "Rate-limit checks Redis could not answer (the per-process bucket decided)"

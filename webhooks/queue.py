@@ -12,7 +12,7 @@ import json
 import random
 import threading
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import timedelta
 from enum import Enum
 from typing import Any, Protocol
@@ -135,7 +135,10 @@ class JobQueue:
         self.queues = [self.queue, self.lane_queue]  # in the order workers take them
         self._enqueue_script = self.connection.register_script(ENQUEUE_MANY)
         self._shaped: dict[str, tuple[int, str, tuple[str, ...]]] = {}
-        self._calls_out: dict[str, bool] = {}
+        # endpoint → (the Endpoint it was worked out for, whether it calls out): a snapshot's new
+        # Endpoint object for the name (``endpoints``, the runtime's current ones) is worked out again.
+        self._calls_out: dict[str, tuple[object, bool]] = {}
+        self.endpoints: Callable[[], Mapping[str, Any]] = lambda: settings.endpoints
         self.embedded: Embedded | None = None
         self._start_lock = threading.Lock()
         self.handed_over = False  # ``hand_over``: the jobs are another process's to queue
@@ -173,12 +176,12 @@ class JobQueue:
 
     def queue_for(self, endpoint: str) -> Queue:
         """The queue of ``endpoint``'s jobs: ``lane_queue`` when its events call its provider's API."""
-        calls_out = self._calls_out.get(endpoint)
-        if calls_out is None:
-            configured = self.settings.endpoints.get(endpoint)
+        configured = self.endpoints().get(endpoint)
+        cached = self._calls_out.get(endpoint)
+        if cached is None or cached[0] is not configured:
             calls_out = configured is not None and providers.get(configured.kind).calls_out(configured)
-            self._calls_out[endpoint] = calls_out
-        return self.lane_queue if calls_out else self.queue
+            cached = self._calls_out[endpoint] = (configured, calls_out)
+        return self.lane_queue if cached[1] else self.queue
 
     def _enqueue(self, queue: Queue, events: list[tuple[str, str]]) -> int:
         ttl, shape, own = self._shape(queue)

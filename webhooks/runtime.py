@@ -1,5 +1,10 @@
 """The live parts built from ``Settings``: engine, sessions, queue. One per app or worker.
 
+``settings`` is the current snapshot: the file's settings with the database's endpoints and
+destinations laid over them (``webhooks.live_config``), swapped whole for a new immutable one
+when the configuration changes (``start_config``: within a second, ``webhooks.store.config_watch``).
+Everything reads ``rt.settings`` when it needs it, never a copy taken at start.
+
 Each app and each worker owns its runtime; none is process-wide. Jobs take plain ids, so they find
 theirs with ``current()``: the one their worker put in scope around the job (``Runtime.scope``).
 A job run where none is in scope is an error, never a runtime guessed from the environment.
@@ -12,16 +17,21 @@ import logging
 import threading
 from collections.abc import Iterator
 from contextvars import ContextVar
+from datetime import UTC, datetime
+from pathlib import Path
 
 from sqlalchemy import Engine
+from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
+from webhooks import live_config, metrics
 from webhooks.config import Settings
 from webhooks.engines import deferred, make_engine, make_sessionmaker, sqlite_lock
 from webhooks.errors import NoRuntimeError
 from webhooks.lanes import Lanes
 from webhooks.queue import JobQueue
-from webhooks.store import Store, open_store
+from webhooks.store import Store, config_items, open_store
+from webhooks.store.config_watch import Watcher
 
 log = logging.getLogger(__name__)
 _current: ContextVar[Runtime | None] = ContextVar("webhooks_runtime", default=None)
@@ -31,7 +41,12 @@ _plain_lock = threading.Lock()
 
 class Runtime:
     def __init__(self, settings: Settings) -> None:
+        self.file_settings = settings  # the file's and the environment's: what every snapshot starts from
         self.settings = settings
+        self.config_version = 0  # the database's configuration version ``settings`` holds
+        self.config_next_change: datetime | None = None  # a secret's window opens or closes then
+        self._reloading = threading.Lock()
+        self.watcher: Watcher | None = None
         self.engine: Engine = make_engine(settings.database_url)
         self.sessions: sessionmaker[Session] = make_sessionmaker(self.engine)
         # SQLite transactions that wait for no writer until they write: for reads, and for the
@@ -39,10 +54,53 @@ class Runtime:
         self.deferred_sessions: sessionmaker[Session] = make_sessionmaker(deferred(self.engine))
         self._processing_lock = sqlite_lock(self.engine, "-processing.lock")
         self.queue = JobQueue(settings)
+        self.queue.endpoints = lambda: self.settings.endpoints
         self.lanes = Lanes()  # per-endpoint threads for events that call their provider's API
         self.store: Store = open_store(
             self.engine, lock=self.processing, sessions=self.sessions, deferred_sessions=self.deferred_sessions
         )
+
+    def start_config(self, *, watch: bool = True) -> None:
+        """Lay the database's endpoints and destinations over the file's, then (``watch``) follow
+        every change. A secret sealed under a key not configured stops start-up (``UnknownKeyError``,
+        one line naming the key id); a database not ready yet leaves the file's until it is."""
+        try:
+            self.reload_config()
+        except SQLAlchemyError as exc:
+            log.warning("runtime configuration not read (%s): the file's for now", exc.__class__.__name__)
+        if watch and self.watcher is None:
+            self.watcher = Watcher(self).start()
+
+    def reload_config(self, now: datetime | None = None) -> None:
+        """Read the database's items and swap in the merged snapshot; an item that fails the
+        file's validation is left out, logged and counted, never fatal."""
+        with self._reloading:
+            if self._absent():
+                return
+            with self.deferred_sessions() as session:
+                snap = config_items.snapshot(session, self.file_settings.keyring, now=now or datetime.now(UTC))
+
+            def skipped(name: str, why: str) -> None:
+                log.error("runtime configuration: %s left out: %s", name, why)
+                metrics.CONFIG_REJECTED.inc()
+
+            for name, why in snap.broken:
+                skipped(name, why)
+            self.settings = live_config.merged(self.file_settings, snap.items, lambda i, why: skipped(i.name, why))
+            self.config_version, self.config_next_change = snap.version, snap.next_change
+
+    def config_changed(self) -> bool:
+        """Whether the database's configuration version differs from the one ``settings`` holds."""
+        if self._absent():
+            return False
+        with self.engine.connect() as conn:
+            return conn.scalar(config_items.VERSION) != self.config_version
+
+    def _absent(self) -> bool:
+        """A SQLite file not created yet: nothing to read, and reading would create it."""
+        url = self.engine.url
+        name = url.database or ""
+        return url.get_backend_name() == "sqlite" and name not in ("", ":memory:") and not Path(name).exists()
 
     @contextlib.contextmanager
     def processing(self, timeout: float | None = None) -> Iterator[bool]:

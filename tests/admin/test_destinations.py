@@ -100,6 +100,9 @@ def test_the_list_shows_every_configured_destination_and_no_secret(
         "ordered": False,
         "throttled_until": None,
         "paused_reason": None,
+        "source": "file",  # #32: where it is defined, its label and (the database's) secrets
+        "label": None,
+        "secrets": [],
     }
     assert found["orders"]["last_success_at"].endswith("Z")
     assert found["audit"]["state"] == "active" and found["audit"]["pending"] == found["audit"]["failed"] == 0

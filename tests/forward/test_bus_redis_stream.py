@@ -27,7 +27,7 @@ from webhooks.destinations import KINDS
 from webhooks.errors import ConfigError
 from webhooks.forward.kinds import PUBLISHERS
 from webhooks.forward.signing import message_id
-from webhooks.service.cli import banner
+from webhooks.service.serving import banner
 
 EVENTS, COPIES = 20, 3
 HEADERS = {

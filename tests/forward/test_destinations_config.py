@@ -109,7 +109,7 @@ forward = ["orders"]
 
 
 def test_the_serve_banner_names_what_forwards_where() -> None:
-    from webhooks.service.cli import banner
+    from webhooks.service.serving import banner
 
     text = banner(load({"orders": dest()}), ["http://127.0.0.1:8000"], None)
     assert "forwards   stripe → orders" in text and "orders  http://127.0.0.1:9/hooks" in text

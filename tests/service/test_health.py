@@ -18,7 +18,7 @@ def test_healthz_needs_no_auth_and_no_database(tmp_path: Path) -> None:
     app = create_app(base_config(f"sqlite:///{tmp_path}/never-created.db"))
     response = app.test_client().get("/healthz")
     assert response.status_code == 200
-    assert response.get_json() == {"status": "ok", "version": metadata.version("webhooks")}
+    assert response.get_json() == {"status": "ok", "version": metadata.version("webhooks"), "config_version": 0}
     assert not (tmp_path / "never-created.db").exists()
 
 

@@ -335,7 +335,8 @@ def test_admin_modules_add_their_routes_only_when_the_package_registers_them() -
     script = textwrap.dedent("""
         import json
         import webhooks.admin as admin
-        from webhooks.admin import api, destinations, gaps, pages, quarantine_pages, rejections, token_views
+        from webhooks.admin import api, config_api, destinations, gaps, pages, quarantine_pages, rejections
+        from webhooks.admin import token_views
         before = len(api.bp.deferred_functions), len(pages.bp.deferred_functions)
         admin.blueprints()
         admin.blueprints()  # once per process, however many apps are made
@@ -343,5 +344,6 @@ def test_admin_modules_add_their_routes_only_when_the_package_registers_them() -
     """)
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=True)
     before, after = json.loads(out.stdout.strip().splitlines()[-1])
-    # api: 3 rejections + gaps + 5 destinations + tokens; pages: 3 rejections + gaps + 5 destinations + tokens
-    assert after == [before[0] + 10, before[1] + 10]
+    # api: 3 rejections + gaps + 5 destinations + tokens + 13 runtime configuration (config_api);
+    # pages: 3 rejections + gaps + 5 destinations + tokens
+    assert after == [before[0] + 23, before[1] + 10]

@@ -142,6 +142,8 @@ def test_serve_prints_one_format_then_its_banner_and_keeps_its_password(tmp_path
         assert kept == tmp_path / "webhooks.db.admin-password"
         assert stat.S_IMODE(kept.stat().st_mode) == 0o600
         assert kept.read_text().strip() == password
+        key_file = tmp_path / "webhooks.db.key"  # #32: the key sealing secrets stored through the API
+        assert stat.S_IMODE(key_file.stat().st_mode) == 0o600 and key_file.read_text().startswith("local1:")
         wait_http(base + "/healthz")
         assert requests.get(f"{base}/admin/api/events", auth=("admin", password), timeout=30).status_code == 200
         answer = requests.get(f"{base}/", allow_redirects=False, timeout=30)
@@ -178,7 +180,7 @@ def test_a_cleanly_stopped_worker_leaves_the_scheduler_lock_to_the_next(tmp_path
 
 def test_a_password_from_the_environment_is_never_printed() -> None:
     from webhooks.config import Settings
-    from webhooks.service.cli import banner
+    from webhooks.service.serving import banner
 
     text = banner(Settings(admin_password="s3cret-from-env"), ["http://127.0.0.1:8000"], None)
     assert "s3cret-from-env" not in text

@@ -389,3 +389,29 @@ def test_0013_from_a_populated_0012_keeps_every_row_and_every_dedup(db: str, req
         command.check(alembic_config(url))
     finally:
         engine.dispose()
+
+
+@pytest.mark.parametrize("db", ["sqlite_url", "pg_url"])
+def test_0017_runtime_config_tables_up_down_up(db: str, request: pytest.FixtureRequest) -> None:
+    """0017 adds the runtime configuration's four tables, with the version row at 0; the
+    downgrade drops them and leaves 0016's tables; upgrading again starts from version 0."""
+    import sqlalchemy as sa
+
+    url = request.getfixturevalue(db)
+    names = {"config_items", "config_secrets", "config_changes", "config_version"}
+    engine = sa.create_engine(url)
+    try:
+        upgrade(url, "0017")
+        with engine.begin() as conn:
+            assert names <= set(sa.inspect(conn).get_table_names())
+            assert conn.execute(sa.text("SELECT id, version FROM config_version")).all() == [(1, 0)]
+            conn.execute(sa.text("UPDATE config_version SET version = 7"))
+        command.downgrade(alembic_config(url), "0016")
+        with engine.connect() as conn:
+            tables = set(sa.inspect(conn).get_table_names())
+        assert not names & tables and "api_tokens" in tables
+        upgrade(url, "0017")
+        with engine.connect() as conn:
+            assert conn.execute(sa.text("SELECT version FROM config_version")).scalar_one() == 0
+    finally:
+        engine.dispose()

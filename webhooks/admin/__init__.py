@@ -11,13 +11,14 @@ from flask import Blueprint, Flask
 def blueprints() -> tuple[Blueprint, Blueprint]:
     """The API's and the pages' blueprints with every console module's routes on them; built once
     per process, as the blueprints are module-level and a route may be added to one only once."""
-    from webhooks.admin import api, destinations, gaps, pages, quarantine_pages, rejections, token_views
+    from webhooks.admin import api, config_api, destinations, gaps, pages, quarantine_pages, rejections, token_views
 
     rejections.init_app(api.bp)
     quarantine_pages.init_app(pages.bp)
     gaps.init_app(api.bp, pages.bp)
     destinations.init_app(api.bp, pages.bp)
     token_views.init_app(api.bp, pages.bp)
+    config_api.init_app(api.bp)
     return api.bp, pages.bp
 
 

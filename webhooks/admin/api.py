@@ -22,6 +22,7 @@ from webhooks.models import Attempt, Event, Object, Replay
 from webhooks.vocabulary import DeliveryStatus, Status
 
 bp = Blueprint("admin_api", __name__, url_prefix="/admin/api")
+JSON_TYPES = ("application/json",)  # PATCH also takes application/merge-patch+json (RFC 7396)
 bp.before_request(check_api_auth)
 errors.init(bp, errors.api_answer)
 errors.init_api(bp)
@@ -43,7 +44,8 @@ def _json_posts_only() -> Response | tuple[Response, int] | None:
     if not g.get("admin_token") and not csrf.same_origin():
         return _error("cross_site_request", 403)
     request.max_content_length = runtime().settings.max_body_bytes  # a larger body: 413 as it is read
-    if (request.content_length or request.headers.get("Transfer-Encoding")) and request.mimetype != "application/json":
+    allowed = JSON_TYPES if request.method != "PATCH" else (*JSON_TYPES, "application/merge-patch+json")
+    if (request.content_length or request.headers.get("Transfer-Encoding")) and request.mimetype not in allowed:
         return _error("json_required", 415)
     return None
 

@@ -4,7 +4,9 @@ deliveries of removed destinations: ``?removed=1``, adopt, fail), the console's
 
 Every configured destination is listed, sent to or not, with its ``kind`` and ``target`` (the URL
 without credentials; ``url`` too for an HTTP one, whose URL holds none: the guard refuses
-``user:password@`` there); its secrets and a bus's credentials never leave the configuration. A pause or
+``user:password@`` there); its secrets and a bus's credentials never leave the configuration (one
+created through the API with a query string is shown redacted). Creating, changing, deleting and
+rotating one is ``config_api.py``'s. A pause or
 resume is logged with who did it and why; an adopt or a fail of held deliveries is also written
 to the ``replays`` audit table (``filter``: ``{"adopt": name}`` / ``{"fail": name}``).
 """
@@ -20,6 +22,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 from werkzeug.wrappers import Response
 
+from webhooks.admin import config_json
 from webhooks.admin.auth import runtime, who
 from webhooks.admin.queries import iso, storable
 from webhooks.destinations import Destination
@@ -29,6 +32,7 @@ from webhooks.forward.dispatcher import nudge
 from webhooks.forward.held import adopt, fail_held
 from webhooks.forward_tables import Delivery, DeliveryAttempt
 from webhooks.models import COUNT_CAP
+from webhooks.store import config_items as store
 from webhooks.store.sql import audit_record
 
 log = logging.getLogger(__name__)
@@ -56,10 +60,14 @@ def destination_json(destination: Destination, backlog: Backlog) -> dict[str, An
 
 
 def _listed() -> list[dict[str, Any]]:
+    """Every destination of the snapshot with its backlog, and where it is defined (``source``,
+    ``label``, ``secrets``: ``config_json.destination_extra``)."""
     configured = runtime().settings.destinations
     with runtime().sessions() as session:
         found = backlogs(session, list(configured), datetime.now(UTC))
-    return [destination_json(configured[b.name], b) for b in found]
+        stored = store.items(session, "destination")
+        extra = config_json.destination_extra(runtime(), stored, store.secrets_of(session, [i.name for i in stored]))
+    return [{**destination_json(configured[b.name], b), **extra.get(b.name, {})} for b in found]
 
 
 def held_json(h: Held) -> dict[str, Any]:

@@ -83,16 +83,47 @@ class Forwarder:
     def __init__(
         self,
         sessions: sessionmaker[Session],
-        destinations: Mapping[str, Destination],
+        destinations: Mapping[str, Destination] | Callable[[], Mapping[str, Destination]],
         *,
         resolver: Resolver = system_resolver,
     ) -> None:
+        """``destinations``, or a function returning the current ones (the runtime's snapshot,
+        which the admin API changes: each turn opens, replaces and retires lanes to match)."""
         self.sessions = sessions
         self.results: queue.SimpleQueue[Result] = queue.SimpleQueue()
-        self.lanes = {name: Lane(d, self._done, resolver) for name, d in destinations.items()}
+        self._current = destinations if callable(destinations) else lambda: destinations
+        self._resolver = resolver
+        self.lanes: dict[str, Lane] = {}
+        self._retired: dict[str, Lane] = {}  # lanes of destinations changed or gone, until their sends settle
+        self._sync()
         self.stopped = threading.Event()
         self.thread: threading.Thread | None = None
         self._unsettled: dict[str, list[Result]] = {}
+
+    def _sync(self) -> None:
+        """Lanes for the current destinations. A changed or removed destination's lane is retired:
+        it takes no new lease, its sends in flight finish (then its client closes) and settle,
+        counted on the lane that replaces it, or on the retired lane until they have."""
+        current = self._current()
+        if current.keys() == self.lanes.keys() and all(
+            current[n] is lane.destination for n, lane in self.lanes.items()
+        ):
+            return
+        for name, lane in list(self.lanes.items()):
+            if current.get(name) == lane.destination:
+                lane.destination = current[name]  # an equal snapshot's object: keep the lane
+                continue
+            del self.lanes[name]
+            threading.Thread(target=_retire, args=(lane,), name=f"forward-{name}-retired", daemon=True).start()
+            self._retired[name] = lane
+        for name, destination in current.items():
+            if name not in self.lanes:
+                self.lanes[name] = Lane(destination, self._done, self._resolver)
+                old = self._retired.pop(name, None)
+                self.lanes[name].busy += old.busy if old is not None else 0
+        for name, lane in list(self._retired.items()):
+            if not lane.busy:
+                del self._retired[name]
 
     def _done(self, result: Result) -> None:
         self.results.put(result)
@@ -123,6 +154,7 @@ class Forwarder:
         """One turn: settle what came back, lease what each lane has room for; whether it did
         anything (a busy loop turns again at once)."""
         worked = self.settle()
+        self._sync()
         now = datetime.now(UTC)
         for lane in self.lanes.values():
             if lane.free <= 0:
@@ -141,7 +173,7 @@ class Forwarder:
             self._unsettled.setdefault(result.lease.destination, []).append(result)
         worked = False
         for name, results in list(self._unsettled.items()):
-            lane = self.lanes[name]
+            lane = self.lanes.get(name) or self._retired[name]
             outcomes = settle.settle(self.sessions, lane.destination, results, datetime.now(UTC))
             del self._unsettled[name]
             lane.busy -= len(results)
@@ -158,14 +190,22 @@ class Forwarder:
         if self.thread is not None:
             self.thread.join(timeout)
         deadline = time.monotonic() + timeout
-        while any(lane.busy for lane in self.lanes.values()) and time.monotonic() < deadline:
+        while (
+            any(lane.busy for lane in [*self.lanes.values(), *self._retired.values()]) and time.monotonic() < deadline
+        ):
             try:
                 self.settle()
             except SQLAlchemyError:
                 break  # their leases expire: sent again by the next forwarder
             time.sleep(0.02)
-        for lane in self.lanes.values():
+        for lane in [*self.lanes.values(), *self._retired.values()]:
             lane.close(wait=False)
+
+
+def _retire(lane: Lane) -> None:
+    """A retired lane's end: its sends in flight finish, then its client closes."""
+    lane.pool.shutdown(wait=True, cancel_futures=False)
+    lane.publisher.close()
 
 
 def drain(forwarder: Forwarder, timeout: float = 10.0) -> bool:

@@ -181,6 +181,7 @@ def _default_port() -> str:
 )
 def serve(host: str, port: int) -> None:
     """Run it all, nothing to install: SQLite, web and worker processes, the console."""
+    from webhooks.service import process_setup as setup
     from webhooks.service.process_setup import admin_password_file, kept_password, prepare_metrics_dir, quiet
 
     # Several processes: /metrics adds up their samples. First, before anything imports
@@ -188,6 +189,7 @@ def serve(host: str, port: int) -> None:
     prepare_metrics_dir()
     from gunicorn.app.base import BaseApplication  # type: ignore[import-untyped]
 
+    from webhooks import encryption
     from webhooks.service import gunicorn_conf, serving
     from webhooks.worker import handlers
 
@@ -200,9 +202,14 @@ def serve(host: str, port: int) -> None:
     if not settings.admin_password:  # one password for this database, not a new one every start
         kept = admin_password_file(settings.database_url).resolve()
         settings = dataclasses.replace(settings, admin_password=kept_password(kept, lambda: secrets.token_urlsafe(12)))
+    key_file = None  # secrets stored through the API: sealed by a key kept beside the database
+    if settings.keyring is None and (local := encryption.local_keyring(settings.database_url)) is not None:
+        settings, key_file = dataclasses.replace(settings, keyring=local[0]), local[1].resolve()
     # Alembic's and the embedded worker's INFO lines would bury the banner; DEBUG shows them.
     quiet("alembic.runtime.migration", "rq.worker", "rq.scheduler")
     upgrade(settings.database_url)
+    if problem := setup.missing_key_problem(settings):  # a stored secret's key is not configured
+        raise click.ClickException(f"configuration: {problem}")
     # -P: the worker process runs the installed package, never a webhooks/ in the working
     # directory (``-m`` would put it first on sys.path: a clone's has no jobs).
     worker = serving.WorkerProcess([sys.executable, "-P", "-m", "webhooks", "serve-worker"])
@@ -211,7 +218,7 @@ def serve(host: str, port: int) -> None:
     def ready(process: Any) -> None:
         # In the last web process of the first start, once its app is loaded: after every start-up line.
         if process.age == workers:
-            click.echo(banner(settings, [str(s) for s in process.sockets], kept))
+            click.echo(serving.banner(settings, [str(s) for s in process.sockets], kept, key_file))
             sys.stdout.flush()
 
     class Server(BaseApplication):  # type: ignore[misc]  # gunicorn ships no type hints
@@ -284,33 +291,11 @@ def serve_worker() -> None:
     serving.work(settings)
 
 
-def banner(settings: Settings, listeners: list[str], kept: Any) -> str:
-    """What ``serve`` prints last: where it listens, the console and its password, the endpoints."""
-    base = listeners[0] if listeners else "http://127.0.0.1"
-    login = (
-        f"user admin, password {settings.admin_password} (kept in {kept})"
-        if kept
-        else "user admin, password from WEBHOOKS_ADMIN_PASSWORD"
-    )
-    endpoints = [f"POST {base}/webhooks/{name}" for name in settings.endpoints] or [
-        "none configured: set STRIPE_WEBHOOK_SECRET=… (or another provider's) or write webhooks.toml"
-    ]
-    lines = [f"webhooks {version()} serving on {', '.join(listeners)}", f"  console    {base}/admin/  {login}"]
-    lines += [f"  {'endpoints' if i == 0 else '':9}  {line}" for i, line in enumerate(endpoints)]
-    forwards = [f"{name} → {', '.join(names)}" for name, names in settings.forwards.items()]
-    destinations = [
-        f"{d.name}  {d.target}" + ("" if d.kind == "http" else f"  ({d.kind})") for d in settings.destinations.values()
-    ]
-    lines += [f"  {'forwards' if i == 0 else '':9}  {line}" for i, line in enumerate(forwards)]
-    lines += [f"  {'to' if i == 0 else '':9}  {line}" for i, line in enumerate(destinations)]
-    return "\n".join(lines)
-
-
 @main.command()
 @click.option("--burst", is_flag=True, help="Drain the queue, then exit.")
 def worker(burst: bool) -> None:
     """Run an RQ worker on REDIS_URL (with the retry scheduler and the sweeper)."""
-    from webhooks.service.process_setup import prepare_metrics_dir
+    from webhooks.service.process_setup import missing_key_problem, prepare_metrics_dir
 
     prepare_metrics_dir()  # before the jobs import prometheus_client: the web's /metrics adds these up
 
@@ -323,6 +308,8 @@ def worker(burst: bool) -> None:
     require_job()
     refuse_unreachable_redis(settings.redis_url)
     revisions.wait_for_head(settings.database_url, logging.getLogger("webhooks.worker"))
+    if problem := missing_key_problem(settings):  # a stored secret's key is not configured
+        raise click.ClickException(f"configuration: {problem}")
     run(settings, burst=burst)
 
 

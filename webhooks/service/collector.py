@@ -130,6 +130,11 @@ class ServiceCollector(Collector):
             up.add_metric(["redis"], 0)
         else:
             yield GaugeMetricFamily("webhooks_queue_depth", "Jobs waiting in the queue (not yet started)", value=depth)
+        yield GaugeMetricFamily(
+            "webhooks_config_version",
+            "The runtime configuration version the scraped process holds (every process reaches the newest within 1 s)",
+            value=getattr(self.rt, "config_version", 0),
+        )
         yield up
 
 

@@ -68,7 +68,12 @@ logger_class = "webhooks.service.gunicorn_worker.RootLogger"
 def on_starting(server: Any) -> None:
     from webhooks import config, revisions
     from webhooks.errors import ConfigError
-    from webhooks.service.process_setup import configure_logging, prepare_metrics_dir, warn_unknown_variables
+    from webhooks.service.process_setup import (
+        configure_logging,
+        missing_key_problem,
+        prepare_metrics_dir,
+        warn_unknown_variables,
+    )
 
     prepare_metrics_dir()  # before any worker imports prometheus_client
     try:
@@ -84,6 +89,9 @@ def on_starting(server: Any) -> None:
             "set WEBHOOKS_ADMIN_PASSWORD to turn the console on"
         )
     revisions.wait_for_head(settings.database_url, logging.getLogger("webhooks.web"))
+    problem = missing_key_problem(settings)
+    if problem:  # every web process would fail to build its app: one line, here, instead
+        raise SystemExit(f"Error: configuration: {problem}")
 
 
 def refuse_taken(server: Any) -> None:

@@ -1,4 +1,5 @@
-"""Operations: probes without auth — ``GET /healthz`` (the process answers, and its version) and ``GET /readyz`` (it
+"""Operations: probes without auth — ``GET /healthz`` (the process answers, its version and the
+runtime configuration version it holds, ``config_version``) and ``GET /readyz`` (it
 can take deliveries: the database answers at the head schema revision and, unless the queue is
 embedded, Redis answers; a failed check is a 503 whose JSON names each check and why) — and
 ``GET /metrics`` (Prometheus text format) behind the admin's HTTP Basic auth."""
@@ -19,7 +20,8 @@ bp = Blueprint("health", __name__)
 
 @bp.get("/healthz")
 def healthz() -> Response:
-    return jsonify(status="ok", version=version())
+    rt: Runtime = current_app.extensions["webhooks"]
+    return jsonify(status="ok", version=version(), config_version=rt.config_version)
 
 
 def checks(rt: Runtime) -> dict[str, str]:

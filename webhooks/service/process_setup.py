@@ -228,3 +228,25 @@ def bind_problem(host: str, port: int) -> str | None:
     finally:
         probe.close()
     return None
+
+
+def missing_key_problem(settings: Any) -> str | None:
+    """One line naming the key id when the database holds a secret sealed under a key
+    ``WEBHOOKS_ENCRYPTION_KEYS`` (or the key file) lacks: the process must not start."""
+    from sqlalchemy.exc import SQLAlchemyError
+
+    from webhooks.engines import make_engine
+    from webhooks.keys import UnknownKeyError
+    from webhooks.store.config_items import missing_key
+
+    engine = make_engine(settings.database_url)
+    try:
+        from sqlalchemy.orm import Session
+
+        with Session(engine) as session:
+            kid = missing_key(session, settings.keyring)
+    except SQLAlchemyError:
+        return None  # not migrated yet, or down: the process's own checks say so
+    finally:
+        engine.dispose()
+    return None if kid is None else str(UnknownKeyError(kid))

@@ -26,6 +26,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from webhooks.config import Settings
+from webhooks.service import process_setup
 
 log = logging.getLogger("webhooks.serving")  # the name the docs and log filters know
 RESTART_SECONDS = 1.0  # between the worker process's death and its next start
@@ -102,6 +103,7 @@ def work(settings: Settings) -> None:
         signal.signal(sig, lambda *_: stop.set())
     threading.Thread(target=_until_eof, args=(stop.set,), name="webhooks-master-gone", daemon=True).start()
     rt = Runtime(settings)
+    rt.start_config()
     started = datetime.now(UTC)
     # The embedded queue starts empty: whatever the last run left unfinished is stranded now.
     sweeper.sweep(rt, age=0)
@@ -119,3 +121,29 @@ def _until_eof(then: Callable[[], object]) -> None:
     except OSError:
         pass
     then()
+
+
+def banner(settings: Settings, listeners: list[str], kept: Any, key_file: Any = None) -> str:
+    """What ``serve`` prints last: where it listens, the console and its password, the endpoints."""
+    base = listeners[0] if listeners else "http://127.0.0.1"
+    login = (
+        f"user admin, password {settings.admin_password} (kept in {kept})"
+        if kept
+        else "user admin, password from WEBHOOKS_ADMIN_PASSWORD"
+    )
+    endpoints = [f"POST {base}/webhooks/{name}" for name in settings.endpoints] or [
+        "none configured: set STRIPE_WEBHOOK_SECRET=… (or another provider's) or write webhooks.toml"
+    ]
+    lines = [
+        f"webhooks {process_setup.version()} serving on {', '.join(listeners)}",
+        f"  console    {base}/admin/  {login}",
+    ]
+    lines += [f"  {'endpoints' if i == 0 else '':9}  {line}" for i, line in enumerate(endpoints)]
+    forwards = [f"{name} → {', '.join(names)}" for name, names in settings.forwards.items()]
+    destinations = [
+        f"{d.name}  {d.target}" + ("" if d.kind == "http" else f"  ({d.kind})") for d in settings.destinations.values()
+    ]
+    lines += [f"  {'forwards' if i == 0 else '':9}  {line}" for i, line in enumerate(forwards)]
+    lines += [f"  {'to' if i == 0 else '':9}  {line}" for i, line in enumerate(destinations)]
+    lines += [f"  keys       encryption key kept in {key_file} (back it up with the database)"] if key_file else []
+    return "\n".join(lines)

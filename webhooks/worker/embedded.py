@@ -175,7 +175,7 @@ def start_embedded(rt: Runtime) -> None:
     they run already. A job stuck past its timeout is given up (``abandon``)."""
 
     def build() -> EmbeddedWorker:
-        forwarder = Forwarder(rt.sessions, rt.settings.destinations) if rt.settings.destinations else None
+        forwarder = Forwarder(rt.sessions, lambda: rt.settings.destinations)  # follows the live snapshot
         return EmbeddedWorker(rt.queue, rt.scope, tick(rt), functools.partial(abandon, rt), forwarder)
 
     rt.queue.start_embedded(build)

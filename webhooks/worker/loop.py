@@ -85,7 +85,10 @@ class Worker(ScopedWorker):
 
     def __init__(self, queues: Any, *args: Any, runtime: Runtime | None = None, **kwargs: Any) -> None:
         super().__init__(with_lanes(queues), *args, **kwargs)
-        self.runtime = runtime or Runtime(config.load())
+        if runtime is None:  # a plain `rq worker -w webhooks.jobs.worker.Worker`: its own, followed live
+            runtime = Runtime(config.load())
+            runtime.start_config()
+        self.runtime = runtime
         self.scope = self.runtime.scope
 
 
@@ -137,12 +140,14 @@ def run(settings: Settings, *, burst: bool = False) -> bool:
     # Every import before the stop handler: a SIGTERM raising inside an import can be swallowed
     # (psycopg tries its implementations under ``except Exception``), and the worker would not stop.
     rt = Runtime(settings)
+    rt.start_config()
     handlers.load(settings.handler_modules)
     handlers.announce(settings.handler_modules)
     ticker = Ticker(rt.queue, tick(rt), settings.sweep_interval)
     thread = threading.Thread(target=ticker.run, name="webhooks-ticker", daemon=True)
     # Forwarding runs beside the jobs, on threads of its own (``webhooks.forward.dispatcher``).
-    forwarder = Forwarder(rt.sessions, settings.destinations) if settings.destinations else None
+    # Always: a destination may be created at runtime (the forwarder follows ``rt.settings``).
+    forwarder: Forwarder | None = Forwarder(rt.sessions, lambda: rt.settings.destinations)
     stop = _Stop()
     stop.install()  # until RQ installs its own: a SIGTERM while it starts is a clean stop too
     try:

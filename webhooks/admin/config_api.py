@@ -1,0 +1,255 @@
+"""Endpoints and destinations managed while the service runs (#32): ``/admin/api/endpoints``,
+the writes of ``/admin/api/destinations``, their secrets, a destination's rotation, and
+``/admin/api/audit`` (every configuration change, with who made it).
+
+The file owns what it defines: those are listed (``"source": "file"``) and every change to them
+is 409 ``managed_by_file``. A table is validated by the file's own rules (400 ``invalid_config``
+naming the ``field``); the store refuses the rest (409 ``exists``, ``last_secret``,
+``too_many_secrets``, ``no_encryption_key``; 404 ``not_found``). After each change this process
+reloads at once; the others within a second (``webhooks.store.config_watch``). A secret's value
+is in one answer only: the one that generated it.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
+
+from flask import Blueprint, jsonify, request
+from werkzeug.wrappers import Response
+
+from webhooks.admin import config_json
+from webhooks.admin.auth import runtime, who
+from webhooks.admin.queries import iso, parse_id, parse_limit
+from webhooks.destinations import new_secret
+from webhooks.errors import ConfigError
+from webhooks.live_config import DESTINATION, ENDPOINT, check, field_of
+from webhooks.providers import PROVIDERS
+from webhooks.store import config_items as store
+from webhooks.store.config_items import ConfigItemError
+
+NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
+MAX_GRACE = 604_800  # seconds a rotated-out secret may keep signing: a week
+DEFAULT_GRACE = 86_400
+KINDS = {"endpoints": ENDPOINT, "destinations": DESTINATION}
+Answer = Response | tuple[Response, int] | tuple[str, int]
+
+
+class InvalidError(Exception):
+    """400 ``invalid_config``: the field and the message the file's validation gave."""
+
+    def __init__(self, field: str | None, message: str) -> None:
+        super().__init__(message)
+        self.field, self.message = field, message
+
+
+def _invalid(exc: InvalidError) -> tuple[Response, int]:
+    return jsonify(error="invalid_config", field=exc.field, message=exc.message), 400
+
+
+def _refused(exc: ConfigItemError) -> tuple[Response, int]:
+    return jsonify(error=exc.word, message=str(exc)), exc.status
+
+
+def _body() -> dict[str, Any]:
+    body = request.get_json(silent=True) if request.content_length else {}
+    if not isinstance(body, dict):
+        raise InvalidError(None, "the body must be a JSON object")
+    return body
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+def _owned(kind: str, name: str) -> None:
+    """409 ``managed_by_file`` for a name the file defines (as either kind)."""
+    file = runtime().file_settings
+    if name in file.endpoints or name in file.destinations:
+        raise ConfigItemError("managed_by_file", f"{name!r} is defined in the configuration file: change it there")
+
+
+def _validated(kind: str, name: str, table: dict[str, Any]) -> None:
+    try:
+        check(kind, name, table, runtime().settings.destinations)
+    except ConfigError as exc:
+        raise InvalidError(field_of(str(exc)), str(exc)) from None
+
+
+def _changed(work: Callable[[Any], Any]) -> Any:
+    """Run ``work(session)`` (one store transaction), then reload this process's snapshot."""
+    rt = runtime()
+    with rt.sessions() as session:
+        result = work(session)
+    rt.reload_config()
+    return result
+
+
+def _listed_item(kind: str, name: str) -> dict[str, Any]:
+    rt = runtime()
+    with rt.deferred_sessions() as session:
+        stored = store.items(session)
+        sealed = store.secrets_of(session, [name])
+    if kind == ENDPOINT:
+        return next(e for e in config_json.endpoints(rt, stored, sealed) if e["name"] == name)
+    item = next(i for i in stored if i.name == name)
+    extra = config_json.destination_extra(rt, stored, sealed).get(name)
+    options = dict(item.options)
+    shown = {"name": name, "url": options.pop("url", None), "options": options}
+    return {**shown, **(extra or config_json.stored_json(item, sealed.get(name, [])))}
+
+
+# ----- the routes ------------------------------------------------------------------------------
+def list_endpoints() -> Any:
+    """Every endpoint, the file's and the database's; ``?label=`` narrows to one label."""
+    rt = runtime()
+    with rt.deferred_sessions() as session:
+        stored, sealed = store.items(session, ENDPOINT), store.secrets_of(session)
+    found = config_json.endpoints(rt, stored, sealed)
+    label = request.args.get("label")
+    return jsonify(endpoints=[e for e in found if label is None or e["label"] == label])
+
+
+def create_item(kind: str) -> Answer:
+    body = _body()
+    name, label = body.pop("name", None), body.pop("label", None)
+    if not isinstance(name, str) or not NAME.fullmatch(name):
+        raise InvalidError("name", "name: 1 to 100 of letters, digits and . _ -, starting with a letter or digit")
+    if label is not None and (not isinstance(label, str) or len(label) > 200):
+        raise InvalidError("label", "label must be text of at most 200 characters")
+    file = runtime().file_settings
+    if name in file.endpoints or name in file.destinations:
+        raise ConfigItemError("exists", f"{name!r} exists (in the configuration file)")
+    _validated(kind, name, body)
+    keyring = runtime().settings.keyring
+    _changed(lambda s: store.create(s, keyring, kind, name, body, label=label, who=who(), now=_now()))
+    return jsonify(_listed_item(kind, name)), 201
+
+
+def patch_item(kind: str, name: str) -> Answer:
+    _owned(kind, name)
+    patch = _body()
+    if "secrets" in patch or "secret" in patch:
+        raise InvalidError("secrets", f"secrets cannot be patched: POST …/{name}/secrets, or expire one")
+    if patch.get("name", name) != name:
+        raise InvalidError("name", "an item cannot be renamed: create another")
+    patch.pop("name", None)
+    rt, now = runtime(), _now()
+    with rt.deferred_sessions() as session:
+        item = next((i for i in store.items(session, kind) if i.name == name), None)
+        if item is None:
+            raise ConfigItemError("not_found", f"no {kind} named {name!r}", status=404)
+        table = store.opened_table(rt.settings.keyring, item, store.secrets_of(session, [name]).get(name, []), now)
+        label = item.label
+    if "label" in patch:
+        label = patch.pop("label")
+        if label is not None and not isinstance(label, str):
+            raise InvalidError("label", "label must be text or null")
+    merged = config_json.merge_patch(table, patch)
+    _validated(kind, name, merged)
+    _changed(lambda s: store.update(s, rt.settings.keyring, name, merged, label=label, who=who(), now=now))
+    return jsonify(_listed_item(kind, name)), 200
+
+
+def delete_item(kind: str, name: str) -> Answer:
+    _owned(kind, name)
+    rt = runtime()
+    if kind == DESTINATION:
+        users = sorted(e for e, targets in rt.settings.forwards.items() if name in targets)
+        if users:
+            raise ConfigItemError("in_use", f"{', '.join(users)} forward to {name!r}: change their forward first")
+    with rt.deferred_sessions() as session:
+        if not any(i.name == name for i in store.items(session, kind)):
+            raise ConfigItemError("not_found", f"no {kind} named {name!r}", status=404)
+    _changed(lambda s: store.remove(s, name, who=who(), now=_now()))
+    return "", 204
+
+
+def add_secret(kind: str, name: str) -> Answer:
+    _owned(kind, name)
+    body, rt, now = _body(), runtime(), _now()
+    try:
+        not_before = config_json.parse_time(body.get("not_before"), "not_before")
+        expires_at = config_json.parse_time(body.get("expires_at"), "expires_at")
+    except ValueError as exc:
+        raise InvalidError(str(exc), f"{exc} must be an ISO 8601 time with its offset") from None
+    with rt.deferred_sessions() as session:
+        item = next((i for i in store.items(session, kind) if i.name == name), None)
+        if item is None:
+            raise ConfigItemError("not_found", f"no {kind} named {name!r}", status=404)
+        table = store.opened_table(rt.settings.keyring, item, store.secrets_of(session, [name]).get(name, []), now)
+    value, generated = body.get("value"), False
+    if value is None:
+        issued = _issued(str(item.provider)) if kind != DESTINATION else new_secret()
+        if issued is None:
+            raise InvalidError("value", f"{item.provider} secrets are issued by the provider: send value")
+        value, generated = issued, True
+    if not isinstance(value, str) or not value.strip():
+        raise InvalidError("value", "value must be a non-empty string")
+    _validated(kind, name, {**table, "secrets": [*table.get("secrets", []), value]})
+    secret = _changed(
+        lambda s: store.add_secret(
+            s, rt.settings.keyring, name, value, not_before=not_before, expires_at=expires_at, who=who(), now=now
+        )
+    )
+    shown = config_json.secret_json(secret)
+    return jsonify({**shown, "value": value} if generated else shown), 201
+
+
+def _issued(kind: str) -> str | None:
+    """A fresh signing secret of ``kind``'s shape where the receiver may choose it; None: the
+    provider issues its own."""
+    provider = PROVIDERS.get(kind)
+    return provider.issue_secret() if provider is not None else None
+
+
+def expire_secret(kind: str, name: str, secret_id: str) -> Answer:
+    _owned(kind, name)
+    body, now = _body(), _now()
+    try:
+        at = config_json.parse_time(body.get("at"), "at") or now
+    except ValueError:
+        raise InvalidError("at", "at must be an ISO 8601 time with its offset") from None
+    secret = _changed(lambda s: store.expire_secret(s, name, secret_id, at=at, who=who(), now=now))
+    return jsonify(config_json.secret_json(secret)), 200
+
+
+def rotate_destination(name: str) -> Answer:
+    _owned(DESTINATION, name)
+    body, rt, now = _body(), runtime(), _now()
+    grace = body.get("grace_seconds", DEFAULT_GRACE)
+    if isinstance(grace, bool) or not isinstance(grace, int | float) or not 0 <= grace <= MAX_GRACE:
+        raise InvalidError("grace_seconds", f"grace_seconds must be a number from 0 to {MAX_GRACE}")
+    value = new_secret()
+    secret, ends = _changed(
+        lambda s: store.rotate(s, rt.settings.keyring, name, value, grace=float(grace), who=who(), now=now)
+    )
+    found = {"id": secret.id, "fingerprint": secret.fingerprint, "value": value, "previous_expires_at": None}
+    return jsonify({**found, "previous_expires_at": iso(ends)}), 201
+
+
+def audit() -> Any:
+    """Every configuration change, newest first; ``before`` an id to page from."""
+    before, limit = parse_id(request.args.get("before")), parse_limit(request.args.get("limit"))
+    with runtime().deferred_sessions() as session:
+        found = store.changes(session, before=before, limit=limit)
+        return jsonify(changes=[config_json.change_json(c) for c in found])
+
+
+def init_app(api: Blueprint) -> None:
+    """Add the routes to the admin API's blueprint (the destinations' list is ``destinations.py``'s)."""
+    api.register_error_handler(InvalidError, _invalid)
+    api.register_error_handler(ConfigItemError, _refused)
+    api.add_url_rule("/endpoints", view_func=list_endpoints, methods=["GET"])
+    for plural, kind in KINDS.items():
+        d = {"kind": kind}
+        api.add_url_rule(f"/{plural}", f"create_{kind}", create_item, methods=["POST"], defaults=d)
+        api.add_url_rule(f"/{plural}/<name>", f"patch_{kind}", patch_item, methods=["PATCH"], defaults=d)
+        api.add_url_rule(f"/{plural}/<name>", f"delete_{kind}", delete_item, methods=["DELETE"], defaults=d)
+        api.add_url_rule(f"/{plural}/<name>/secrets", f"add_{kind}_secret", add_secret, methods=["POST"], defaults=d)
+        expire = f"/{plural}/<name>/secrets/<secret_id>/expire"
+        api.add_url_rule(expire, f"expire_{kind}_secret", expire_secret, methods=["POST"], defaults=d)
+    api.add_url_rule("/destinations/<name>/rotate", view_func=rotate_destination, methods=["POST"])
+    api.add_url_rule("/audit", view_func=audit, methods=["GET"])

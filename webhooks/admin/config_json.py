@@ -1,0 +1,124 @@
+"""Runtime configuration as the admin API shows it (#32): endpoints and destinations from the file
+and the database, their secrets as fingerprints, and the audit's rows. Never a secret's value: a
+credential option is a secret row, a destination URL with a query string or userinfo is shown
+redacted, and the file's secrets are not listed at all."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any
+
+from webhooks.admin.queries import iso
+from webhooks.config_tables import ConfigChange, ConfigItem, ConfigSecret
+from webhooks.live_config import CREDENTIALS, redacted, secret_url
+from webhooks.providers.base import Endpoint
+from webhooks.runtime import Runtime
+
+
+def secret_json(secret: ConfigSecret) -> dict[str, Any]:
+    return {
+        "id": secret.id,
+        "purpose": secret.purpose,
+        "fingerprint": secret.fingerprint,
+        "not_before": iso(secret.not_before),
+        "expires_at": iso(secret.expires_at),
+        "created_at": iso(secret.created_at),
+        "last_matched_at": iso(secret.last_matched_at),
+    }
+
+
+def stored_json(item: ConfigItem | None, secrets: list[ConfigSecret]) -> dict[str, Any]:
+    if item is None:
+        return {"source": "file", "label": None, "secrets": [], "created_at": None, "updated_at": None}
+    return {
+        "source": "database",
+        "label": item.label,
+        "secrets": [secret_json(s) for s in secrets],
+        "created_at": iso(item.created_at),
+        "updated_at": iso(item.updated_at),
+    }
+
+
+def endpoint_json(
+    rt: Runtime, name: str, item: ConfigItem | None, secrets: list[ConfigSecret], live: Endpoint | None
+) -> dict[str, Any]:
+    """One endpoint as listed: from the file (``item`` None, ``live`` its configuration) or the
+    database (``item``; ``live`` None when the snapshot left it out)."""
+    if item is not None:
+        options = {k: v for k, v in item.options.items() if k != "forward"}
+        provider, forward = item.provider, list(item.options.get("forward") or [])
+    else:
+        assert live is not None
+        options = {k: v for k, v in live.options.items() if k not in CREDENTIALS}
+        provider, forward = live.kind, list(rt.settings.forwards.get(name, ()))
+    found = {"name": name, "provider": provider, "url": f"/webhooks/{name}", **stored_json(item, secrets)}
+    return {**found, "forward": forward, "options": options}
+
+
+def endpoints(rt: Runtime, stored: list[ConfigItem], sealed: Mapping[str, list[ConfigSecret]]) -> list[dict[str, Any]]:
+    """The file's endpoints and the database's, by name."""
+    file = rt.file_settings.endpoints
+    found = [endpoint_json(rt, name, None, [], e) for name, e in file.items()]
+    found += [
+        endpoint_json(rt, i.name, i, sealed.get(i.name, []), rt.settings.endpoints.get(i.name))
+        for i in stored
+        if i.kind == "endpoint" and i.name not in file
+    ]
+    return sorted(found, key=lambda e: str(e["name"]))
+
+
+def destination_extra(
+    rt: Runtime, stored: list[ConfigItem], sealed: Mapping[str, list[ConfigSecret]]
+) -> dict[str, Any]:
+    """What the destinations' list gains per name (``source``, ``label``, ``secrets``; a URL and
+    its target redacted): for the database's, from their rows; for the file's, its defaults."""
+    items = {i.name: i for i in stored if i.kind == "destination"}
+    extra: dict[str, Any] = {}
+    for name, destination in rt.settings.destinations.items():
+        item = items.get(name) if name not in rt.file_settings.destinations else None
+        found = stored_json(item, sealed.get(name, []))
+        found = {k: found[k] for k in ("source", "label", "secrets")}
+        if item is not None and secret_url(destination.url):
+            found["url"] = redacted(destination.url)
+            found["target"] = redacted(destination.target)
+        extra[name] = found
+    return extra
+
+
+def change_json(change: ConfigChange) -> dict[str, Any]:
+    return {
+        "id": change.id,
+        "at": iso(change.at),
+        "who": change.who,
+        "action": change.action,
+        "target": change.target,
+        "before": change.before,
+        "after": change.after,
+    }
+
+
+def parse_time(value: Any, field: str) -> datetime | None:
+    """An ISO 8601 time with its offset (``Z`` too), or None; ``ValueError(field)`` otherwise."""
+    if value is None:
+        return None
+    try:
+        at = datetime.fromisoformat(str(value).replace("Z", "+00:00"))
+    except ValueError:
+        raise ValueError(field) from None
+    if at.tzinfo is None:
+        raise ValueError(field)
+    return at
+
+
+def merge_patch(target: Any, patch: Any) -> Any:
+    """RFC 7396: ``patch`` applied to ``target`` (null removes a key; a non-object replaces)."""
+    if not isinstance(patch, dict):
+        return patch
+    merged = dict(target) if isinstance(target, dict) else {}
+    for key, value in patch.items():
+        if value is None:
+            merged.pop(key, None)
+        else:
+            merged[key] = merge_patch(merged.get(key), value)
+    return merged

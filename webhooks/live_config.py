@@ -1,0 +1,135 @@
+"""Endpoints and destinations kept in the database (#32), read as the file's own tables.
+
+An item is its TOML table as JSON. ``split`` takes the credentials out of it (the signing
+``secrets``, the options in ``CREDENTIALS``, a destination URL with a query string or userinfo):
+those are sealed in ``config_secrets``, the rest is ``config_items.options``. ``check`` validates a
+table with the file's builders (``webhooks.config``): one wording, one set of rules. ``merged``
+lays the database's items over the file's ``Settings``: the file wins, names are unique across
+both kinds, and an item that fails validation is skipped (reported to ``skipped``), never fatal.
+Values ``env:NAME`` are the file's: an item from the API may not read the process's environment.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+from webhooks import config
+from webhooks.config import Settings
+from webhooks.destinations import Destination, forwards
+from webhooks.errors import ConfigError
+
+ENDPOINT = "endpoint"
+DESTINATION = "destination"
+# Options of any kind that hold a credential: sealed like signing secrets, listed as fingerprints.
+CREDENTIALS = frozenset({"basic_auth", "api_key", "access_token", "client_secret", "secret_key", "password"})
+URL = "url"  # a destination's URL is a credential when its query string or userinfo may hold a token
+
+
+@dataclass(frozen=True)
+class Item:
+    """One database item with its secrets opened: what ``merged`` validates and lays over the file."""
+
+    kind: str
+    name: str
+    table: Mapping[str, Any] = field(repr=False)
+
+
+def secret_url(url: Any) -> bool:
+    """Whether a destination URL carries something to keep sealed: a query string or userinfo."""
+    if not isinstance(url, str):
+        return False
+    parts = urlsplit(url)
+    return bool(parts.query or parts.username or parts.password)
+
+
+def redacted(url: str) -> str:
+    """``url`` as the API shows it: the query string and userinfo replaced by ``***``."""
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    netloc = ("***@" if parts.username or parts.password else "") + host + (f":{parts.port}" if parts.port else "")
+    return urlunsplit((parts.scheme, netloc, parts.path, "***" if parts.query else "", ""))
+
+
+def split(kind: str, table: Mapping[str, Any]) -> tuple[dict[str, Any], list[str], dict[str, str]]:
+    """``table`` as (options kept in clear, signing secrets, credential option → value)."""
+    options = dict(table)
+    signing = options.pop("secrets", options.pop("secret", []))
+    if isinstance(signing, str):
+        signing = [signing]
+    credentials: dict[str, str] = {}
+    if kind == ENDPOINT:
+        credentials = {k: str(options.pop(k)) for k in sorted(CREDENTIALS & set(options)) if options[k] is not None}
+    elif secret_url(options.get(URL)):
+        credentials[URL] = options[URL]
+        options[URL] = redacted(options[URL])
+    return options, [str(s) for s in signing], credentials
+
+
+def joined(options: Mapping[str, Any], signing: Iterable[str], credentials: Mapping[str, str]) -> dict[str, Any]:
+    """The table ``split`` took apart (with the signing secrets live now)."""
+    return {**options, **credentials, "secrets": list(signing)}
+
+
+def check(kind: str, name: str, table: Mapping[str, Any], destinations: Mapping[str, Destination]) -> None:
+    """Validate ``table`` as the file would (``ConfigError`` naming the problem); an endpoint's
+    ``forward`` must name destinations in ``destinations``."""
+    _refuse_env(kind, name, table)
+    if kind == ENDPOINT:
+        config.build_endpoint(name, table, {})
+        if table.get("forward"):
+            forwards(name, table["forward"], destinations)
+    elif kind == DESTINATION:
+        config.build_destination(name, table, {})
+    else:
+        raise ConfigError(f"unknown item kind {kind!r}")
+
+
+def _refuse_env(kind: str, name: str, value: Any) -> None:
+    if isinstance(value, str) and value.startswith("env:"):
+        raise ConfigError(f"{kind} {name!r}: env: values are the file's; send the value itself")
+    for item in value.values() if isinstance(value, Mapping) else value if isinstance(value, list) else ():
+        _refuse_env(kind, name, item)
+
+
+def field_of(message: str) -> str | None:
+    """The key a ``ConfigError`` message is about (``invalid_config``'s ``field``), if it names one."""
+    rest = message.split("': ", 1)[-1]
+    unknown = re.search(r"unknown key '([^']+)'", rest)
+    if unknown:
+        return unknown.group(1)
+    if "provider" in rest.split(" ", 3)[:3]:
+        return "provider"
+    word = re.match(r"([a-z_]+)", rest)
+    if word is None:
+        return None
+    return {"secret": "secrets", "no": "secrets", "an": "secrets", "env": None}.get(word.group(1), word.group(1))
+
+
+def merged(file: Settings, items: Iterable[Item], skipped: Callable[[Item, str], None]) -> Settings:
+    """``file``'s settings with ``items`` added: destinations first (an endpoint may forward to
+    one), each validated by the file's builders; one that fails, or whose name is taken, is
+    passed to ``skipped`` with why and left out."""
+    endpoints, destinations, forward = dict(file.endpoints), dict(file.destinations), dict(file.forwards)
+    ordered = sorted(items, key=lambda item: (item.kind != DESTINATION, item.name))
+    for item in ordered:
+        if item.name in endpoints or item.name in destinations:
+            skipped(item, f"{item.kind} {item.name!r}: the name is taken by the file's")
+            continue
+        try:
+            _refuse_env(item.kind, item.name, item.table)
+            if item.kind == DESTINATION:
+                destinations[item.name] = config.build_destination(item.name, item.table, {})
+                continue
+            endpoint = config.build_endpoint(item.name, item.table, {})
+            targets = forwards(item.name, item.table["forward"], destinations) if item.table.get("forward") else ()
+        except ConfigError as exc:
+            skipped(item, str(exc))
+            continue
+        endpoints[item.name] = replace(endpoint, outbound_timeout=file.outbound_timeout)
+        if targets:
+            forward[item.name] = targets
+    return replace(file, endpoints=endpoints, destinations=destinations, forwards=forward)

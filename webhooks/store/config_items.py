@@ -1,0 +1,367 @@
+"""Runtime configuration in the database (#32): endpoints and destinations, their sealed secrets,
+the audit of every change and the version every process watches.
+
+Each write is one transaction: the change itself, one ``config_changes`` row (secrets only as
+fingerprints) and the bump of ``config_version``; on PostgreSQL the same transaction notifies
+``CHANNEL`` (delivered at commit), so every process reloads within a second of the commit.
+Validation is the caller's (``webhooks.live_config.check``, the file's rules); the store refuses
+only what the table says: a taken name, a missing item or secret, the last live secret, a sixth.
+"""
+
+from __future__ import annotations
+
+import secrets as random
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import delete, select, text
+from sqlalchemy import update as sql_update
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
+from webhooks.config_tables import SIGNING, ConfigChange, ConfigItem, ConfigSecret, ConfigVersion
+from webhooks.errors import WebhooksError
+from webhooks.keys import Keyring, UndecryptableError, UnknownKeyError, key_id_of
+from webhooks.live_config import ENDPOINT, Item, joined, split
+from webhooks.timestamps import aware
+
+CHANNEL = "webhooks_config"  # PostgreSQL NOTIFY channel; the payload is the new version
+TABLE = "config_secrets"  # bound into each token: a token copied to another table does not open
+MAX_LIVE = 5  # live signing secrets of one item at once
+VERSION = select(ConfigVersion.version).where(ConfigVersion.id == 1)
+
+
+class ConfigItemError(WebhooksError):
+    """A change the stored configuration refuses: ``word`` is the API's error, ``status`` its code."""
+
+    def __init__(self, word: str, message: str, *, status: int = 409) -> None:
+        super().__init__(message)
+        self.word, self.status = word, status
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """The database's items with their secrets opened, as of ``version``."""
+
+    version: int
+    items: tuple[Item, ...]
+    broken: tuple[tuple[str, str], ...]  # (name, why) of items whose secrets do not open
+    next_change: datetime | None  # when a secret's window opens or closes next: reload then
+
+
+def live(secret: ConfigSecret, now: datetime) -> bool:
+    starts, ends = secret.not_before, secret.expires_at
+    return (starts is None or aware(starts) <= now) and (ends is None or aware(ends) > now)
+
+
+def version(session: Session) -> int:
+    return int(session.scalar(VERSION) or 0)
+
+
+def items(session: Session, kind: str | None = None) -> list[ConfigItem]:
+    query = select(ConfigItem).order_by(ConfigItem.name)
+    return list(session.scalars(query if kind is None else query.where(ConfigItem.kind == kind)))
+
+
+def secrets_of(session: Session, names: list[str] | None = None) -> dict[str, list[ConfigSecret]]:
+    """Each item's secrets (oldest first), by item name."""
+    query = select(ConfigSecret).order_by(ConfigSecret.created_at, ConfigSecret.id)
+    if names is not None:
+        query = query.where(ConfigSecret.item_name.in_(names))
+    found: dict[str, list[ConfigSecret]] = {}
+    for secret in session.scalars(query):
+        found.setdefault(secret.item_name, []).append(secret)
+    return found
+
+
+def changes(session: Session, *, before: int | None = None, limit: int = 100) -> list[ConfigChange]:
+    """The audit, newest first; ``before`` an id to page from."""
+    query = select(ConfigChange).order_by(ConfigChange.id.desc()).limit(limit)
+    return list(session.scalars(query if before is None else query.where(ConfigChange.id < before)))
+
+
+def described(item: ConfigItem, secrets: list[ConfigSecret]) -> dict[str, Any]:
+    """An item as the audit keeps it: its options, and its secrets as fingerprints."""
+    return {
+        "kind": item.kind,
+        "name": item.name,
+        "label": item.label,
+        "provider": item.provider,
+        "options": dict(item.options),
+        "secrets": [
+            {"id": s.id, "purpose": s.purpose, "fingerprint": s.fingerprint, "expires_at": _iso(s.expires_at)}
+            for s in secrets
+        ],
+    }
+
+
+def _iso(at: datetime | None) -> str | None:
+    return None if at is None else aware(at).isoformat()
+
+
+def snapshot(session: Session, keyring: Keyring | None, *, now: datetime) -> Snapshot:
+    """Every item with its live secrets opened. ``UnknownKeyError`` (naming the key id) when a
+    secret is sealed under a key not configured, so start-up fails closed; an item whose token
+    does not open (altered, copied) is ``broken`` instead, and left out."""
+    at = version(session)
+    stored = items(session)
+    sealed = secrets_of(session)
+    session.commit()
+    found, broken, boundaries = [], [], []
+    for item in stored:
+        mine = sealed.get(item.name, [])
+        boundaries += [aware(e) for s in mine for e in (s.not_before, s.expires_at) if e is not None and aware(e) > now]
+        try:
+            found.append(Item(item.kind, item.name, opened_table(keyring, item, mine, now)))
+        except UndecryptableError as exc:
+            broken.append((item.name, str(exc)))
+    return Snapshot(at, tuple(found), tuple(broken), min(boundaries, default=None))
+
+
+def opened_table(
+    keyring: Keyring | None, item: ConfigItem, secrets: list[ConfigSecret], now: datetime
+) -> dict[str, Any]:
+    """``item``'s table as the file would hold it: its options, credentials and live signing
+    secrets opened (a rotation's new secret first)."""
+    signing, credentials = [], {}
+    for secret in sorted(secrets, key=_signing_order):
+        if secret.purpose != SIGNING:
+            credentials[secret.purpose] = opened(keyring, item.name, secret)
+        elif live(secret, now):
+            signing.append(opened(keyring, item.name, secret))
+    return joined(_table(item), signing, credentials)
+
+
+def _signing_order(secret: ConfigSecret) -> tuple[bool, float, datetime]:
+    """Secrets that do not end first (a rotation's new one signs first), then the latest to end."""
+    ends = secret.expires_at
+    return (ends is not None, -aware(ends).timestamp() if ends else 0.0, aware(secret.created_at))
+
+
+def _table(item: ConfigItem) -> dict[str, Any]:
+    options = dict(item.options)
+    if item.kind == ENDPOINT and item.provider:
+        options["provider"] = item.provider
+    return options
+
+
+def missing_key(session: Session, keyring: Keyring | None) -> str | None:
+    """The first key id a stored secret is sealed under that ``keyring`` lacks (None: all open),
+    read from each token's prefix, never opening one: start-up's fail-closed check."""
+    known = set(keyring.key_ids) if keyring is not None else set()
+    for token in session.scalars(select(ConfigSecret.ciphertext)):
+        kid = key_id_of(token)
+        if kid not in known:
+            return kid
+    return None
+
+
+def opened(keyring: Keyring | None, name: str, secret: ConfigSecret) -> str:
+    if keyring is None:  # sealed, and no key at all: the same one line as a key missing
+        raise UnknownKeyError(key_id_of(secret.ciphertext))
+    return keyring.decrypt(secret.ciphertext, table=TABLE, owner=name, secret_id=secret.id).decode()
+
+
+def create(
+    session: Session,
+    keyring: Keyring | None,
+    kind: str,
+    name: str,
+    table: Mapping[str, Any],
+    *,
+    label: str | None,
+    who: str,
+    now: datetime,
+) -> ConfigItem:
+    """Store a new item (its secrets sealed); ``exists`` when the name is taken."""
+    options, signing, credentials = split(kind, table)
+    _need_key(keyring, signing or credentials)
+    if session.get(ConfigItem, name) is not None:
+        raise ConfigItemError("exists", f"{name!r} exists")
+    provider = str(options.pop("provider", name)) if kind == ENDPOINT else None
+    item = ConfigItem(
+        name=name, kind=kind, label=label, provider=provider, options=options, created_at=now, updated_at=now
+    )
+    session.add(item)
+    try:
+        session.flush()  # a concurrent create of the name fails here, on the primary key
+    except IntegrityError:
+        session.rollback()
+        raise ConfigItemError("exists", f"{name!r} exists") from None
+    sealed = [_seal(session, keyring, item, SIGNING, value, now) for value in signing]
+    sealed += [_seal(session, keyring, item, purpose, value, now) for purpose, value in credentials.items()]
+    _record(session, who, "create", item, None, described(item, sealed), now)
+    session.commit()
+    return item
+
+
+def update(
+    session: Session,
+    keyring: Keyring | None,
+    name: str,
+    table: Mapping[str, Any],
+    *,
+    label: str | None,
+    who: str,
+    now: datetime,
+) -> ConfigItem:
+    """Replace an item's options, label and credentials (not its signing secrets) with ``table``'s."""
+    item = _item(session, name)
+    stored = secrets_of(session, [name]).get(name, [])
+    before = described(item, stored)
+    options, _, credentials = split(item.kind, table)
+    kept = {s.purpose: s for s in stored if s.purpose != SIGNING}
+    changed = {k: v for k, v in credentials.items() if k not in kept or opened(keyring, name, kept[k]) != v}
+    _need_key(keyring, changed)
+    for purpose, secret in kept.items():
+        if purpose not in credentials or purpose in changed:
+            session.delete(secret)
+    fresh = [_seal(session, keyring, item, purpose, value, now) for purpose, value in changed.items()]
+    if item.kind == ENDPOINT:
+        item.provider = str(options.pop("provider", item.provider or name))
+    item.options, item.label, item.updated_at = options, label, now
+    after = [s for s in stored if s.purpose == SIGNING or (s.purpose in credentials and s.purpose not in changed)]
+    _record(session, who, "update", item, before, described(item, after + fresh), now)
+    session.commit()
+    return item
+
+
+def remove(session: Session, name: str, *, who: str, now: datetime) -> None:
+    """Delete an item and its secrets (its stored events stay)."""
+    item = _item(session, name)
+    before = described(item, secrets_of(session, [name]).get(name, []))
+    session.execute(delete(ConfigSecret).where(ConfigSecret.item_name == name))
+    session.delete(item)
+    _record(session, who, "delete", item, before, None, now)
+    session.commit()
+
+
+def add_secret(
+    session: Session,
+    keyring: Keyring | None,
+    name: str,
+    value: str,
+    *,
+    not_before: datetime | None = None,
+    expires_at: datetime | None = None,
+    who: str,
+    now: datetime,
+) -> ConfigSecret:
+    """Add a signing secret; ``too_many_secrets`` when ``MAX_LIVE`` are live already."""
+    _need_key(keyring, [value])
+    item = _item(session, name)
+    stored = secrets_of(session, [name]).get(name, [])
+    if sum(1 for s in stored if s.purpose == SIGNING and live(s, now)) >= MAX_LIVE:
+        raise ConfigItemError("too_many_secrets", f"{name!r} has {MAX_LIVE} live secrets: expire one first")
+    before = described(item, stored)
+    secret = _seal(session, keyring, item, SIGNING, value, now, not_before=not_before, expires_at=expires_at)
+    item.updated_at = now
+    _record(session, who, "add_secret", item, before, described(item, [*stored, secret]), now)
+    session.commit()
+    return secret
+
+
+def expire_secret(
+    session: Session, name: str, secret_id: str, *, at: datetime, who: str, now: datetime
+) -> ConfigSecret:
+    """Retire a signing secret at ``at``; ``last_secret`` when it is the item's last live one."""
+    item = _item(session, name)
+    stored = secrets_of(session, [name]).get(name, [])
+    secret = next((s for s in stored if s.id == secret_id and s.purpose == SIGNING), None)
+    if secret is None:
+        raise ConfigItemError("not_found", f"{name!r} has no secret {secret_id!r}", status=404)
+    others = [s for s in stored if s is not secret and s.purpose == SIGNING and live(s, max(at, now))]
+    if not others and live(secret, now):
+        raise ConfigItemError("last_secret", f"{secret_id!r} is the last live secret of {name!r}: add another first")
+    before = described(item, stored)
+    secret.expires_at = at
+    item.updated_at = now
+    _record(session, who, "expire_secret", item, before, described(item, stored), now)
+    session.commit()
+    return secret
+
+
+def rotate(
+    session: Session, keyring: Keyring | None, name: str, value: str, *, grace: float, who: str, now: datetime
+) -> tuple[ConfigSecret, datetime]:
+    """A new signing secret from now; every live one ends within ``grace`` seconds (one already
+    ending sooner keeps its end). Returns the new secret and when the earlier ones end."""
+    _need_key(keyring, [value])
+    item = _item(session, name)
+    stored = secrets_of(session, [name]).get(name, [])
+    ends = now + timedelta(seconds=grace)
+    current = [s for s in stored if s.purpose == SIGNING and live(s, now)]
+    if sum(1 for s in current if grace > 0) + 1 > MAX_LIVE:
+        raise ConfigItemError("too_many_secrets", f"{name!r} has {MAX_LIVE} live secrets: expire one first")
+    before = described(item, stored)
+    for secret in current:
+        if secret.expires_at is None or aware(secret.expires_at) > ends:
+            secret.expires_at = ends
+    fresh = _seal(session, keyring, item, SIGNING, value, now)
+    item.updated_at = now
+    _record(session, who, "rotate", item, before, described(item, [*stored, fresh]), now)
+    session.commit()
+    return fresh, ends
+
+
+def _item(session: Session, name: str) -> ConfigItem:
+    item = session.get(ConfigItem, name)
+    if item is None:
+        raise ConfigItemError("not_found", f"no item named {name!r} in the database", status=404)
+    return item
+
+
+def _need_key(keyring: Keyring | None, values: Any) -> None:
+    if values and keyring is None:
+        raise ConfigItemError(
+            "no_encryption_key", "no encryption key is configured: set WEBHOOKS_ENCRYPTION_KEYS to store secrets"
+        )
+
+
+def _seal(
+    session: Session,
+    keyring: Keyring | None,
+    item: ConfigItem,
+    purpose: str,
+    value: str,
+    now: datetime,
+    *,
+    not_before: datetime | None = None,
+    expires_at: datetime | None = None,
+) -> ConfigSecret:
+    assert keyring is not None  # _need_key said so first
+    secret_id = "sec_" + random.token_hex(8)
+    plain = value.encode()
+    secret = ConfigSecret(
+        id=secret_id,
+        item_kind=item.kind,
+        item_name=item.name,
+        purpose=purpose,
+        ciphertext=keyring.encrypt(plain, table=TABLE, owner=item.name, secret_id=secret_id),
+        fingerprint=keyring.fingerprint(plain),
+        not_before=not_before,
+        expires_at=expires_at,
+        created_at=now,
+    )
+    session.add(secret)
+    return secret
+
+
+def _record(
+    session: Session,
+    who: str,
+    action: str,
+    item: ConfigItem,
+    before: dict[str, Any] | None,
+    after: dict[str, Any] | None,
+    now: datetime,
+) -> None:
+    """The audit row and the version bump of this change, in its transaction (and PostgreSQL's
+    NOTIFY, which the server delivers at commit)."""
+    target = f"{item.kind} {item.name}"
+    session.add(ConfigChange(at=now, who=who, action=action, target=target, before=before, after=after))
+    session.execute(sql_update(ConfigVersion).where(ConfigVersion.id == 1).values(version=ConfigVersion.version + 1))
+    if session.get_bind().dialect.name == "postgresql":
+        session.execute(text("SELECT pg_notify(:channel, :payload)"), {"channel": CHANNEL, "payload": target})

@@ -1,0 +1,107 @@
+"""Learn of runtime configuration changes within a second (#32), on a daemon thread per runtime.
+
+PostgreSQL: a connection of its own LISTENs on ``config_items.CHANNEL`` (each change notifies in
+its transaction, so the notice comes at commit). SQLite: ``config_version`` is read every
+``POLL`` s (one indexed single-row read). Both also compare the version every ``SAFETY`` s (a
+notice lost with its connection) and reload when a secret's window opens or closes
+(``Watched.config_next_change``). The thread holds its runtime weakly and ends with it, or with
+``stop``. A failed read or reload is logged once per distinct error, and the old snapshot stays.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import weakref
+from datetime import UTC, datetime
+from typing import Protocol
+
+from sqlalchemy import Engine
+
+from webhooks.store.config_items import CHANNEL
+
+log = logging.getLogger("webhooks.config")
+POLL = 0.25  # seconds between SQLite's reads of the version; PostgreSQL's wait for a notice
+SAFETY = 5.0  # seconds between PostgreSQL's own reads of the version (a lost notice)
+RETRY = 1.0  # seconds before a lost LISTEN connection is opened again
+
+
+class Watched(Protocol):
+    """What the watcher reads of a runtime (``webhooks.runtime.Runtime``)."""
+
+    engine: Engine
+    config_next_change: datetime | None
+
+    def config_changed(self) -> bool: ...
+    def reload_config(self) -> None: ...
+
+
+class Watcher:
+    def __init__(self, rt: Watched) -> None:
+        self._rt = weakref.ref(rt)
+        self.stop = threading.Event()
+        self._last_error = ""
+        self.thread = threading.Thread(target=self._run, name="webhooks-config-watch", daemon=True)
+
+    def start(self) -> Watcher:
+        self.thread.start()
+        return self
+
+    def _run(self) -> None:
+        rt = self._rt()
+        postgres = rt is not None and rt.engine.dialect.name == "postgresql"
+        url = rt.engine.url.set(drivername="postgresql").render_as_string(hide_password=False) if rt else ""
+        del rt  # held weakly: the runtime may go, and this thread with it
+        while not self.stop.is_set() and self._rt() is not None:
+            try:
+                self._listen(url) if postgres else self._poll()
+                return
+            except Exception as exc:  # a database that went away: said once, tried again
+                self._failed(exc)
+                self.stop.wait(RETRY)
+
+    def _poll(self) -> None:
+        while not self.stop.wait(POLL):
+            if not self._check(None):
+                return
+
+    def _listen(self, url: str) -> None:
+        import psycopg
+
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute(f"LISTEN {CHANNEL}")
+            checked = time.monotonic()
+            if not self._check(None):  # a change between the last load and the LISTEN
+                return
+            while not self.stop.is_set():
+                noticed = any(True for _ in conn.notifies(timeout=POLL, stop_after=1))
+                for _ in conn.notifies(timeout=0.01):  # the rest of a burst: one reload for all
+                    pass
+                safety = time.monotonic() - checked >= SAFETY
+                if safety:
+                    checked = time.monotonic()
+                if not self._check(True if noticed else None if safety else False):
+                    return
+
+    def _check(self, changed: bool | None) -> bool:
+        """Reload when ``changed`` (None: read the version to know); False once the runtime is gone."""
+        rt = self._rt()
+        if rt is None:
+            return False
+        try:
+            if changed is None:
+                changed = rt.config_changed()
+            due = rt.config_next_change is not None and datetime.now(UTC) >= rt.config_next_change
+            if changed or due:
+                rt.reload_config()
+            self._last_error = ""
+        except Exception as exc:
+            self._failed(exc)
+        return True
+
+    def _failed(self, exc: Exception) -> None:
+        said = f"{exc.__class__.__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"
+        if said != self._last_error:
+            log.warning("runtime configuration: keeping the current snapshot (%s)", said)
+            self._last_error = said
