@@ -89,13 +89,6 @@ class Runtime:
             self.settings = live_config.merged(self.file_settings, snap.items, lambda i, why: skipped(i.name, why))
             self.config_version, self.config_next_change = snap.version, snap.next_change
 
-    def config_changed(self) -> bool:
-        """Whether the database's configuration version differs from the one ``settings`` holds."""
-        if self._absent():
-            return False
-        with self.engine.connect() as conn:
-            return conn.scalar(config_items.VERSION) != self.config_version
-
     def _absent(self) -> bool:
         """A SQLite file not created yet: nothing to read, and reading would create it."""
         url = self.engine.url

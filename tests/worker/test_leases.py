@@ -117,6 +117,7 @@ def test_a_fetch_that_drips_past_the_sweep_age_keeps_its_claim(database: dict[st
             return not thread.is_alive()
 
         wait_until(sweep_while_running, timeout=60, interval=0.1)
+        seen.extend(rows(app, "SELECT status, claimed_until FROM events"))  # the job's end, marked
         drain(app)  # the delivery's own job: nothing left to do
     assert result == {"status": "processed"}
     assert sum(swept) == 0 and len(swept) > 1, swept

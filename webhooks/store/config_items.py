@@ -26,6 +26,7 @@ from webhooks.errors import WebhooksError
 from webhooks.keys import Keyring, UndecryptableError, UnknownKeyError, key_id_of
 from webhooks.live_config import ENDPOINT, Item, joined, split
 from webhooks.timestamps import aware
+from webhooks.vocabulary import Reason
 
 CHANNEL = "webhooks_config"  # PostgreSQL NOTIFY channel; the payload is the new version
 TABLE = "config_secrets"  # bound into each token: a token copied to another table does not open
@@ -271,7 +272,7 @@ def expire_secret(
     stored = secrets_of(session, [name]).get(name, [])
     secret = next((s for s in stored if s.id == secret_id and s.purpose == SIGNING), None)
     if secret is None:
-        raise ConfigItemError("not_found", f"{name!r} has no secret {secret_id!r}", status=404)
+        raise ConfigItemError(Reason.NOT_FOUND, f"{name!r} has no secret {secret_id!r}", status=404)
     others = [s for s in stored if s is not secret and s.purpose == SIGNING and live(s, max(at, now))]
     if not others and live(secret, now):
         raise ConfigItemError("last_secret", f"{secret_id!r} is the last live secret of {name!r}: add another first")
@@ -309,7 +310,7 @@ def rotate(
 def _item(session: Session, name: str) -> ConfigItem:
     item = session.get(ConfigItem, name)
     if item is None:
-        raise ConfigItemError("not_found", f"no item named {name!r} in the database", status=404)
+        raise ConfigItemError(Reason.NOT_FOUND, f"no item named {name!r} in the database", status=404)
     return item
 
 

@@ -14,14 +14,17 @@ import logging
 import threading
 import time
 import weakref
+from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import Protocol
+from pathlib import Path
+from typing import Any, Protocol
 
 from sqlalchemy import Engine
 
 from webhooks.store.config_items import CHANNEL
 
 log = logging.getLogger("webhooks.config")
+SQL_VERSION = "SELECT version FROM config_version WHERE id = 1"  # ``config_items.VERSION``, as plain SQL
 POLL = 0.25  # seconds between SQLite's reads of the version; PostgreSQL's wait for a notice
 SAFETY = 5.0  # seconds between PostgreSQL's own reads of the version (a lost notice)
 RETRY = 1.0  # seconds before a lost LISTEN connection is opened again
@@ -31,9 +34,9 @@ class Watched(Protocol):
     """What the watcher reads of a runtime (``webhooks.runtime.Runtime``)."""
 
     engine: Engine
+    config_version: int
     config_next_change: datetime | None
 
-    def config_changed(self) -> bool: ...
     def reload_config(self) -> None: ...
 
 
@@ -62,9 +65,23 @@ class Watcher:
                 self.stop.wait(RETRY)
 
     def _poll(self) -> None:
-        while not self.stop.wait(POLL):
-            if not self._check(None):
-                return
+        """SQLite: the version read over a read-only connection of the watcher's own (never the
+        app's pool: a request never waits for a watcher, and the app's statements are its own)."""
+        import sqlite3
+
+        rt = self._rt()
+        path = rt.engine.url.database if rt is not None else None
+        del rt
+        conn: sqlite3.Connection | None = None
+        try:
+            while not self.stop.wait(POLL):
+                if conn is None and path and Path(path).exists():
+                    conn = sqlite3.connect(f"{Path(path).absolute().as_uri()}?mode=ro", uri=True, timeout=1)
+                if not self._check(_reader(conn)):
+                    return
+        finally:
+            if conn is not None:
+                conn.close()
 
     def _listen(self, url: str) -> None:
         import psycopg
@@ -72,7 +89,11 @@ class Watcher:
         with psycopg.connect(url, autocommit=True) as conn:
             conn.execute(f"LISTEN {CHANNEL}")
             checked = time.monotonic()
-            if not self._check(None):  # a change between the last load and the LISTEN
+
+            def read() -> int | None:
+                return _scalar(conn.execute(SQL_VERSION).fetchone())
+
+            if not self._check(read):  # a change between the last load and the LISTEN
                 return
             while not self.stop.is_set():
                 noticed = any(True for _ in conn.notifies(timeout=POLL, stop_after=1))
@@ -81,17 +102,19 @@ class Watcher:
                 safety = time.monotonic() - checked >= SAFETY
                 if safety:
                     checked = time.monotonic()
-                if not self._check(True if noticed else None if safety else False):
+                if not self._check(read if noticed or safety else None):
                     return
 
-    def _check(self, changed: bool | None) -> bool:
-        """Reload when ``changed`` (None: read the version to know); False once the runtime is gone."""
+    def _check(self, version: Callable[[], int | None] | None) -> bool:
+        """Reload when ``version()`` (read over the watcher's own connection; None: nothing to read
+        yet) differs from the runtime's, or a secret's window opened or closed; ``version`` None:
+        only the window is looked at. False once the runtime is gone."""
         rt = self._rt()
         if rt is None:
             return False
         try:
-            if changed is None:
-                changed = rt.config_changed()
+            found = version() if version is not None else None
+            changed = found is not None and found != rt.config_version
             due = rt.config_next_change is not None and datetime.now(UTC) >= rt.config_next_change
             if changed or due:
                 rt.reload_config()
@@ -105,3 +128,14 @@ class Watcher:
         if said != self._last_error:
             log.warning("runtime configuration: keeping the current snapshot (%s)", said)
             self._last_error = said
+
+
+def _scalar(row: Any) -> int | None:
+    return int(row[0]) if row is not None else None
+
+
+def _reader(conn: Any) -> Callable[[], int | None] | None:
+    """The version as ``conn`` (a DB-API connection) reads it; None without a connection."""
+    if conn is None:
+        return None
+    return lambda: _scalar(conn.execute(SQL_VERSION).fetchone())
