@@ -138,6 +138,9 @@ class NatsPublisher:
 
         try:
             stream, seconds = self._run(window())
+        except nats.js.errors.NotFoundError:
+            log.warning("forward: %s: no stream holds subject %s", self.destination.name, self.options.subject)
+            return
         except (OSError, nats.errors.Error) as exc:
             log.warning("forward: %s: cannot read the stream's duplicate_window (%s)", self.destination.name, exc)
             return
@@ -165,7 +168,7 @@ class NatsPublisher:
             ack = self._run(js.publish(self.options.subject, lease.body, stream=self.options.stream, headers=fields))
         except Refused as exc:
             return failed(f"refused: {exc}")
-        except nats.errors.NoRespondersError:
+        except (nats.errors.NoRespondersError, nats.js.errors.NoStreamResponseError):
             return failed(f"refused: no stream holds subject {self.options.subject!r}")
         except nats.js.errors.APIError as exc:
             return failed(f"refused: {exc.description or exc}")
