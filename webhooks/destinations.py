@@ -1,11 +1,12 @@
 """``[destinations.<name>]``: where events are forwarded to, validated at start-up.
 
 A destination has a ``kind``: ``http`` (the default: a service of the team's own) or a bus
-(``redis-stream``, ``rabbitmq``, ``nats``; each kind lists its options in ``KINDS``). It fails closed like an endpoint: an
-unknown kind, a missing or malformed secret, a URL not of its kind's schemes, a host on a
-loopback, private or link-local address without ``allow_private = true`` (the cloud metadata
-address always), an unknown key or one of another kind, or an endpoint whose ``forward`` names no
-such destination stops start-up with one line naming the destination and the option.
+(``redis-stream``, ``rabbitmq``, ``nats``; each kind lists its options in ``KINDS``). It fails
+closed like an endpoint: an unknown kind, a missing or malformed secret, a URL not of its kind's
+schemes, a host on a loopback, private or link-local address without ``allow_private = true`` (the
+cloud metadata address always), an unknown key or one of another kind, or an endpoint whose
+``forward`` names no such destination stops start-up with one line naming the destination and the
+option.
 
 Only a bus kind takes credentials, as the URL's ``user:password@``: the URL is then never shown
 (``Destination.target`` is the URL without them, for the API, the console, the banner and logs).
