@@ -7,6 +7,8 @@ mistakes stop start-up with one line naming the destination and option."""
 
 from __future__ import annotations
 
+import os
+import signal
 import time
 import uuid
 from collections.abc import Iterator
@@ -186,6 +188,34 @@ def test_a_missing_exchange_is_refused_and_waits_pending(
     assert statuses(app) == {"evt_4/bus": "pending"}
     [(error,)] = rows(app, "SELECT error FROM delivery_attempts")
     assert error.startswith("refused: 404 NOT_FOUND"), error
+
+
+def test_a_broker_that_stops_answering_is_a_timeout_within_the_lease(
+    request: pytest.FixtureRequest, rabbitmq: brokers.Broker
+) -> None:
+    """A broker frozen (SIGSTOP) after the connection opened never confirms: the publish ends after
+    ``timeout_seconds`` as a timeout, the delivery ``pending`` (pika's own timers cannot end that wait)."""
+    exchange = f"frozen-{uuid.uuid4().hex[:8]}"
+    queue = bound(rabbitmq, exchange)
+    dest = table(rabbitmq, exchange, timeout_seconds=1, retry_schedule=[600])
+    app = forwarding_app(request, "sqlite", {"bus": dest}, ["bus"])
+    assert rabbitmq.proc is not None
+    with forwarding(app):
+        assert post(app, event(5)) == 200
+        drain(app)
+        wait_settled(app, 1)  # the pooled connection is open and confirming
+        os.kill(rabbitmq.proc.pid, signal.SIGSTOP)
+        try:
+            assert post(app, event(6)) == 200
+            drain(app)
+            wait_until(lambda: rows(app, "SELECT error FROM delivery_attempts WHERE error IS NOT NULL"), timeout=30)
+        finally:
+            os.kill(rabbitmq.proc.pid, signal.SIGCONT)
+    [(error, seconds)] = rows(app, "SELECT error, seconds FROM delivery_attempts WHERE error IS NOT NULL")
+    assert error.startswith("timeout: no confirm within 1 s"), error
+    assert 1 <= seconds < 2 * 1 + 5  # inside the lease: twice the timeout plus its margin
+    assert statuses(app)["evt_6/bus"] == "pending"
+    assert [body for _, body, _ in messages(rabbitmq, queue)][:1] == [event(5)]
 
 
 @pytest.mark.slow

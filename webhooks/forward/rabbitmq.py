@@ -39,10 +39,6 @@ SKIPPED = ("idempotency-key",)  # the same value as webhook-id
 PERSISTENT = 2
 
 
-class _Timeout(Exception):
-    """The broker did not confirm within the destination's timeout."""
-
-
 class RabbitMQPublisher:
     """Confirmed publishes to one exchange over a small pool of blocking connections."""
 
@@ -121,13 +117,14 @@ class RabbitMQPublisher:
         def failed(error: str) -> Result:
             return Result(lease, started_at, time.monotonic() - clock, None, f"{error}: {self.target}")
 
+        expired: list[bool] = []
         try:
             connection, channel = self._take()
-            timer = connection.call_later(self.timeout, _expired)
+            timer = _deadline(connection, self.timeout, expired)
             try:
                 channel.basic_publish(self.options.exchange, routing_key, lease.body, properties, mandatory=True)
             finally:
-                connection.remove_timeout(timer)
+                connection._impl._adapter_remove_timeout(timer)
         except Refused as exc:
             return failed(f"refused: {exc}")
         except pika.exceptions.UnroutableError:
@@ -136,14 +133,13 @@ class RabbitMQPublisher:
         except pika.exceptions.NackError:
             self._give_back(connection, channel)
             return failed("refused: the broker did not accept the message (nack)")
-        except _Timeout:
-            self._discard(connection)
-            return failed(f"timeout: no confirm within {self.timeout:g} s")
         except pika.exceptions.ChannelClosedByBroker as exc:
             self._give_back(connection, channel)
             return failed(f"refused: {exc.reply_code} {exc.reply_text}")
         except (pika.exceptions.AMQPError, OSError) as exc:
             self._discard(connection)
+            if expired:
+                return failed(f"timeout: no confirm within {self.timeout:g} s")
             return failed(f"connect: {exc.__class__.__name__} {exc}".rstrip())
         self._give_back(connection, channel)
         seconds = time.monotonic() - clock
@@ -168,5 +164,16 @@ class RabbitMQPublisher:
             self._discard(connection)
 
 
-def _expired() -> None:
-    raise _Timeout
+def _deadline(connection: pika.BlockingConnection, seconds: float, expired: list[bool]) -> object:
+    """A timer that cuts ``connection`` after ``seconds`` (and notes it in ``expired``): the wait for a
+    confirm then ends with the connection lost. Pika's public timers (``call_later``) fire only inside
+    ``process_data_events``, never while ``basic_publish`` waits for its confirm, so this one is set
+    on the connection's I/O loop itself (``_impl``: pinned by tests/forward/test_bus_rabbitmq.py's
+    ``test_a_broker_that_stops_answering_is_a_timeout_within_the_lease``)."""
+
+    def cut() -> None:
+        expired.append(True)
+        # As pika's own heartbeat checker ends a silent connection: the reason first, then the stream.
+        connection._impl._terminate_stream(pika.exceptions.StreamLostError(f"no confirm within {seconds:g} s"))
+
+    return connection._impl._adapter_call_later(seconds, cut)
