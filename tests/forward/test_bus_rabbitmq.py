@@ -237,7 +237,7 @@ def test_rabbitmq_killed_then_restarted_holds_deliveries_and_each_arrives_once(
             assert post(app, event(n)) == 200
         drain(app)
         with forwarding(app):
-            wait_until(lambda: len(rows(app, "SELECT 1 FROM delivery_attempts")) >= 10, timeout=30)
+            wait_until(lambda: len(rows(app, "SELECT 1 FROM delivery_attempts")) >= 10, timeout=90)
             time.sleep(3)  # down a few seconds, retried on the schedule and by the circuit's probes
             assert set(statuses(app).values()) == {"pending"}
             errors = {str(r[0]) for r in rows(app, "SELECT error FROM delivery_attempts")}
