@@ -1,11 +1,12 @@
 """``[destinations.<name>]``: where events are forwarded to, validated at start-up.
 
 A destination has a ``kind``: ``http`` (the default: a service of the team's own) or a bus
-(``redis-stream``; each kind lists its options in ``KINDS``). It fails closed like an endpoint: an
-unknown kind, a missing or malformed secret, a URL not of its kind's schemes, a host on a
-loopback, private or link-local address without ``allow_private = true`` (the cloud metadata
-address always), an unknown key or one of another kind, or an endpoint whose ``forward`` names no
-such destination stops start-up with one line naming the destination and the option.
+(``redis-stream``, ``rabbitmq``, ``nats``; each kind lists its options in ``KINDS``). It fails
+closed like an endpoint: an unknown kind, a missing or malformed secret, a URL not of its kind's
+schemes, a host on a loopback, private or link-local address without ``allow_private = true`` (the
+cloud metadata address always), an unknown key or one of another kind, or an endpoint whose
+``forward`` names no such destination stops start-up with one line naming the destination and the
+option.
 
 Only a bus kind takes credentials, as the URL's ``user:password@``: the URL is then never shown
 (``Destination.target`` is the URL without them, for the API, the console, the banner and logs).
@@ -19,7 +20,7 @@ import fnmatch
 import functools
 import hashlib
 import urllib.parse
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -60,6 +61,8 @@ class Kind:
 KINDS: dict[str, Kind] = {
     "http": Kind(("url",), ("http", "https"), {"http": 80, "https": 443}),
     "redis-stream": Kind(("url", "stream", "maxlen"), ("redis", "rediss"), {"redis": 6379, "rediss": 6379}, True),
+    "rabbitmq": Kind(("url", "exchange", "routing_key"), ("amqp", "amqps"), {"amqp": 5672, "amqps": 5671}, True),
+    "nats": Kind(("url", "subject", "stream"), ("nats", "tls"), {"nats": 4222, "tls": 4222}, True),
 }
 FIELDS = tuple(dict.fromkeys([*COMMON, *(o for kind in KINDS.values() for o in kind.options)]))
 
@@ -77,7 +80,33 @@ class RedisStream:
         return self.stream
 
 
-BusOptions = RedisStream  # a union as kinds are added
+@dataclass(frozen=True)
+class RabbitMQ:
+    """A ``rabbitmq`` destination's own options: the exchange each message is published to and its
+    routing key (None: the event's type)."""
+
+    exchange: str
+    routing_key: str | None = None
+
+    @property
+    def place(self) -> str:
+        return self.exchange
+
+
+@dataclass(frozen=True)
+class Nats:
+    """A ``nats`` destination's own options: the subject each message is published to and the
+    JetStream stream that must hold it (None: whichever stream holds the subject)."""
+
+    subject: str
+    stream: str | None = None
+
+    @property
+    def place(self) -> str:
+        return self.subject
+
+
+BusOptions = RedisStream | RabbitMQ | Nats
 
 
 @dataclass(frozen=True)
@@ -221,6 +250,46 @@ def _redis_stream(where: str, raw: Mapping[str, Any], url: str) -> RedisStream:
     return RedisStream(stream.strip(), _number(where, raw, "maxlen", None, whole=True))
 
 
+def _required(where: str, raw: Mapping[str, Any], option: str, kind: str, example: str) -> str:
+    value = raw.get(option)
+    if not isinstance(value, str) or not value.strip():
+        raise ConfigError(f'{where}: {option} is required for destination kind {kind} ({option} = "{example}")')
+    return value.strip()
+
+
+def _optional(where: str, raw: Mapping[str, Any], option: str) -> str | None:
+    value = raw.get(option)
+    if value is not None and (not isinstance(value, str) or not value.strip()):
+        raise ConfigError(f"{where}: {option} must be a non-empty string")
+    return value.strip() if isinstance(value, str) else None
+
+
+def _rabbitmq(where: str, raw: Mapping[str, Any], url: str) -> RabbitMQ:
+    if urllib.parse.urlsplit(url).query:
+        raise ConfigError(f"{where}: url: no ?query in a rabbitmq URL (its options are the destination's keys)")
+    exchange = _required(where, raw, "exchange", "rabbitmq", "webhooks")
+    return RabbitMQ(exchange, _optional(where, raw, "routing_key"))
+
+
+def _nats(where: str, raw: Mapping[str, Any], url: str) -> Nats:
+    parts = urllib.parse.urlsplit(url)
+    if parts.query or parts.path.strip("/"):
+        raise ConfigError(
+            f"{where}: url: a nats URL is scheme, host and port only (its options are the destination's keys)"
+        )
+    subject = _required(where, raw, "subject", "nats", "webhooks.stripe")
+    if any(c in subject for c in " *>") or ".." in subject:
+        raise ConfigError(f"{where}: subject {subject!r} is not a subject to publish to (no spaces, * or >)")
+    return Nats(subject, _optional(where, raw, "stream"))
+
+
+BUSES: dict[str, Callable[[str, Mapping[str, Any], str], BusOptions]] = {
+    "redis-stream": _redis_stream,
+    "rabbitmq": _rabbitmq,
+    "nats": _nats,
+}
+
+
 def destination(name: str, raw: Mapping[str, Any], resolve: Any, resolver: guard.Resolver | None = None) -> Destination:
     """Validate one ``[destinations.<name>]`` table (its keys checked by ``webhooks.config`` against
     ``known_keys``: one wording for a typo); ``resolve(value, where)`` turns ``env:NAME`` values into theirs."""
@@ -242,7 +311,7 @@ def destination(name: str, raw: Mapping[str, Any], resolve: Any, resolver: guard
         )
     except guard.Refused as exc:
         raise ConfigError(f"{where}: url: {exc}") from None
-    bus = _redis_stream(where, raw, url) if kind_name == "redis-stream" else None
+    bus = BUSES[kind_name](where, raw, url) if kind_name in BUSES else None
     schedule = raw.get("retry_schedule", list(DEFAULT_SCHEDULE))
     if (
         not isinstance(schedule, list)

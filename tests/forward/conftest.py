@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 from flask import Flask
 
-from tests.conftest import base_config, make_app, rows, runtime, stripe_event, stripe_headers, wait_until
-from tests.support import destination
+from tests.conftest import base_config, make_app, rows, runtime, stripe_event, stripe_headers, unavailable, wait_until
+from tests.support import brokers, destination, servers
 from webhooks.forward.dispatcher import Forwarder
 from webhooks.forward.dispatcher import drain as drain_forwarder
 from webhooks.guard import Resolver, system_resolver
@@ -151,3 +151,25 @@ def serving(script: Script, port: int = 0) -> Iterator[destination.Destination]:
         dest.released.set()
         server.shutdown()
         server.server_close()
+
+
+def _broker(make: Callable[[], brokers.Broker], what: str) -> Iterator[brokers.Broker]:
+    try:
+        server = make()
+        server.start()
+    except servers.Unavailable as exc:
+        unavailable(what, exc)
+    yield server
+    server.remove()
+
+
+@pytest.fixture(scope="session")
+def rabbitmq() -> Iterator[brokers.Broker]:
+    """This session's RabbitMQ node (tests/support/brokers.py), started by the first test that needs it."""
+    yield from _broker(brokers.RabbitMQ, "RabbitMQ")
+
+
+@pytest.fixture(scope="session")
+def nats_server() -> Iterator[brokers.Broker]:
+    """This session's nats-server with JetStream, started by the first test that needs it."""
+    yield from _broker(brokers.NatsServer, "NATS")

@@ -9,6 +9,8 @@ each kind ``webhooks.destinations.KINDS`` accepts.
 
 - ``http``: a POST over a connection the guard vetted (``client.Sender``); ``Retry-After`` kept.
 - ``redis-stream``: ``XADD`` (``redis_stream.RedisStreamPublisher``).
+- ``rabbitmq``: a confirmed, mandatory ``basic.publish`` (``rabbitmq.RabbitMQPublisher``).
+- ``nats``: a JetStream publish, its ack awaited (``jetstream.NatsPublisher``).
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from datetime import datetime
 from typing import Protocol
 
 from webhooks.destinations import Destination
-from webhooks.forward import client, redis_stream
+from webhooks.forward import client, jetstream, rabbitmq, redis_stream
 from webhooks.forward.deliveries import Lease, Result
 from webhooks.guard import Resolver
 
@@ -73,6 +75,8 @@ class HttpPublisher:
 PUBLISHERS: dict[str, Callable[[Destination, Resolver], Publisher]] = {
     "http": HttpPublisher,
     "redis-stream": redis_stream.RedisStreamPublisher,
+    "rabbitmq": rabbitmq.RabbitMQPublisher,
+    "nats": jetstream.NatsPublisher,
 }
 
 
