@@ -28,6 +28,7 @@ LAZY = {
         "config_group",
         "Plan, apply and export the database's endpoints and destinations as a file.",
     ),
+    "keys": ("webhooks.service.keys_cli", "keys_group", "Count and re-encrypt stored secrets per encryption key."),
     "purge": ("webhooks.service.purge_cli", "purge_command", "Delete old processed, ignored and failed events."),
     "reconcile": (
         "webhooks.service.reconcile_cli",
