@@ -23,6 +23,12 @@ LAZY = {
     "send": ("webhooks.service.send", "send", "Sign PAYLOAD_FILE as ENDPOINT's provider would and POST it."),
     "events": ("webhooks.service.events_cli", "events", "List, show and replay stored events."),
     "tokens": ("webhooks.service.tokens_cli", "tokens_group", "Create, list and revoke the admin API's named tokens."),
+    "config": (
+        "webhooks.service.config_cli",
+        "config_group",
+        "Plan, apply and export the database's endpoints and destinations as a file.",
+    ),
+    "keys": ("webhooks.service.keys_cli", "keys_group", "Count and re-encrypt stored secrets per encryption key."),
     "purge": ("webhooks.service.purge_cli", "purge_command", "Delete old processed, ignored and failed events."),
     "reconcile": (
         "webhooks.service.reconcile_cli",

@@ -11,7 +11,8 @@ only what the table says: a taken name, a missing item or secret, the last live 
 from __future__ import annotations
 
 import secrets as random
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -32,6 +33,7 @@ CHANNEL = "webhooks_config"  # PostgreSQL NOTIFY channel; the payload is the new
 TABLE = "config_secrets"  # bound into each token: a token copied to another table does not open
 MAX_LIVE = 5  # live signing secrets of one item at once
 VERSION = select(ConfigVersion.version).where(ConfigVersion.id == 1)
+BATCH = "webhooks.config_batch"  # session.info key: inside ``batch``, changes wait for its commit
 
 
 class ConfigItemError(WebhooksError):
@@ -194,7 +196,7 @@ def create(
     sealed = [_seal(session, keyring, item, SIGNING, value, now) for value in signing]
     sealed += [_seal(session, keyring, item, purpose, value, now) for purpose, value in credentials.items()]
     _record(session, who, "create", item, None, described(item, sealed), now)
-    session.commit()
+    _commit(session)
     return item
 
 
@@ -225,7 +227,7 @@ def update(
     item.options, item.label, item.updated_at = options, label, now
     after = [s for s in stored if s.purpose == SIGNING or (s.purpose in credentials and s.purpose not in changed)]
     _record(session, who, "update", item, before, described(item, after + fresh), now)
-    session.commit()
+    _commit(session)
     return item
 
 
@@ -236,7 +238,7 @@ def remove(session: Session, name: str, *, who: str, now: datetime) -> None:
     session.execute(delete(ConfigSecret).where(ConfigSecret.item_name == name))
     session.delete(item)
     _record(session, who, "delete", item, before, None, now)
-    session.commit()
+    _commit(session)
 
 
 def add_secret(
@@ -260,7 +262,7 @@ def add_secret(
     secret = _seal(session, keyring, item, SIGNING, value, now, not_before=not_before, expires_at=expires_at)
     item.updated_at = now
     _record(session, who, "add_secret", item, before, described(item, [*stored, secret]), now)
-    session.commit()
+    _commit(session)
     return secret
 
 
@@ -280,7 +282,7 @@ def expire_secret(
     secret.expires_at = at
     item.updated_at = now
     _record(session, who, "expire_secret", item, before, described(item, stored), now)
-    session.commit()
+    _commit(session)
     return secret
 
 
@@ -303,8 +305,29 @@ def rotate(
     fresh = _seal(session, keyring, item, SIGNING, value, now)
     item.updated_at = now
     _record(session, who, "rotate", item, before, described(item, [*stored, fresh]), now)
-    session.commit()
+    _commit(session)
     return fresh, ends
+
+
+@contextmanager
+def batch(session: Session) -> Iterator[None]:
+    """The changes made inside are one transaction, committed at the end (``webhooks config
+    apply``); an error rolls back every one."""
+    session.info[BATCH] = True
+    try:
+        yield
+        session.info.pop(BATCH)
+        session.commit()
+    except BaseException:
+        session.rollback()
+        raise
+    finally:
+        session.info.pop(BATCH, None)
+
+
+def _commit(session: Session) -> None:
+    if not session.info.get(BATCH):
+        session.commit()
 
 
 def _item(session: Session, name: str) -> ConfigItem:
