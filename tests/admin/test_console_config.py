@@ -18,6 +18,7 @@ from tests.support.console import csrf_token
 
 KEYS = "k1:" + base64.b64encode(b"1" * 32).decode()
 SECRET = "whsec_ConsoleTypedSecretNeverShown_3e1"
+DEST_SECRET = "whsec_" + base64.b64encode(b"destination-secret-bytes-24").decode()
 
 
 @pytest.fixture
@@ -112,6 +113,20 @@ def test_secrets_are_added_and_expired(client: FlaskClient) -> None:
     bad_time = post(client, "/admin/endpoints/shop-eu/secrets", {"value": other, "expires_at": "tomorrow"})
     html = bad_time.get_data(as_text=True)
     assert bad_time.status_code == 400 and 'id="error-expires_at"' in html and other not in html
+
+
+def test_rotate_shows_the_value_once(client: FlaskClient) -> None:
+    form = {"name": "orders-eu", "secret": DEST_SECRET, "options": 'url = "https://example.com/hooks"\n'}
+    created = post(client, "/admin/destinations/new", form)
+    assert created.status_code == 303, created.get_data(as_text=True)
+    listed = page(client, "/admin/destinations")
+    assert "/admin/destinations/orders-eu/rotate" in listed and DEST_SECRET not in listed
+    rotated = post(client, "/admin/destinations/orders-eu/rotate", {"grace_seconds": "60"}).get_data(as_text=True)
+    value = re.search(r'<code class="mono secret">(whsec_[^<]+)</code>', rotated)
+    assert value, rotated
+    after = page(client, "/admin/destinations")
+    assert value.group(1) not in after and DEST_SECRET not in after and after.count("secret ") >= 2
+    assert value.group(1) not in page(client, "/admin/destinations/orders-eu/edit")
 
 
 def test_a_post_without_the_csrf_token_is_refused(client: FlaskClient) -> None:
