@@ -47,7 +47,8 @@ def create_shop(client: FlaskClient, **extra: str) -> None:
 def test_each_page_renders_and_is_in_the_nav(client: FlaskClient) -> None:
     for url in ("/admin/endpoints", "/admin/endpoints/new", "/admin/destinations", "/admin/destinations/new"):
         html = page(client, url)
-        assert 'href="/admin/endpoints"' in html
+        assert 'href="/admin/endpoints"' in html and 'href="/admin/changes"' in html
+    assert "No configuration change yet" in page(client, "/admin/changes")
 
 
 def test_the_endpoints_page_shows_the_url_to_register(client: FlaskClient) -> None:
@@ -133,3 +134,13 @@ def test_a_post_without_the_csrf_token_is_refused(client: FlaskClient) -> None:
     form = {"name": "shop-eu", "provider": "stripe", "secret": SECRET, "options": ""}
     assert client.post("/admin/endpoints/new", data=form, headers=admin_headers()).status_code == 403
     assert "shop-eu" not in page(client, "/admin/endpoints")
+
+
+def test_the_changes_page_lists_who_did_what(client: FlaskClient) -> None:
+    create_shop(client)
+    post(client, "/admin/endpoints/shop-eu/edit", {"label": "merchant-8", "options": ""})
+    html = page(client, "/admin/changes")
+    assert html.index("update") < html.index("create")  # newest first
+    assert re.search(r"<td>admin</td><td>create</td><td class=\"mono\">endpoint shop-eu</td>", html), html
+    assert SECRET not in html and "fingerprint" in html
+    assert client.get("/admin/changes?before=x", headers=admin_headers()).status_code == 400
