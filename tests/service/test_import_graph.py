@@ -345,5 +345,5 @@ def test_admin_modules_add_their_routes_only_when_the_package_registers_them() -
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=True)
     before, after = json.loads(out.stdout.strip().splitlines()[-1])
     # api: 3 rejections + gaps + 5 destinations + tokens + 13 runtime configuration (config_api);
-    # pages: 3 rejections + gaps + 5 destinations + tokens
-    assert after == [before[0] + 23, before[1] + 10]
+    # pages: 3 rejections + gaps + 5 destinations + tokens + 2 config_pages + 11 config_forms
+    assert after == [before[0] + 23, before[1] + 23]

@@ -20,7 +20,7 @@ def admin_urls(app: Flask) -> list[tuple[str, str]]:
         "filename": "console.css",
         "rejection_id": "1",
         "name": "orders",
-        "secret_id": "1",
+        "secret_id": "sec_1",
     }
     found = []
     for rule in app.url_map.iter_rules():

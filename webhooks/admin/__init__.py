@@ -11,7 +11,18 @@ from flask import Blueprint, Flask
 def blueprints() -> tuple[Blueprint, Blueprint]:
     """The API's and the pages' blueprints with every console module's routes on them; built once
     per process, as the blueprints are module-level and a route may be added to one only once."""
-    from webhooks.admin import api, config_api, destinations, gaps, pages, quarantine_pages, rejections, token_views
+    from webhooks.admin import (
+        api,
+        config_api,
+        config_forms,
+        config_pages,
+        destinations,
+        gaps,
+        pages,
+        quarantine_pages,
+        rejections,
+        token_views,
+    )
 
     rejections.init_app(api.bp)
     quarantine_pages.init_app(pages.bp)
@@ -19,6 +30,8 @@ def blueprints() -> tuple[Blueprint, Blueprint]:
     destinations.init_app(api.bp, pages.bp)
     token_views.init_app(api.bp, pages.bp)
     config_api.init_app(api.bp)
+    config_pages.init_app(pages.bp)
+    config_forms.init_app(pages.bp)
     return api.bp, pages.bp
 
 

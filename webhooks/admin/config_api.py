@@ -23,6 +23,7 @@ from werkzeug.wrappers import Response
 from webhooks.admin import config_json
 from webhooks.admin.auth import runtime, who
 from webhooks.admin.queries import iso, parse_id, parse_limit
+from webhooks.config_tables import ConfigSecret
 from webhooks.destinations import new_secret
 from webhooks.errors import ConfigError
 from webhooks.live_config import DESTINATION, ENDPOINT, check, field_of
@@ -112,8 +113,8 @@ def list_endpoints() -> Any:
     return jsonify(endpoints=[e for e in found if label is None or e["label"] == label])
 
 
-def create_item(kind: str) -> Answer:
-    body = _body()
+def create(kind: str, body: dict[str, Any]) -> str:
+    """Validate and store a new item from ``body`` (the API's JSON object); its name."""
     name, label = body.pop("name", None), body.pop("label", None)
     if not isinstance(name, str) or not NAME.fullmatch(name):
         raise InvalidError("name", "name: 1 to 100 of letters, digits and . _ -, starting with a letter or digit")
@@ -125,12 +126,17 @@ def create_item(kind: str) -> Answer:
     _validated(kind, name, body)
     keyring = runtime().settings.keyring
     _changed(lambda s: store.create(s, keyring, kind, name, body, label=label, who=who(), now=_now()))
+    return name
+
+
+def create_item(kind: str) -> Answer:
+    name = create(kind, _body())
     return jsonify(_listed_item(kind, name)), 201
 
 
-def patch_item(kind: str, name: str) -> Answer:
+def patch(kind: str, name: str, patch: dict[str, Any]) -> None:
+    """Apply ``patch`` (RFC 7396) to a stored item, validated as the file would be."""
     _owned(kind, name)
-    patch = _body()
     if "secrets" in patch or "secret" in patch:
         raise InvalidError("secrets", f"secrets cannot be patched: POST …/{name}/secrets, or expire one")
     if patch.get("name", name) != name:
@@ -150,10 +156,15 @@ def patch_item(kind: str, name: str) -> Answer:
     merged = config_json.merge_patch(table, patch)
     _validated(kind, name, merged)
     _changed(lambda s: store.update(s, rt.settings.keyring, name, merged, label=label, who=who(), now=now))
+
+
+def patch_item(kind: str, name: str) -> Answer:
+    patch(kind, name, _body())
     return jsonify(_listed_item(kind, name)), 200
 
 
-def delete_item(kind: str, name: str) -> Answer:
+def delete(kind: str, name: str) -> None:
+    """Delete a stored item; ``in_use`` while an endpoint forwards to the destination."""
     _owned(kind, name)
     rt = runtime()
     if kind == DESTINATION:
@@ -164,12 +175,18 @@ def delete_item(kind: str, name: str) -> Answer:
         if not any(i.name == name for i in store.items(session, kind)):
             raise ConfigItemError("not_found", f"no {kind} named {name!r}", status=404)
     _changed(lambda s: store.remove(s, name, who=who(), now=_now()))
+
+
+def delete_item(kind: str, name: str) -> Answer:
+    delete(kind, name)
     return "", 204
 
 
-def add_secret(kind: str, name: str) -> Answer:
+def add(kind: str, name: str, body: dict[str, Any]) -> tuple[ConfigSecret, str | None]:
+    """Add a signing secret (``value``, or one generated when the kind may choose it); the secret
+    and the generated value (None when it was given)."""
     _owned(kind, name)
-    body, rt, now = _body(), runtime(), _now()
+    rt, now = runtime(), _now()
     try:
         not_before = config_json.parse_time(body.get("not_before"), "not_before")
         expires_at = config_json.parse_time(body.get("expires_at"), "expires_at")
@@ -182,10 +199,10 @@ def add_secret(kind: str, name: str) -> Answer:
         table = store.opened_table(rt.settings.keyring, item, store.secrets_of(session, [name]).get(name, []), now)
     value, generated = body.get("value"), False
     if value is None:
-        issued = _issued(str(item.provider)) if kind != DESTINATION else new_secret()
-        if issued is None:
+        fresh = issued(str(item.provider)) if kind != DESTINATION else new_secret()
+        if fresh is None:
             raise InvalidError("value", f"{item.provider} secrets are issued by the provider: send value")
-        value, generated = issued, True
+        value, generated = fresh, True
     if not isinstance(value, str) or not value.strip():
         raise InvalidError("value", "value must be a non-empty string")
     _validated(kind, name, {**table, "secrets": [*table.get("secrets", []), value]})
@@ -194,31 +211,42 @@ def add_secret(kind: str, name: str) -> Answer:
             s, rt.settings.keyring, name, value, not_before=not_before, expires_at=expires_at, who=who(), now=now
         )
     )
+    return secret, value if generated else None
+
+
+def add_secret(kind: str, name: str) -> Answer:
+    secret, generated = add(kind, name, _body())
     shown = config_json.secret_json(secret)
-    return jsonify({**shown, "value": value} if generated else shown), 201
+    return jsonify({**shown, "value": generated} if generated is not None else shown), 201
 
 
-def _issued(kind: str) -> str | None:
+def issued(kind: str) -> str | None:
     """A fresh signing secret of ``kind``'s shape where the receiver may choose it; None: the
     provider issues its own."""
     provider = PROVIDERS.get(kind)
     return provider.issue_secret() if provider is not None else None
 
 
-def expire_secret(kind: str, name: str, secret_id: str) -> Answer:
+def expire(kind: str, name: str, secret_id: str, body: dict[str, Any]) -> ConfigSecret:
+    """Retire a signing secret at ``body["at"]`` (now when absent)."""
     _owned(kind, name)
-    body, now = _body(), _now()
+    now = _now()
     try:
         at = config_json.parse_time(body.get("at"), "at") or now
     except ValueError:
         raise InvalidError("at", "at must be an ISO 8601 time with its offset") from None
-    secret = _changed(lambda s: store.expire_secret(s, name, secret_id, at=at, who=who(), now=now))
-    return jsonify(config_json.secret_json(secret)), 200
+    secret: ConfigSecret = _changed(lambda s: store.expire_secret(s, name, secret_id, at=at, who=who(), now=now))
+    return secret
 
 
-def rotate_destination(name: str) -> Answer:
+def expire_secret(kind: str, name: str, secret_id: str) -> Answer:
+    return jsonify(config_json.secret_json(expire(kind, name, secret_id, _body()))), 200
+
+
+def rotate(name: str, body: dict[str, Any]) -> tuple[ConfigSecret, str, datetime]:
+    """A destination's new signing secret; the secret, its value and when the earlier ones end."""
     _owned(DESTINATION, name)
-    body, rt, now = _body(), runtime(), _now()
+    rt, now = runtime(), _now()
     grace = body.get("grace_seconds", DEFAULT_GRACE)
     if isinstance(grace, bool) or not isinstance(grace, int | float) or not 0 <= grace <= MAX_GRACE:
         raise InvalidError("grace_seconds", f"grace_seconds must be a number from 0 to {MAX_GRACE}")
@@ -226,7 +254,12 @@ def rotate_destination(name: str) -> Answer:
     secret, ends = _changed(
         lambda s: store.rotate(s, rt.settings.keyring, name, value, grace=float(grace), who=who(), now=now)
     )
-    found = {"id": secret.id, "fingerprint": secret.fingerprint, "value": value, "previous_expires_at": None}
+    return secret, value, ends
+
+
+def rotate_destination(name: str) -> Answer:
+    secret, value, ends = rotate(name, _body())
+    found = {"id": secret.id, "fingerprint": secret.fingerprint, "value": value}
     return jsonify({**found, "previous_expires_at": iso(ends)}), 201
 
 
