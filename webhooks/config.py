@@ -23,18 +23,9 @@ from typing import Any
 from webhooks import providers
 from webhooks.destinations import Destination, destination, forwards, known_keys
 from webhooks.errors import ConfigError
+from webhooks.providers import shorthands
 from webhooks.providers.base import Endpoint
 from webhooks.urls import checked_database_url, database_url, redis_url
-
-
-def shorthands() -> dict[str, tuple[str, str, str]]:
-    """Environment shorthand → (endpoint name, kind, field), from each kind's ``Provider.shorthands``."""
-    return {
-        variable: (p.kind, p.kind, name)
-        for p in providers.PROVIDERS.values()
-        for variable, name in p.shorthands.items()
-    }
-
 
 ENDPOINT_FIELDS = (
     "provider",
@@ -76,6 +67,7 @@ class Settings:
     quarantine_bytes: int = 64 * 1024 * 1024  # bodies, URLs and headers kept, shared by endpoints
     trusted_proxies: int = 0  # proxies in front that append the client to X-Forwarded-For
     outbound_timeout: float = 10.0  # seconds any call out (provider APIs, `webhooks send`) may wait
+    tracing: bool = False  # OpenTelemetry (``tracing``; ``webhooks.tracing``)
 
     @property
     def embedded_queue(self) -> bool:
@@ -278,7 +270,18 @@ def load(environ: Mapping[str, Any] | None = None) -> Settings:
         quarantine_bytes=int(_number(env, "WEBHOOKS_QUARANTINE_BYTES", 64 * 1024 * 1024)),
         trusted_proxies=int(_number(env, "WEBHOOKS_TRUSTED_PROXIES", 0)),
         outbound_timeout=outbound,
+        tracing=tracing(env),
     )
+
+
+def tracing(env: Mapping[str, Any]) -> bool:
+    """OpenTelemetry's switch, by its standard variables: on when ``OTEL_EXPORTER_OTLP_ENDPOINT``
+    (or its traces one) is set or ``OTEL_TRACES_EXPORTER`` names an exporter, unless
+    ``OTEL_SDK_DISABLED=true`` or ``OTEL_TRACES_EXPORTER=none``."""
+    exporter = (env.get("OTEL_TRACES_EXPORTER") or "").strip().lower()
+    if (env.get("OTEL_SDK_DISABLED") or "").strip().lower() == "true" or exporter == "none":
+        return False
+    return bool(exporter or env.get("OTEL_EXPORTER_OTLP_ENDPOINT") or env.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"))
 
 
 # Every ``WEBHOOKS_*`` variable something reads (the test suite's too): any other is a typo.

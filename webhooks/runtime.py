@@ -16,6 +16,7 @@ from contextvars import ContextVar
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
+from webhooks import tracing
 from webhooks.config import Settings
 from webhooks.engines import deferred, make_engine, make_sessionmaker, sqlite_lock
 from webhooks.errors import NoRuntimeError
@@ -32,6 +33,7 @@ _plain_lock = threading.Lock()
 class Runtime:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
+        tracing.setup(settings.tracing)  # once per process: its first runtime's settings
         self.engine: Engine = make_engine(settings.database_url)
         self.sessions: sessionmaker[Session] = make_sessionmaker(self.engine)
         # SQLite transactions that wait for no writer until they write: for reads, and for the
