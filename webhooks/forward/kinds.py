@@ -21,7 +21,7 @@ from typing import Protocol
 
 from webhooks.destinations import Destination
 from webhooks.forward import client, redis_stream
-from webhooks.forward.deliveries import Lease, Result
+from webhooks.forward.leases import Lease, Result
 from webhooks.guard import Resolver
 
 
