@@ -12,7 +12,7 @@ import pytest
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from tests.conftest import STRIPE_SECRET, drain, rows, stripe_event, stripe_headers
+from tests.conftest import STRIPE_SECRET, admin_headers, drain, rows, stripe_event, stripe_headers
 from tests.forward.conftest import forwarding_app, post, settle_all
 from tests.support import destination
 from webhooks import config, tracing
@@ -75,6 +75,16 @@ def test_one_event_forwarded_is_one_trace_from_the_request_to_the_forward(
     assert delivery == traceparent(job)
     [seen] = service.seen
     assert seen.verified and seen.headers["traceparent"] == traceparent(forward)
+
+    # The admin API names the trace on each attempt and each delivery attempt, and the event page too.
+    trace_id = f"{receive.context.trace_id:032x}"
+    shown = app.test_client().get("/admin/api/events/stripe/evt_traced", headers=admin_headers()).get_json()
+    assert shown["trace_id"] == trace_id
+    assert [a["trace_id"] for a in shown["attempt_log"]] == [trace_id]
+    [orders] = shown["deliveries"]
+    assert orders["trace_id"] == trace_id and [h["trace_id"] for h in orders["history"]] == [trace_id]
+    page = app.test_client().get("/admin/events/stripe/evt_traced", headers=admin_headers())
+    assert trace_id in page.get_data(as_text=True)
 
     # Names and ids only: neither the body, nor a piece of it, nor a secret or a signature.
     secrets = [STRIPE_SECRET, service.secret, headers["Stripe-Signature"], seen.headers["webhook-signature"]]
