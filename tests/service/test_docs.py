@@ -187,7 +187,8 @@ def test_the_examples_extra_installs_what_the_examples_import() -> None:
 # A revision named as the head or the current schema ("head is 0013", "head revision 0013",
 # "head 0013", "current schema 0013", "database ready at 0013"), not a historical one
 # ("Revision 0009 keeps …").
-HEAD_REVISION = re.compile(r"\b(?:head|current schema|ready)(?: revision)?(?: is| at)?[\s:(]*(\d{4})\b", re.I)
+# A letter after the number: a branch's revision until it is rechained at merge (0017a).
+HEAD_REVISION = re.compile(r"\b(?:head|current schema|ready)(?: revision)?(?: is| at)?[\s:(]*(\d{4}[a-z]?)\b", re.I)
 
 
 def revisions_named_as_head(text: str) -> list[str]:
