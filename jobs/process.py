@@ -36,11 +36,12 @@ import functools
 import logging
 import time
 import traceback
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
 from rq import get_current_job
 
-from webhooks import lanes, metrics, providers, runtime
+from webhooks import lanes, metrics, providers, runtime, tracing
 from webhooks.forward import deliveries
 from webhooks.forward.dispatcher import nudge
 from webhooks.storable import storable_text
@@ -94,6 +95,8 @@ def work(rt: runtime.Runtime, claimed: Claimed) -> Work:
     provider = providers.get(claimed.kind)
     fold = provider.fold if provider.folds else None  # the declared capability
 
+    parent = tracing.traceparent()  # the job's span: each forward continues its trace
+
     def run(seen: Seen) -> None:
         context = handlers.HandlerEvent(
             claimed.endpoint,
@@ -109,17 +112,30 @@ def work(rt: runtime.Runtime, claimed: Claimed) -> Work:
             seen.session,
         )
         for handler in found:
-            handlers.call(handler, context, seen.state)
+            with tracing.span("handler", handler=handlers.name(handler)):
+                handlers.call(handler, context, seen.state)
         if forward:
             targets = {name: rt.settings.destinations[name].identity for name in forward}
-            deliveries.create(seen.session, context, targets, datetime.now(UTC))
+            deliveries.create(seen.session, context, targets, datetime.now(UTC), parent)
 
     return Work(
-        functools.partial(prepare, claimed, rt.settings),
+        _spanned("fetch", functools.partial(prepare, claimed, rt.settings)),
         None if fold is None else functools.partial(merge, fold),
         handlers.names(found) + [FORWARD + name for name in forward],
         run,
     )
+
+
+def _spanned(name: str, step: Callable[[], Prepared]) -> Callable[[], Prepared]:
+    """``step`` in a span named ``name`` (``step`` itself when tracing is off)."""
+    if not tracing.ENABLED:
+        return step
+
+    def spanned() -> Prepared:
+        with tracing.span(name):
+            return step()
+
+    return spanned
 
 
 def process_event(endpoint: str, event_id: str) -> str:
@@ -160,13 +176,15 @@ def _process(rt: runtime.Runtime, endpoint: str, event_id: str, last_try: bool, 
     started_at, clock = datetime.now(UTC), time.monotonic()
     label = metrics.endpoint_label(rt, endpoint)
     locked = contextlib.nullcontext if not lane else rt.processing
-    with contextlib.nullcontext() if lane else rt.processing(), rt.store.keep():
+    with contextlib.nullcontext() if lane else rt.processing(), rt.store.keep(), contextlib.ExitStack() as spans:
+        claim_started = time.time_ns()
         with locked():
             now = datetime.now(UTC)
             claimed = rt.store.claim(endpoint, event_id, now, now + timedelta(seconds=lease(rt.settings.job_timeout)))
         if claimed is None:
             return "skipped"
         attempt = claimed.attempts
+        traced = _job_span(spans, claimed, claim_started)
         claim = Claim(endpoint, event_id, attempt, last_try, started_at, clock, label)
         with running(claim), heartbeat(rt, claim):  # the lease renewed while the claim is held
             job_errors.reach()  # from here on an error is this attempt's, recorded below
@@ -177,10 +195,11 @@ def _process(rt: runtime.Runtime, endpoint: str, event_id: str, last_try: bool, 
                 todo = work(rt, claimed)
                 if lane:
                     todo = dataclasses.replace(todo, prepare=functools.partial(_ready, todo.prepare()))
-                with locked():
+                with locked(), tracing.span("mark"):  # the transaction that runs the handlers and marks the row
                     status = rt.store.process(claimed, todo, started_at)
                     if status == "skipped" and not claim.abandoned:
                         _stale(rt, claim, None)
+                traced.set("outcome", status)
             except fetch.UnknownObjectError:
                 if claim.abandoned:
                     return "skipped"  # the watchdog recorded this attempt (``abandon``)
@@ -214,6 +233,27 @@ def _process(rt: runtime.Runtime, endpoint: str, event_id: str, last_try: bool, 
         if rt.settings.forwards.get(endpoint):
             nudge()  # this process's forwarder sends them now
     return status
+
+
+def _job_span(spans: contextlib.ExitStack, claimed: Claimed, claim_started: int) -> tracing.Traced:
+    """The job's span, in the trace of the event's receipt (its row's ``traceparent``), from the
+    claim's start (the claim tells which trace: its own span is recorded once it is done)."""
+    if not tracing.ENABLED:
+        return tracing.QUIET
+    spans.enter_context(tracing.linked(claimed.traceparent))
+    traced = spans.enter_context(
+        tracing.span(
+            "job",
+            start=claim_started,
+            endpoint=claimed.endpoint,
+            kind=claimed.kind,
+            event_id=claimed.event_id,
+            event_type=claimed.event_type,
+            attempt=claimed.attempts,
+        )
+    )
+    tracing.record("claim", claim_started, attempt=claimed.attempts)
+    return traced
 
 
 def _ready(prepared: Prepared) -> Prepared:

@@ -20,23 +20,14 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from webhooks import encryption, providers
+from webhooks import encryption, providers, tracing
 from webhooks.destinations import Destination, destination, forwards, known_keys
 from webhooks.errors import ConfigError
 from webhooks.keys import VARIABLE as ENCRYPTION_KEYS
 from webhooks.keys import Keyring
+from webhooks.providers import shorthands
 from webhooks.providers.base import Endpoint
 from webhooks.urls import checked_database_url, database_url, redis_url
-
-
-def shorthands() -> dict[str, tuple[str, str, str]]:
-    """Environment shorthand → (endpoint name, kind, field), from each kind's ``Provider.shorthands``."""
-    return {
-        variable: (p.kind, p.kind, name)
-        for p in providers.PROVIDERS.values()
-        for variable, name in p.shorthands.items()
-    }
-
 
 ENDPOINT_FIELDS = (
     "provider",
@@ -79,6 +70,7 @@ class Settings:
     trusted_proxies: int = 0  # proxies in front that append the client to X-Forwarded-For
     outbound_timeout: float = 10.0  # seconds any call out (provider APIs, `webhooks send`) may wait
     keyring: Keyring | None = field(default=None, repr=False, compare=False)  # seals stored secrets
+    tracing: bool = False  # OpenTelemetry (``tracing``; ``webhooks.tracing``)
 
     @property
     def embedded_queue(self) -> bool:
@@ -283,10 +275,13 @@ def load(environ: Mapping[str, Any] | None = None) -> Settings:
         trusted_proxies=int(_number(env, "WEBHOOKS_TRUSTED_PROXIES", 0)),
         outbound_timeout=outbound,
         keyring=encryption.keyring(env.get(ENCRYPTION_KEYS), database),
+        tracing=tracing.switched_on(env),
     )
 
 
 SECRET_PREFIX = "WEBHOOKS_SECRET_"  # `webhooks config export`'s placeholders: WEBHOOKS_SECRET_<ITEM>_<N>
+
+
 # Every ``WEBHOOKS_*`` variable something reads (the test suite's too): any other is a typo.
 VARIABLES = (
     "WEBHOOKS_ADMIN_PASSWORD",

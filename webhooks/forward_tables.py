@@ -42,6 +42,7 @@ class Delivery(Base):
     # The identity of the destination it is for (``Destination.identity``, a hash of the URL; NULL:
     # created before 0014, whichever is configured under the name): another is never sent it.
     target: Mapped[str | None] = mapped_column(String(64))
+    traceparent: Mapped[str | None] = mapped_column(String(55))  # the job's: each forward continues its trace
 
     __table_args__ = (
         # The forwarder's scan: a destination's pending deliveries by due time.

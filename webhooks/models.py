@@ -133,6 +133,7 @@ class Event(Base):
     # sha256 hex of the verified signature for schemes that sign no id or timestamp: unique per
     # endpoint (NULLs never collide), so one captured signature can never mint a second event.
     replay_key: Mapped[str | None] = mapped_column(String(64))
+    traceparent: Mapped[str | None] = mapped_column(String(55))  # the receive span's (``webhooks.tracing``)
     # Its duplicate deliveries (``duplicates``), read only where asked for (``undefer``: the console's lists).
     duplicates: Mapped[int | None] = column_property(
         select(Duplicate.count)

@@ -24,7 +24,7 @@ from sqlalchemy import Engine
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
-from webhooks import live_config, metrics
+from webhooks import live_config, metrics, tracing
 from webhooks.config import Settings
 from webhooks.engines import deferred, make_engine, make_sessionmaker, sqlite_lock
 from webhooks.errors import NoRuntimeError
@@ -47,6 +47,7 @@ class Runtime:
         self.config_next_change: datetime | None = None  # a secret's window opens or closes then
         self._reloading = threading.Lock()
         self.watcher: Watcher | None = None
+        tracing.setup(settings.tracing)  # once per process: its first runtime's settings
         self.engine: Engine = make_engine(settings.database_url)
         self.sessions: sessionmaker[Session] = make_sessionmaker(self.engine)
         # SQLite transactions that wait for no writer until they write: for reads, and for the

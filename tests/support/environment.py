@@ -11,12 +11,12 @@ from __future__ import annotations
 
 from collections.abc import MutableMapping
 
-from webhooks.config import shorthands
+from webhooks.providers import shorthands
 
 # The service's own variables and the process managers' (gunicorn reads PORT, WEB_* and
 # GUNICORN_CMD_ARGS); the suite's knobs (WEBHOOKS_TEST_*, TEST_DATABASE_URL, …) are kept.
 NAMES = ("DATABASE_URL", "REDIS_URL", "PORT", "GUNICORN_CMD_ARGS")
-PREFIXES = ("WEBHOOKS_", "WEB_")
+PREFIXES = ("WEBHOOKS_", "WEB_", "OTEL_")  # OTEL_*: tracing stays off unless a test turns it on
 KEPT_PREFIXES = ("WEBHOOKS_TEST_",)
 
 

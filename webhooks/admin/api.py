@@ -13,6 +13,7 @@ from typing import Any
 from flask import Blueprint, g, jsonify, request
 from werkzeug.wrappers import Response
 
+from webhooks import tracing
 from webhooks.admin import csrf, errors, queries
 from webhooks.admin.auth import check_api_auth, runtime, who
 from webhooks.admin.destinations import deliveries_of
@@ -97,10 +98,12 @@ def detail(event: Event, delivery: queries.Received) -> dict[str, Any]:
         "signed_at": event.signed_at,
         "skew_seconds": queries.skew_seconds(event),
         "last_traceback": event.last_traceback,
+        "trace_id": tracing.trace_id(event.traceparent),
     }
 
 
-def attempt_json(attempt: Attempt) -> dict[str, Any]:
+def attempt_json(attempt: Attempt, trace_id: str | None = None) -> dict[str, Any]:
+    """One attempt; ``trace_id``: its event's (``detail``), which every attempt's job continued."""
     return {
         "number": attempt.number,
         "status": attempt.status,
@@ -109,6 +112,7 @@ def attempt_json(attempt: Attempt) -> dict[str, Any]:
         "error": attempt.error,
         "traceback": attempt.traceback,
         "handlers": attempt.handlers,
+        "trace_id": trace_id,
     }
 
 
@@ -187,7 +191,10 @@ def show_event(provider: str, event_id: str) -> Any:
         return jsonify(
             detail(event, queries.received(session, event))
             | {
-                "attempt_log": [attempt_json(a) for a in queries.attempts(session, provider, event_id)],
+                "attempt_log": [
+                    attempt_json(a, tracing.trace_id(event.traceparent))
+                    for a in queries.attempts(session, provider, event_id)
+                ],
                 "object": object_json(obj) if obj else None,
                 "object_events": [summary(e) | {"object_version": e.object_version} for e in moved],
                 "deliveries": deliveries_of(session, provider, event_id),

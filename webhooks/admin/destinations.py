@@ -22,6 +22,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 from werkzeug.wrappers import Response
 
+from webhooks import tracing
 from webhooks.admin import config_json
 from webhooks.admin.auth import runtime, who
 from webhooks.admin.queries import iso, storable
@@ -89,6 +90,7 @@ def deliveries_of(session: Session, endpoint: str, event_id: str) -> list[dict[s
         .order_by(DeliveryAttempt.destination, DeliveryAttempt.id)
     ).all()
     history: dict[str, list[dict[str, Any]]] = {}
+    traces = {d.destination: tracing.trace_id(d.traceparent) for d in rows}  # each attempt continued it
     for a in attempts:
         history.setdefault(a.destination, []).append(
             {
@@ -99,6 +101,7 @@ def deliveries_of(session: Session, endpoint: str, event_id: str) -> list[dict[s
                 "status_code": a.status_code,
                 "error": a.error,
                 "response": a.response,
+                "trace_id": traces.get(a.destination),
             }
         )
     return [
@@ -111,6 +114,7 @@ def deliveries_of(session: Session, endpoint: str, event_id: str) -> list[dict[s
             "delivered_at": iso(d.delivered_at),
             "next_attempt_at": iso(d.next_attempt_at) if d.status == deliveries.PENDING else None,
             "forced": d.forced,
+            "trace_id": traces[d.destination],
             "history": history.get(d.destination, []),
         }
         for d in rows

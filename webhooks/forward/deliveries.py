@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -32,6 +31,7 @@ from sqlalchemy.orm import Session, aliased, sessionmaker
 
 from webhooks.destinations import Destination
 from webhooks.engines import upsert
+from webhooks.forward.leases import Lease
 from webhooks.forward.signing import Message, message_id
 from webhooks.forward_tables import Delivery, DeliveryAttempt, DestinationState, ForwardedObject
 from webhooks.models import Event
@@ -44,44 +44,13 @@ EXCERPT = 1000  # characters of an answer's body kept with its attempt
 PENDING = DeliveryStatus.PENDING
 
 
-@dataclass(frozen=True)
-class Lease:
-    """One delivery in flight: what to send and the token its outcome is settled under."""
-
-    endpoint: str
-    event_id: str
-    destination: str
-    token: int
-    attempts: int
-    forced: bool
-    message: Message
-    body: bytes
-    probe: bool = False  # sent while the circuit was open: its failure doubles the wait for the next
-
-
-@dataclass(frozen=True)
-class Result:
-    """What one send came to (``status`` None: no HTTP answer; ``error`` says why; ``acknowledged``: a
-    bus accepted the message, with ``response`` its id for it)."""
-
-    lease: Lease
-    started_at: datetime
-    seconds: float
-    status: int | None
-    error: str | None = None
-    retry_after: float | None = None  # 429/503: seconds the destination asked for
-    response: str | None = None
-    acknowledged: bool = False
-
-    @property
-    def delivered(self) -> bool:
-        return self.acknowledged or (self.status is not None and 200 <= self.status < 300)
-
-
-def create(session: Session, event: Any, destinations: Mapping[str, str], now: datetime) -> None:
+def create(
+    session: Session, event: Any, destinations: Mapping[str, str], now: datetime, traceparent: str | None = None
+) -> None:
     """One pending delivery per destination for the event being marked (insert-or-ignore).
     ``event``: a ``webhooks.worker.handlers.HandlerEvent`` (its endpoint, id, type, object and version);
-    ``destinations``: name → identity (``Destination.identity``) of each destination it goes to."""
+    ``destinations``: name → identity (``Destination.identity``) of each destination it goes to;
+    ``traceparent``: the job's span, which each forward continues (``webhooks.tracing``)."""
     rows = [
         {
             "endpoint": event.endpoint,
@@ -100,6 +69,7 @@ def create(session: Session, event: Any, destinations: Mapping[str, str], now: d
             "created_at": now,
             "status_at": now,
             "target": destinations[name],
+            "traceparent": traceparent,
         }
         for name in destinations
     ]
@@ -257,6 +227,7 @@ def _leased(
         message,
         bytes(payload),
         probe,
+        delivery.traceparent,
     )
 
 

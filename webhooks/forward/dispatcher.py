@@ -24,11 +24,12 @@ from datetime import UTC, datetime
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
-from webhooks import metrics
+from webhooks import metrics, tracing
 from webhooks.destinations import Destination
 from webhooks.forward import deliveries, settle
-from webhooks.forward.deliveries import Lease, Result
+from webhooks.forward.leases import Lease, Result
 from webhooks.guard import Resolver, system_resolver
+from webhooks.vocabulary import Outcome
 
 from . import kinds, signing
 from .kinds import retry_after
@@ -62,15 +63,34 @@ class Lane:
         self.pool.submit(self._send, lease)
 
     def _send(self, lease: Lease) -> None:
+        with (
+            tracing.linked(lease.traceparent),
+            tracing.span(
+                "forward",
+                destination=self.destination.name,
+                destination_kind=self.destination.kind,
+                endpoint=lease.endpoint,
+                event_id=lease.event_id,
+                attempt=lease.attempts + 1,
+            ) as traced,
+        ):
+            result = self._publish(lease)
+            traced.set("outcome", Outcome.DELIVERED if result.delivered else Outcome.ERROR)
+            traced.set("status_code", result.status)
+        self.done(result)
+
+    def _publish(self, lease: Lease) -> Result:
         started_at, clock = datetime.now(UTC), time.monotonic()
         timestamp = int(time.time())
         headers = signing.headers(self.keys, lease.message, timestamp, lease.body)
+        carried = tracing.traceparent()  # the forward span's: HTTP header, or a bus message's header
+        if carried is not None:
+            headers["traceparent"] = carried
         try:
-            result = self.publisher.publish(lease, headers, started_at)
+            return self.publisher.publish(lease, headers, started_at)
         except Exception as exc:  # a bug must not lose the lease's result: settled as an error
             log.exception("forward: sending to %s failed", self.destination.name)
-            result = Result(lease, started_at, time.monotonic() - clock, None, f"{exc.__class__.__name__}")
-        self.done(result)
+            return Result(lease, started_at, time.monotonic() - clock, None, f"{exc.__class__.__name__}")
 
     def close(self, wait: bool) -> None:
         self.pool.shutdown(wait=wait, cancel_futures=False)

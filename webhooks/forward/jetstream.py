@@ -42,7 +42,8 @@ import nats.js.errors
 from nats.aio.client import Client
 
 from webhooks.destinations import Destination, Nats
-from webhooks.forward.deliveries import LEASE_MARGIN, Lease, Result
+from webhooks.forward.deliveries import LEASE_MARGIN
+from webhooks.forward.leases import Lease, Result
 from webhooks.guard import Refused, Resolver, resolve_within, vet
 
 SKIPPED = ("idempotency-key",)  # the same value as webhook-id

@@ -23,7 +23,7 @@ from typing import Protocol
 
 from webhooks.destinations import Destination
 from webhooks.forward import client, jetstream, rabbitmq, redis_stream
-from webhooks.forward.deliveries import Lease, Result
+from webhooks.forward.leases import Lease, Result
 from webhooks.guard import Resolver
 
 

@@ -32,7 +32,7 @@ import pika.exceptions
 from pika.adapters.blocking_connection import BlockingChannel
 
 from webhooks.destinations import Destination, RabbitMQ
-from webhooks.forward.deliveries import Lease, Result
+from webhooks.forward.leases import Lease, Result
 from webhooks.guard import Refused, Resolver, resolve_within, vet
 
 SKIPPED = ("idempotency-key",)  # the same value as webhook-id

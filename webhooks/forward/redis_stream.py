@@ -31,7 +31,7 @@ from redis.retry import Retry
 from redis.typing import EncodableT, FieldT
 
 from webhooks.destinations import Destination, RedisStream
-from webhooks.forward.deliveries import Lease, Result
+from webhooks.forward.leases import Lease, Result
 from webhooks.guard import Refused, Resolver, resolve_within, vet
 
 SKIPPED = ("idempotency-key",)  # the same value as webhook-id

@@ -17,7 +17,8 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from webhooks.destinations import MAX_PROBE_SECONDS, Destination
 from webhooks.engines import upsert
-from webhooks.forward.deliveries import EXCERPT, MAX_THROTTLE_SECONDS, PENDING, Result, object_key, state_of
+from webhooks.forward.deliveries import EXCERPT, MAX_THROTTLE_SECONDS, PENDING, object_key, state_of
+from webhooks.forward.leases import Result
 from webhooks.forward_tables import Delivery, DeliveryAttempt, DestinationState, ForwardedObject
 from webhooks.storable import storable_text
 from webhooks.vocabulary import DeliveryStatus, Outcome

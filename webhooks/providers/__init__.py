@@ -67,4 +67,9 @@ def get(kind: str) -> Provider:
         raise ConfigError(f"unknown provider kind {kind!r} (known: {', '.join(sorted(PROVIDERS))})") from None
 
 
-__all__ = ["PROVIDERS", "Endpoint", "Provider", "get"]
+def shorthands() -> dict[str, tuple[str, str, str]]:
+    """Environment shorthand → (endpoint name, kind, field), from each kind's ``Provider.shorthands``."""
+    return {variable: (p.kind, p.kind, name) for p in PROVIDERS.values() for variable, name in p.shorthands.items()}
+
+
+__all__ = ["PROVIDERS", "Endpoint", "Provider", "get", "shorthands"]

@@ -31,6 +31,7 @@ from datetime import UTC, datetime
 from sqlalchemy import select
 from sqlalchemy.exc import SQLAlchemyError
 
+from webhooks import tracing
 from webhooks.models import Body
 from webhooks.providers.base import Endpoint, Verified
 from webhooks.receiver import outbox
@@ -112,7 +113,8 @@ class GroupCommit:
             following.wake.set()  # not done: it leads the next batch
         # Committed, its batch-mates answered, the next batch under way: its jobs now, while the
         # next INSERT waits on the database (one Redis round trip overlaps one commit).
-        self._enqueue(stored)
+        with tracing.span("enqueue", deliveries=len(stored)):
+            self._enqueue(stored)
         return _result(item)
 
     def _write(self, batch: list[Pending]) -> list[Pending]:

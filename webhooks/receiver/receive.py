@@ -16,7 +16,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from werkzeug.http import HTTP_STATUS_CODES
 from werkzeug.wsgi import get_content_length, get_host, get_input_stream
 
-from webhooks import clients, metrics, providers
+from webhooks import clients, metrics, providers, tracing
 from webhooks.errors import PayloadError, UnavailableError, VerificationError
 from webhooks.providers.base import Endpoint, Request, Verified
 from webhooks.receiver import batch, quarantine, rows
@@ -134,7 +134,9 @@ def deliver(
     if endpoint is None:
         raise VerificationError(Reason.UNKNOWN_ENDPOINT, status=404)
     req = Request({k.lower(): v for k, v in headers.items()}, body, url, method=method, sender=sender)
-    verified = verify(endpoint, req, now)
+    with tracing.span("verify", endpoint=endpoint.name, kind=endpoint.kind) as traced:
+        verified = verify(endpoint, req, now)
+        traced.set("outcome", "verified")
     rows.check_storable(verified)
     new: list[str] = []
     replayed = False
@@ -152,8 +154,15 @@ def deliver(
                 known=lambda name, digest: batch.known_body(rt, name, digest),
             )
             if item is not None:
+                if tracing.ENABLED:  # the job continues the receive span's trace from its row
+                    parent = tracing.traceparent()
+                    for row in item.rows:
+                        row["traceparent"] = parent
                 # Shares one INSERT, COMMIT and Redis round trip with concurrent deliveries.
-                done = committer.store(item)
+                with tracing.span("store", endpoint=endpoint.name, events=len(item.rows)) as traced:
+                    done = committer.store(item)
+                    traced.set("event_ids", done.new)
+                    traced.set("outcome", "stored" if done.new else "duplicate")
                 new, replayed = done.new, done.replayed
         except SQLAlchemyError as exc:
             # Down, failing over, pool exhausted: nothing was acknowledged, the provider retries.
@@ -172,7 +181,17 @@ def _json(status: int, body: dict[str, str], *extra: tuple[str, str]) -> Answer:
 
 
 def handle(rt: Runtime, limits: RateLimits, endpoint_name: str, environ: dict[str, Any]) -> Answer:
-    """One delivery to ``POST /webhooks/<endpoint_name>``, from its WSGI environ to its answer."""
+    """One delivery to ``POST /webhooks/<endpoint_name>``, from its WSGI environ to its answer; with
+    tracing on, in the ``receive`` span (``_account`` adds its outcome)."""
+    if not tracing.ENABLED:
+        return _handle(rt, limits, endpoint_name, environ)
+    with tracing.span("receive", endpoint=endpoint_name) as traced:
+        answer = _handle(rt, limits, endpoint_name, environ)
+        traced.set("http_status", answer[0])
+        return answer
+
+
+def _handle(rt: Runtime, limits: RateLimits, endpoint_name: str, environ: dict[str, Any]) -> Answer:
     started = time.monotonic()
     label = metrics.endpoint_label(rt, endpoint_name)
     endpoint = rt.settings.endpoints.get(endpoint_name)
@@ -267,6 +286,8 @@ def _account(
     metrics.child(metrics.DELIVERIES, endpoint, outcome).inc()
     if reason is not None:
         metrics.child(metrics.REJECTIONS, endpoint, reason).inc()
+    if tracing.ENABLED:
+        tracing.annotate(outcome=outcome, reason=reason, event_ids=ids)
     if not log.isEnabledFor(logging.INFO):  # the line's fields are built only for a line written
         return
     fields = {

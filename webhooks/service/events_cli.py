@@ -12,6 +12,7 @@ from typing import Any
 
 import click
 
+from webhooks import tracing
 from webhooks.admin import queries
 from webhooks.admin.api import attempt_json, detail, object_json, summary
 from webhooks.admin.destinations import deliveries_of
@@ -152,7 +153,10 @@ def show(endpoint: str, event_id: str) -> None:
             raise click.ClickException(f"no event {endpoint}/{event_id}")
         obj, _ = queries.object_history(session, event)
         out = detail(event, queries.received(session, event)) | {
-            "attempt_log": [attempt_json(a) for a in queries.attempts(session, endpoint, event_id)],
+            "attempt_log": [
+                attempt_json(a, tracing.trace_id(event.traceparent))
+                for a in queries.attempts(session, endpoint, event_id)
+            ],
             "object": object_json(obj) if obj else None,
             "deliveries": deliveries_of(session, endpoint, event_id),
         }

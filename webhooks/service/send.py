@@ -49,7 +49,7 @@ def missing(endpoint: str, configured: list[str]) -> str:
     is not the service's: another terminal has no ``STRIPE_WEBHOOK_SECRET``)."""
     if configured:
         return f"no endpoint {endpoint!r} (configured: {', '.join(configured)})"
-    names = [variable for variable, (name, _, _) in config.shorthands().items() if name == endpoint]
+    names = [variable for variable, (name, _, _) in providers.shorthands().items() if name == endpoint]
     how = f"{names[0]}=… (the service's secret)" if names else "a provider's variable (STRIPE_WEBHOOK_SECRET=…)"
     return (
         f"no endpoint {endpoint!r}: no endpoint is configured in this shell; set {how} "

@@ -49,6 +49,7 @@ class Claimed(NamedTuple):
     object_type: str | None
     object_id: str | None
     object_version: int | None
+    traceparent: str | None = None  # the receive span's: the job continues its trace
 
 
 Prepared = tuple[Any, ObjectRef | None]  # the event's data, and the object it moves (if any)
