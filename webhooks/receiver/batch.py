@@ -28,15 +28,14 @@ import weakref
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
-from sqlalchemy import select
 from sqlalchemy.exc import SQLAlchemyError
 
 from webhooks import tracing
-from webhooks.models import Body
 from webhooks.providers.base import Endpoint, Verified
 from webhooks.receiver import outbox
 from webhooks.receiver.duplicates import Duplicates
 from webhooks.runtime import Runtime
+from webhooks.store import bodies
 from webhooks.store.recent import Recent
 
 log = logging.getLogger("webhooks.batch")  # the name the docs and log filters know
@@ -166,8 +165,7 @@ class GroupCommit:
 def known_body(rt: Runtime, endpoint: str, digest: str) -> bool:
     """Whether a multi-event delivery with this body is kept already (a replayed capture)."""
     with rt.engine.connect() as conn:
-        found = conn.execute(select(Body.digest).where(Body.endpoint == endpoint, Body.digest == digest)).first()
-    return found is not None
+        return bodies.kept(conn, endpoint, digest)
 
 
 def _bodies(batch: list[Pending], created: set[tuple[str, str]]) -> list[dict[str, object]]:
