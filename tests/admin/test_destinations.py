@@ -193,6 +193,7 @@ def test_the_event_detail_lists_each_delivery_with_every_attempt(
         "delivered_at": None,
         "next_attempt_at": None,
         "forced": False,
+        "trace_id": None,  # tracing off
     }
     assert [(a["number"], a["outcome"], a["status_code"], a["error"], a["response"]) for a in history] == [
         (1, "error", 500, "HTTP 500", "boom"),

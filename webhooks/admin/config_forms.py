@@ -113,7 +113,7 @@ def _typed() -> dict[str, Any]:
 
 def new_page(kind: str) -> Page:
     if request.method == "GET":
-        return _form(kind, None, {"provider": "stripe"}, {})
+        return _form(kind, None, {}, {})
     form = request.form
     try:
         body = _options(form.get("options", ""))
