@@ -40,10 +40,21 @@ class Watched(Protocol):
     def reload_config(self) -> None: ...
 
 
+_every: weakref.WeakSet[Watcher] = weakref.WeakSet()
+
+
+def stop_all() -> None:
+    """Stop every watcher of this process (a test's end: its databases go, and a watcher of a
+    runtime not yet collected would keep trying them)."""
+    for watcher in list(_every):
+        watcher.stop.set()
+
+
 class Watcher:
     def __init__(self, rt: Watched) -> None:
         self._rt = weakref.ref(rt)
         self.stop = threading.Event()
+        _every.add(self)
         self._last_error = ""
         self.thread = threading.Thread(target=self._run, name="webhooks-config-watch", daemon=True)
 
