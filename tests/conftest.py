@@ -92,6 +92,15 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
         pytest.exit(f"stopped by signal {STOP_SIGNALS[0]}", returncode=pytest.ExitCode.INTERRUPTED)
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The slow tests (servers, processes, real time) run one at a time in one of xdist's
+    processes (``--dist loadgroup``): three of them at once on two cores starved each other's
+    deadlines; the fast ones spread over every process."""
+    for item in items:
+        if item.get_closest_marker("slow"):
+            item.add_marker(pytest.mark.xdist_group("slow"))
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
     """A test's captured output may hold what a hostile payload carried (a lone surrogate): written
