@@ -17,6 +17,8 @@ from flask import Flask
 
 from tests.conftest import base_config, make_app, rows, runtime, stripe_event, stripe_headers, unavailable, wait_until
 from tests.support import brokers, destination, servers
+from webhooks import config
+from webhooks.errors import ConfigError
 from webhooks.forward.dispatcher import Forwarder
 from webhooks.forward.dispatcher import drain as drain_forwarder
 from webhooks.guard import Resolver, system_resolver
@@ -173,3 +175,23 @@ def rabbitmq() -> Iterator[brokers.Broker]:
 def nats_server() -> Iterator[brokers.Broker]:
     """This session's nats-server with JetStream, started by the first test that needs it."""
     yield from _broker(brokers.NatsServer, "NATS")
+
+
+def bus_event(n: int) -> bytes:
+    """The bus tests' event ``evt_<n>`` (its object ``pi_<n>``)."""
+    return stripe_event(f"evt_{n}", obj={"id": f"pi_{n}", "object": "payment_intent", "status": "succeeded"})
+
+
+def load_bus(table: dict[str, Any]) -> config.Settings:
+    """The configuration of a Stripe endpoint forwarding to destination ``bus`` = ``table``."""
+    endpoint = {"provider": "stripe", "secrets": ["whsec_test"], "forward": ["bus"]}
+    return config.load({"DATABASE_URL": "sqlite://", "ENDPOINTS": {"stripe": endpoint}, "DESTINATIONS": {"bus": table}})
+
+
+def refused(table: dict[str, Any]) -> str:
+    """The one line start-up refuses destination ``bus`` = ``table`` with."""
+    with pytest.raises(ConfigError) as caught:
+        load_bus(table)
+    message = str(caught.value)
+    assert "\n" not in message and message.startswith("destination 'bus': ")
+    return message
