@@ -23,6 +23,7 @@ from typing import Any
 from webhooks import encryption, providers, tracing
 from webhooks.destinations import Destination, destination, forwards, known_keys
 from webhooks.errors import ConfigError
+from webhooks.guard import Resolver
 from webhooks.keys import VARIABLE as ENCRYPTION_KEYS
 from webhooks.keys import Keyring
 from webhooks.providers import shorthands
@@ -126,9 +127,13 @@ def _rate(value: Any, where: str, key: str) -> float | None:
     return value
 
 
-def build_destination(name: str, raw: Mapping[str, Any], environ: Mapping[str, Any]) -> Destination:
+def build_destination(
+    name: str, raw: Mapping[str, Any], environ: Mapping[str, Any], resolver: Resolver | None = None
+) -> Destination:
+    """One destination, validated; ``resolver`` looks its host up (default: the system's; the
+    database's items pass ``guard.no_lookup``)."""
     _refuse_unknown(f"destination {name!r}", raw, known_keys(name, raw))
-    return destination(name, raw, lambda value, where: _resolve(value, where, environ))
+    return destination(name, raw, lambda value, where: _resolve(value, where, environ), resolver)
 
 
 def _refuse_unknown(where: str, raw: Mapping[str, Any], known: set[str]) -> None:

@@ -115,6 +115,7 @@ class Keyring:
         if not keys or len(self._keys) != len(keys) or any(len(k) != KEY_BYTES for k in self._keys.values()):
             raise ValueError("a keyring needs distinct key ids, each with 32 bytes of key")
         self.key_ids: tuple[str, ...] = tuple(kid for kid, _ in keys)
+        self._ciphers: dict[str, AESGCM] = {}
 
     def __repr__(self) -> str:  # never the keys: a keyring may end up in a traceback or a log
         return f"Keyring(key_ids={self.key_ids!r})"
@@ -160,6 +161,13 @@ class Keyring:
         except KeyError:
             raise UnknownKeyError(kid) from None
 
+    def _cipher(self, kid: str) -> AESGCM:
+        """The AES-GCM of key ``kid``, made once (a reload opens thousands of tokens)."""
+        cipher = self._ciphers.get(kid)
+        if cipher is None:
+            cipher = self._ciphers[kid] = AESGCM(self._key(kid))
+        return cipher
+
     def encrypt(self, plaintext: bytes, *, table: str, owner: str, secret_id: str) -> str:
         """A token of ``plaintext`` under the first key, bound to this row."""
         kid = self.current_key_id
@@ -172,7 +180,7 @@ class Keyring:
         configured, ``UndecryptableError`` when it is altered or belongs to another row."""
         kid, nonce, sealed = _split(token)
         try:
-            return AESGCM(self._key(kid)).decrypt(nonce, sealed, _associated_data(table, owner, secret_id, kid))
+            return self._cipher(kid).decrypt(nonce, sealed, _associated_data(table, owner, secret_id, kid))
         except InvalidTag:
             raise UndecryptableError(
                 f"{table} {owner!r} secret {secret_id!r}: the token under key {kid!r} does not open "

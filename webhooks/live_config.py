@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-from webhooks import config
+from webhooks import config, guard
 from webhooks.config import Settings
 from webhooks.destinations import Destination, forwards
 from webhooks.errors import ConfigError
@@ -83,7 +83,7 @@ def check(kind: str, name: str, table: Mapping[str, Any], destinations: Mapping[
         if table.get("forward"):
             forwards(name, table["forward"], destinations)
     elif kind == DESTINATION:
-        config.build_destination(name, table, {})
+        config.build_destination(name, table, {}, guard.no_lookup)
     else:
         raise ConfigError(f"unknown item kind {kind!r}")
 
@@ -109,27 +109,51 @@ def field_of(message: str) -> str | None:
     return {"secret": "secrets", "no": "secrets", "an": "secrets", "env": None}.get(word.group(1), word.group(1))
 
 
-def merged(file: Settings, items: Iterable[Item], skipped: Callable[[Item, str], None]) -> Settings:
+def merged(
+    file: Settings,
+    items: Iterable[Item],
+    skipped: Callable[[Item, str], None],
+    built: dict[str, tuple[Item, Any]] | None = None,
+) -> Settings:
     """``file``'s settings with ``items`` added: destinations first (an endpoint may forward to
     one), each validated by the file's builders; one that fails, or whose name is taken, is
-    passed to ``skipped`` with why and left out."""
+    passed to ``skipped`` with why and left out. ``built`` (name → the item and what was built
+    from it, updated here) keeps what an unchanged item built last time: the same ``Item`` object
+    (``webhooks.store.config_snapshot``) is not validated again."""
     endpoints, destinations, forward = dict(file.endpoints), dict(file.destinations), dict(file.forwards)
     ordered = sorted(items, key=lambda item: (item.kind != DESTINATION, item.name))
+    kept = dict(built or {})
+    fresh: dict[str, tuple[Item, Any]] = {}
     for item in ordered:
         if item.name in endpoints or item.name in destinations:
             skipped(item, f"{item.kind} {item.name!r}: the name is taken by the file's")
             continue
         try:
-            _refuse_env(item.kind, item.name, item.table)
+            value = _built(file, item, kept.get(item.name))
             if item.kind == DESTINATION:
-                destinations[item.name] = config.build_destination(item.name, item.table, {})
-                continue
-            endpoint = config.build_endpoint(item.name, item.table, {})
-            targets = forwards(item.name, item.table["forward"], destinations) if item.table.get("forward") else ()
+                destinations[item.name] = value
+            else:
+                endpoints[item.name] = value
+                if item.table.get("forward"):
+                    forward[item.name] = forwards(item.name, item.table["forward"], destinations)
         except ConfigError as exc:
+            endpoints.pop(item.name, None)
             skipped(item, str(exc))
             continue
-        endpoints[item.name] = replace(endpoint, outbound_timeout=file.outbound_timeout)
-        if targets:
-            forward[item.name] = targets
+        fresh[item.name] = (item, value)
+    if built is not None:
+        built.clear()
+        built.update(fresh)
     return replace(file, endpoints=endpoints, destinations=destinations, forwards=forward)
+
+
+def _built(file: Settings, item: Item, last: tuple[Item, Any] | None) -> Any:
+    """The destination or endpoint ``item`` makes (the last one when ``item`` is the same object)."""
+    if last is not None and last[0] is item:
+        return last[1]
+    if "env:" in repr(item.table):  # (the walk only when it may find one: 10 000 items reload in a second)
+        _refuse_env(item.kind, item.name, item.table)
+    if item.kind == DESTINATION:
+        return config.build_destination(item.name, item.table, {}, guard.no_lookup)
+    endpoint = config.build_endpoint(item.name, item.table, {})
+    return replace(endpoint, outbound_timeout=file.outbound_timeout)

@@ -15,10 +15,11 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
-from collections.abc import Iterator
+from collections.abc import Hashable, Iterator, Mapping
 from contextvars import ContextVar
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from sqlalchemy import Engine
 from sqlalchemy.exc import SQLAlchemyError
@@ -29,6 +30,7 @@ from webhooks.config import Settings
 from webhooks.engines import deferred, make_engine, make_sessionmaker, sqlite_lock
 from webhooks.errors import NoRuntimeError
 from webhooks.lanes import Lanes
+from webhooks.live_config import Item
 from webhooks.queue import JobQueue
 from webhooks.store import Store, config_items, open_store
 from webhooks.store.config_watch import Watcher
@@ -46,6 +48,9 @@ class Runtime:
         self.config_version = 0  # the database's configuration version ``settings`` holds
         self.config_next_change: datetime | None = None  # a secret's window opens or closes then
         self._reloading = threading.Lock()
+        # What the last reload opened and built, by name: an item unchanged is not opened or built again.
+        self._opened: Mapping[str, tuple[Hashable, Item]] = {}
+        self._built: dict[str, tuple[Item, Any]] = {}
         self.watcher: Watcher | None = None
         tracing.setup(settings.tracing)  # once per process: its first runtime's settings
         self.engine: Engine = make_engine(settings.database_url)
@@ -79,7 +84,8 @@ class Runtime:
             if self._absent():
                 return
             with self.deferred_sessions() as session:
-                snap = config_items.snapshot(session, self.file_settings.keyring, now=now or datetime.now(UTC))
+                when = now or datetime.now(UTC)
+                snap = config_items.snapshot(session, self.file_settings.keyring, now=when, previous=self._opened)
 
             def skipped(name: str, why: str) -> None:
                 log.error("runtime configuration: %s left out: %s", name, why)
@@ -87,7 +93,10 @@ class Runtime:
 
             for name, why in snap.broken:
                 skipped(name, why)
-            self.settings = live_config.merged(self.file_settings, snap.items, lambda i, why: skipped(i.name, why))
+            self.settings = live_config.merged(
+                self.file_settings, snap.items, lambda i, why: skipped(i.name, why), self._built
+            )
+            self._opened = snap.keys
             self.config_version, self.config_next_change = snap.version, snap.next_change
 
     def _absent(self) -> bool:

@@ -24,7 +24,7 @@ from typing import Any
 import click
 from sqlalchemy.orm import Session
 
-from webhooks import config
+from webhooks import config, guard
 from webhooks.config import Settings
 from webhooks.config_tables import SIGNING, ConfigSecret
 from webhooks.errors import ConfigError, WebhooksError
@@ -104,7 +104,7 @@ def _validate(session: Session, settings: Settings, wanted: dict[str, Wanted], p
         try:
             check(item.kind, name, item.table, destinations)
             if item.kind == DESTINATION:
-                destinations[name] = config.build_destination(name, item.table, {})
+                destinations[name] = config.build_destination(name, item.table, {}, guard.no_lookup)
         except ConfigError as exc:
             raise click.ClickException(f"invalid {item.kind} {name!r}: {exc}") from exc
 

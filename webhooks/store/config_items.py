@@ -13,7 +13,6 @@ from __future__ import annotations
 import secrets as random
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -24,13 +23,18 @@ from sqlalchemy.orm import Session
 
 from webhooks.config_tables import SIGNING, ConfigChange, ConfigItem, ConfigSecret, ConfigVersion
 from webhooks.errors import WebhooksError
-from webhooks.keys import Keyring, UndecryptableError, UnknownKeyError, key_id_of
-from webhooks.live_config import ENDPOINT, Item, joined, split
+from webhooks.keys import Keyring, key_id_of
+from webhooks.live_config import ENDPOINT, split
+from webhooks.store.config_snapshot import TABLE as TABLE
+from webhooks.store.config_snapshot import Snapshot as Snapshot  # the read every process keeps: there
+from webhooks.store.config_snapshot import live as live
+from webhooks.store.config_snapshot import opened as opened
+from webhooks.store.config_snapshot import opened_table as opened_table
+from webhooks.store.config_snapshot import snapshot as snapshot
 from webhooks.timestamps import aware
 from webhooks.vocabulary import Reason
 
 CHANNEL = "webhooks_config"  # PostgreSQL NOTIFY channel; the payload is the new version
-TABLE = "config_secrets"  # bound into each token: a token copied to another table does not open
 MAX_LIVE = 5  # live signing secrets of one item at once
 VERSION = select(ConfigVersion.version).where(ConfigVersion.id == 1)
 BATCH = "webhooks.config_batch"  # session.info key: inside ``batch``, changes wait for its commit
@@ -42,21 +46,6 @@ class ConfigItemError(WebhooksError):
     def __init__(self, word: str, message: str, *, status: int = 409) -> None:
         super().__init__(message)
         self.word, self.status = word, status
-
-
-@dataclass(frozen=True)
-class Snapshot:
-    """The database's items with their secrets opened, as of ``version``."""
-
-    version: int
-    items: tuple[Item, ...]
-    broken: tuple[tuple[str, str], ...]  # (name, why) of items whose secrets do not open
-    next_change: datetime | None  # when a secret's window opens or closes next: reload then
-
-
-def live(secret: ConfigSecret, now: datetime) -> bool:
-    starts, ends = secret.not_before, secret.expires_at
-    return (starts is None or aware(starts) <= now) and (ends is None or aware(ends) > now)
 
 
 def version(session: Session) -> int:
@@ -104,52 +93,6 @@ def _iso(at: datetime | None) -> str | None:
     return None if at is None else aware(at).isoformat()
 
 
-def snapshot(session: Session, keyring: Keyring | None, *, now: datetime) -> Snapshot:
-    """Every item with its live secrets opened. ``UnknownKeyError`` (naming the key id) when a
-    secret is sealed under a key not configured, so start-up fails closed; an item whose token
-    does not open (altered, copied) is ``broken`` instead, and left out."""
-    at = version(session)
-    stored = items(session)
-    sealed = secrets_of(session)
-    session.commit()
-    found, broken, boundaries = [], [], []
-    for item in stored:
-        mine = sealed.get(item.name, [])
-        boundaries += [aware(e) for s in mine for e in (s.not_before, s.expires_at) if e is not None and aware(e) > now]
-        try:
-            found.append(Item(item.kind, item.name, opened_table(keyring, item, mine, now)))
-        except UndecryptableError as exc:
-            broken.append((item.name, str(exc)))
-    return Snapshot(at, tuple(found), tuple(broken), min(boundaries, default=None))
-
-
-def opened_table(
-    keyring: Keyring | None, item: ConfigItem, secrets: list[ConfigSecret], now: datetime
-) -> dict[str, Any]:
-    """``item``'s table as the file would hold it: its options, credentials and live signing
-    secrets opened (a rotation's new secret first)."""
-    signing, credentials = [], {}
-    for secret in sorted(secrets, key=_signing_order):
-        if secret.purpose != SIGNING:
-            credentials[secret.purpose] = opened(keyring, item.name, secret)
-        elif live(secret, now):
-            signing.append(opened(keyring, item.name, secret))
-    return joined(_table(item), signing, credentials)
-
-
-def _signing_order(secret: ConfigSecret) -> tuple[bool, float, datetime]:
-    """Secrets that do not end first (a rotation's new one signs first), then the latest to end."""
-    ends = secret.expires_at
-    return (ends is not None, -aware(ends).timestamp() if ends else 0.0, aware(secret.created_at))
-
-
-def _table(item: ConfigItem) -> dict[str, Any]:
-    options = dict(item.options)
-    if item.kind == ENDPOINT and item.provider:
-        options["provider"] = item.provider
-    return options
-
-
 def missing_key(session: Session, keyring: Keyring | None) -> str | None:
     """The first key id a stored secret is sealed under that ``keyring`` lacks (None: all open),
     read from each token's prefix, never opening one: start-up's fail-closed check."""
@@ -159,12 +102,6 @@ def missing_key(session: Session, keyring: Keyring | None) -> str | None:
         if kid not in known:
             return kid
     return None
-
-
-def opened(keyring: Keyring | None, name: str, secret: ConfigSecret) -> str:
-    if keyring is None:  # sealed, and no key at all: the same one line as a key missing
-        raise UnknownKeyError(key_id_of(secret.ciphertext))
-    return keyring.decrypt(secret.ciphertext, table=TABLE, owner=name, secret_id=secret.id).decode()
 
 
 def create(
