@@ -1,0 +1,84 @@
+"""The runtime configuration read again on every change stays cheap at 10 000 endpoints (#32):
+an unchanged item is the same ``Item`` (its secrets not opened again) and the same built endpoint
+or destination; a changed one, and only it, is read afresh; a secret whose window closes changes
+its item; and no database destination is looked up in DNS to be validated (the connect-time guard
+judges its addresses). Both databases."""
+
+from __future__ import annotations
+
+import socket
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from sqlalchemy.orm import Session
+
+from tests.store.test_config_items import KEYRING, NOW, OTHER, SECRET, session  # noqa: F401 (fixture)
+from webhooks import config, destinations, live_config
+from webhooks.config import Settings
+from webhooks.errors import ConfigError
+from webhooks.store import config_items as store
+
+
+def built(items: Any, cache: dict[str, Any]) -> Settings:
+    return live_config.merged(Settings(), items, lambda item, why: pytest.fail(why), cache)
+
+
+def test_an_unchanged_item_is_neither_opened_nor_built_again(session: Session) -> None:  # noqa: F811
+    for name in ("a", "b", "c"):
+        table = {"provider": "stripe", "secrets": [SECRET]}
+        store.create(session, KEYRING, "endpoint", name, table, label=None, who="ops", now=NOW)
+    first = store.snapshot(session, KEYRING, now=NOW)
+    cache: dict[str, Any] = {}
+    settings = built(first.items, cache)
+
+    opened: list[str] = []
+    real = store.opened
+
+    def counting(keyring: Any, name: str, secret: Any) -> str:
+        opened.append(name)
+        return real(keyring, name, secret)
+
+    monkey = pytest.MonkeyPatch()
+    monkey.setattr("webhooks.store.config_snapshot.opened", counting)
+    try:
+        again = store.snapshot(session, KEYRING, now=NOW, previous=first.keys)
+        assert opened == [] and [a is b for a, b in zip(first.items, again.items, strict=True)] == [True] * 3
+        assert all(built(again.items, cache).endpoints[n] is settings.endpoints[n] for n in "abc")
+
+        store.add_secret(session, KEYRING, "b", OTHER, expires_at=NOW + timedelta(hours=1), who="ops", now=NOW)
+        changed = store.snapshot(session, KEYRING, now=NOW, previous=again.keys)
+        assert sorted(set(opened)) == ["b"]  # only the changed item's secrets were opened
+        rebuilt = built(changed.items, cache)
+        assert (
+            rebuilt.endpoints["a"] is settings.endpoints["a"] and rebuilt.endpoints["b"] is not settings.endpoints["b"]
+        )
+        assert len(rebuilt.endpoints["b"].secrets) == 2
+
+        # Its window closed: the item changes although no row did.
+        later = store.snapshot(session, KEYRING, now=NOW + timedelta(hours=2), previous=changed.keys)
+        assert [i.table["secrets"] for i in later.items if i.name == "b"] == [[SECRET]]
+    finally:
+        monkey.undo()
+
+
+def test_database_destinations_are_validated_without_a_dns_lookup(monkeypatch: pytest.MonkeyPatch) -> None:
+    looked_up: list[str] = []
+
+    def getaddrinfo(host: str, *args: Any, **kwargs: Any) -> Any:
+        looked_up.append(host)
+        raise socket.gaierror("no DNS in this test")
+
+    monkeypatch.setattr(socket, "getaddrinfo", getaddrinfo)
+    table = {"url": "https://orders.example.com/hooks", "secrets": [destinations.new_secret()]}
+    item = live_config.Item(live_config.DESTINATION, "orders", table)
+    assert built([item], {}).destinations["orders"].url == table["url"]
+    live_config.check(live_config.DESTINATION, "orders", table, {})
+    assert looked_up == []
+    # A literal address is still judged at once: the metadata address, whatever allow_private says.
+    metadata = {**table, "url": "http://169.254.169.254/latest", "allow_private": True}
+    with pytest.raises(ConfigError, match="metadata"):
+        live_config.check(live_config.DESTINATION, "orders", metadata, {})
+    # The file's destinations are still looked up at start-up, as documented.
+    config.build_destination("orders", table, {})
+    assert looked_up == ["orders.example.com"]
