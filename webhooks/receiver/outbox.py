@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 
 import redis
 
-from webhooks.metrics import ENQUEUE_FAILURES
+from webhooks.metrics import ENQUEUE_FAILURES, endpoint_label
 from webhooks.runtime import Runtime
 from webhooks.store.base import CHUNK_ROWS, Key
 
@@ -36,7 +36,7 @@ def enqueue(rt: Runtime, events: list[Key], *, fresh: bool = False) -> bool:
         left = events[done:]
         log.warning("enqueue failed (%s): the sweeper queues %d event(s) later", exc.__class__.__name__, len(left))
         for endpoint, count in collections.Counter(endpoint for endpoint, _ in left).items():
-            ENQUEUE_FAILURES.labels(endpoint).inc(count)
+            ENQUEUE_FAILURES.labels(endpoint_label(rt, endpoint)).inc(count)
         rt.store.leave_for_sweeper(left, datetime.now(UTC))
         return False
     return True

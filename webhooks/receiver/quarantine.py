@@ -126,11 +126,18 @@ def shown_headers(rt: Runtime, rejection: Rejection) -> dict[str, str]:
     }
 
 
+# Each endpoint's least share, however many there are (#32: 10 000 database endpoints would leave
+# each a tenth of a row): the totals may then be exceeded, at most endpoints × these.
+MIN_SHARE_ROWS = 10
+MIN_SHARE_BYTES = 64 * 1024
+
+
 def budget(settings: Settings) -> tuple[int, int]:
     """Rows and bytes each configured endpoint may keep: the totals shared evenly, so junk sent to
-    one endpoint never evicts another's rejections."""
+    one endpoint never evicts another's rejections, and never less than a useful share."""
     shares = max(1, len(settings.endpoints))
-    return max(1, settings.quarantine_rows // shares), max(1, settings.quarantine_bytes // shares)
+    rows, size = settings.quarantine_rows // shares, settings.quarantine_bytes // shares
+    return max(MIN_SHARE_ROWS, rows), max(MIN_SHARE_BYTES, size)
 
 
 def _row(
