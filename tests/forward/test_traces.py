@@ -1,10 +1,12 @@
 """Traces from the provider's request to the forward (``webhooks.tracing``), with the SDK's in-memory
 exporter in this process: one Stripe event forwarded to a local HTTP service is one trace, the service
-receives its forward span's ``traceparent``, and no attribute holds the body or a secret. Off, the
-receive path calls no tracer at all."""
+receives its forward span's ``traceparent``, and no attribute holds the body or a secret; forwarded to
+an HTTP service and to RabbitMQ at once, it is still one trace, and each target gets its own forward
+span's ``traceparent``. Off, the receive path calls no tracer at all."""
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterator
 from typing import Any
 
@@ -14,7 +16,9 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from tests.conftest import STRIPE_SECRET, admin_headers, drain, rows, stripe_event, stripe_headers
 from tests.forward.conftest import forwarding_app, post, settle_all
-from tests.support import destination
+from tests.forward.test_bus_rabbitmq import bound, messages
+from tests.forward.test_bus_rabbitmq import table as rabbitmq_table
+from tests.support import brokers, destination
 from webhooks import tracing
 
 
@@ -94,6 +98,40 @@ def test_one_event_forwarded_is_one_trace_from_the_request_to_the_forward(
         for value in values:
             assert body.decode() not in value and '"pi_t"' not in value and "body-marker-7f3a" not in value
             assert not any(secret in value for secret in secrets), (span.name, value)
+
+
+def test_a_forward_to_http_and_to_rabbitmq_is_one_trace(
+    request: pytest.FixtureRequest,
+    service: destination.Destination,
+    exported: InMemorySpanExporter,
+    rabbitmq: brokers.Broker,
+) -> None:
+    exchange = f"traced-{uuid.uuid4().hex[:8]}"
+    queue = bound(rabbitmq, exchange)
+    dests = {"orders": destination.config(service), "bus": rabbitmq_table(rabbitmq, exchange)}
+    app = forwarding_app(request, "postgres", dests, ["orders", "bus"])
+    body = stripe_event("evt_traced_bus", obj={"id": "pi_b", "object": "payment_intent", "note": "bus-marker-19c"})
+    assert post_signed(app, body, stripe_headers(body)) == 200
+    drain(app)
+    settle_all(app)
+
+    spans = exported.get_finished_spans()
+    assert len({s.context.trace_id for s in spans if s.context is not None}) == 1  # one trace
+    job = next(s for s in spans if s.name == "job")
+    forwards = {s.attributes["webhooks.destination"]: s for s in spans if s.name == "forward" and s.attributes}
+    assert set(forwards) == {"orders", "bus"}
+    assert all(
+        f.parent is not None and job.context is not None and f.parent.span_id == job.context.span_id
+        for f in forwards.values()
+    )
+    assert all(f.attributes is not None and f.attributes["webhooks.outcome"] == "delivered" for f in forwards.values())
+    [seen] = service.seen
+    assert seen.headers["traceparent"] == traceparent(forwards["orders"])
+    [(headers, got, _)] = messages(rabbitmq, queue)  # verified with the SDK on the way
+    assert got == body and headers["traceparent"] == traceparent(forwards["bus"])
+    for span in spans:
+        for value in [str(v) for v in (span.attributes or {}).values()]:
+            assert "bus-marker-19c" not in value and destination.SECRET not in value and rabbitmq.url not in value
 
 
 def post_signed(app: Any, body: bytes, headers: dict[str, str]) -> int:
