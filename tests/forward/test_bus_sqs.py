@@ -7,9 +7,11 @@ deduplication window is dropped by the queue; the emulator killed and restarted 
 
 from __future__ import annotations
 
+import re
 import time
 import uuid
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import boto3
@@ -30,6 +32,7 @@ from tests.forward.conftest import (
     wait_settled,
 )
 from tests.support import brokers, destination, servers
+from webhooks import config, guard
 from webhooks.destinations import Sqs
 from webhooks.forward import deliveries, sqs
 from webhooks.forward.signing import message_id
@@ -269,3 +272,19 @@ def test_credentials_are_env_values_and_shown_nowhere(monkeypatch: pytest.Monkey
     assert (bus.bus.access_key_id, bus.bus.secret_access_key) == ("AKIAEXAMPLE", "s3cret-key")
     assert "s3cret" not in repr(bus) and "AKIAEXAMPLE" not in repr(bus)
     assert "WH_TEST_SQS_UNSET" in refused(bus_table(access_key_id="env:WH_TEST_SQS_UNSET", secret_access_key="x"))
+
+
+def test_the_documented_example_starts(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    page = Path(__file__).resolve().parents[2] / "docs" / "buses" / "sqs.md"
+    [toml] = re.findall(r"```toml\n(.*?)```", page.read_text(), re.S)
+    monkeypatch.setattr(guard, "system_resolver", lambda host, port: [])  # no DNS traffic: checked when sending
+    (tmp_path / "webhooks.toml").write_text(toml)
+    environ = {name: f"value-of-{name}" for name in re.findall(r'"env:(\w+)"', toml)}
+    environ["PAYMENTS_BUS_SECRET"] = destination.SECRET
+    settings = config.load({"DATABASE_URL": "sqlite://", "WEBHOOKS_CONFIG": str(tmp_path / "webhooks.toml"), **environ})
+    bus = settings.destinations["payments-sqs"]
+    assert (bus.kind, bus.ordered, bus.target) == (
+        "sqs",
+        True,
+        "https://sqs.eu-west-1.amazonaws.com/123456789012/payments.fifo",
+    )
