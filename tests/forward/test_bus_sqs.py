@@ -16,6 +16,7 @@ from typing import Any
 
 import boto3
 import pytest
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from standardwebhooks.webhooks import Webhook
 
 from tests.conftest import drain, rows, runtime, unavailable, wait_until
@@ -32,7 +33,7 @@ from tests.forward.conftest import (
     wait_settled,
 )
 from tests.support import brokers, destination, servers
-from webhooks import config, guard
+from webhooks import config, guard, tracing
 from webhooks.destinations import Sqs
 from webhooks.forward import deliveries, sqs
 from webhooks.forward.signing import message_id
@@ -173,6 +174,28 @@ def test_a_resend_within_the_fifo_deduplication_window_is_dropped_by_the_queue(
     assert [r[0] for r in rows(app, "SELECT outcome FROM delivery_attempts")] == ["delivered", "delivered"]
     [(attributes, body, _)] = messages(moto_server, queue)  # SQS kept the first
     assert body == bus_event(1) and attributes["webhook-id"] == message_id("stripe", "evt_1", "bus")
+
+
+def test_a_traced_forward_sends_exactly_ten_attributes_the_tenth_its_traceparent(
+    request: pytest.FixtureRequest, moto_server: brokers.Broker
+) -> None:
+    queue = made_queue(moto_server)
+    app = forwarding_app(request, "sqlite", {"bus": table(moto_server, queue)}, ["bus"])
+    exporter = InMemorySpanExporter()
+    tracing.setup(exporter=exporter)
+    try:
+        assert post(app, bus_event(5)) == 200
+        drain(app)
+        settle_all(app)
+    finally:
+        tracing.shutdown()
+    [forward] = [s for s in exporter.get_finished_spans() if s.name == "forward"]
+    assert forward.context is not None
+    [(attributes, body, _)] = messages(moto_server, queue)
+    assert set(attributes) == {*HEADERS, "traceparent"} and body == bus_event(5)  # ten: SQS's most
+    assert attributes["traceparent"] == (
+        f"00-{forward.context.trace_id:032x}-{forward.context.span_id:016x}-{forward.context.trace_flags:02x}"
+    )
 
 
 def test_a_missing_queue_is_a_failed_attempt_and_waits_pending(
