@@ -37,8 +37,6 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
-import boto3
-import botocore.config
 import botocore.exceptions
 
 from webhooks.destinations import Destination, Sqs
@@ -91,6 +89,11 @@ class SqsPublisher:
         self.lock = threading.Lock()
 
     def _client(self) -> Any:
+        # boto3 and botocore.config take a quarter of a second to import, and every process that
+        # imports the forwarder (the web ones too, for ``nudge``) imports each kind: only a sender pays.
+        import boto3
+        import botocore.config
+
         with self.lock:
             if self.client is None:
                 session = boto3.session.Session(
