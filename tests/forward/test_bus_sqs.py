@@ -2,12 +2,17 @@
 every event arrives once as one SQS message with its original bytes, the ten attributes and a
 signature the ``standardwebhooks`` SDK verifies; an ordered destination's versions arrive in
 increasing order on a FIFO queue (the object as ``MessageGroupId``); a re-send within the FIFO
-deduplication window is dropped by the queue; the emulator killed and restarted holds the deliveries
-``pending`` and each arrives once after; configuration mistakes stop start-up with one line."""
+deduplication window is dropped by the queue; an endpoint that never answers is one request and a
+timeout; bytes that are not UTF-8 text are a failed attempt, never altered; the emulator killed and
+restarted holds the deliveries ``pending`` and each arrives once after; configuration mistakes stop
+start-up with one line; credentials are shown nowhere."""
 
 from __future__ import annotations
 
+import contextlib
 import re
+import socket
+import threading
 import time
 import uuid
 from datetime import UTC, datetime
@@ -36,7 +41,8 @@ from tests.support import brokers, destination, servers
 from webhooks import config, guard, tracing
 from webhooks.destinations import Sqs
 from webhooks.forward import deliveries, sqs
-from webhooks.forward.signing import message_id
+from webhooks.forward.leases import Lease
+from webhooks.forward.signing import Message, message_id
 
 EVENTS, COPIES = 20, 3
 REGION, KEY = "us-east-1", "testing"  # moto takes any credentials
@@ -66,13 +72,13 @@ def made_queue(server: brokers.Broker, fifo: bool = False, name: str | None = No
     return str(client(server).create_queue(QueueName=name, Attributes=attributes)["QueueUrl"])
 
 
-def table(server: brokers.Broker, queue_url: str, **extra: Any) -> dict[str, Any]:
-    """A ``[destinations.<name>]`` table for ``queue_url`` on ``server`` (loopback: ``allow_private``)."""
+def table(endpoint: str, queue_url: str, **extra: Any) -> dict[str, Any]:
+    """A ``[destinations.<name>]`` table for ``queue_url`` at ``endpoint`` (loopback: ``allow_private``)."""
     return {
         "kind": "sqs",
         "queue_url": queue_url,
         "region": REGION,
-        "endpoint_url": server.url,
+        "endpoint_url": endpoint,
         "access_key_id": KEY,
         "secret_access_key": KEY,
         "secrets": [destination.SECRET],
@@ -109,7 +115,7 @@ def test_every_event_arrives_once_with_its_bytes_and_a_verifiable_signature(
     request: pytest.FixtureRequest, db: str, moto_server: brokers.Broker
 ) -> None:
     queue = made_queue(moto_server)
-    app = forwarding_app(request, db, {"bus": table(moto_server, queue)}, ["bus"])
+    app = forwarding_app(request, db, {"bus": table(moto_server.url, queue)}, ["bus"])
     bodies = [bus_event(n) for n in range(EVENTS)]
     for body in bodies * COPIES:  # every event delivered three times by its provider
         assert post(app, body) == 200
@@ -139,7 +145,7 @@ def test_ordered_versions_arriving_shuffled_are_sent_in_increasing_order_to_a_fi
     request: pytest.FixtureRequest, db: str, moto_server: brokers.Broker
 ) -> None:
     queue = made_queue(moto_server, fifo=True)
-    app = forwarding_app(request, db, {"bus": table(moto_server, queue, ordered=True)}, ["bus"])
+    app = forwarding_app(request, db, {"bus": table(moto_server.url, queue, ordered=True)}, ["bus"])
     base = 1_700_000_000
     with forwarding(app):
         for v in (2, 0, 4, 1, 3):
@@ -163,7 +169,7 @@ def test_a_resend_within_the_fifo_deduplication_window_is_dropped_by_the_queue(
     request: pytest.FixtureRequest, db: str, moto_server: brokers.Broker
 ) -> None:
     queue = made_queue(moto_server, fifo=True)
-    app = forwarding_app(request, db, {"bus": table(moto_server, queue)}, ["bus"])
+    app = forwarding_app(request, db, {"bus": table(moto_server.url, queue)}, ["bus"])
     assert post(app, bus_event(1)) == 200
     drain(app)
     settle_all(app)
@@ -180,7 +186,7 @@ def test_a_traced_forward_sends_exactly_ten_attributes_the_tenth_its_traceparent
     request: pytest.FixtureRequest, moto_server: brokers.Broker
 ) -> None:
     queue = made_queue(moto_server)
-    app = forwarding_app(request, "sqlite", {"bus": table(moto_server, queue)}, ["bus"])
+    app = forwarding_app(request, "sqlite", {"bus": table(moto_server.url, queue)}, ["bus"])
     exporter = InMemorySpanExporter()
     tracing.setup(exporter=exporter)
     try:
@@ -202,13 +208,56 @@ def test_a_missing_queue_is_a_failed_attempt_and_waits_pending(
     request: pytest.FixtureRequest, moto_server: brokers.Broker
 ) -> None:
     queue = f"{moto_server.url}/123456789012/nowhere"
-    app = forwarding_app(request, "sqlite", {"bus": table(moto_server, queue)}, ["bus"])
+    app = forwarding_app(request, "sqlite", {"bus": table(moto_server.url, queue)}, ["bus"])
     assert post(app, bus_event(2)) == 200
     drain(app)
     settle_all(app)
     assert statuses(app) == {"evt_2/bus": "pending"}
     [(error,)] = rows(app, "SELECT error FROM delivery_attempts")
     assert error.startswith("refused: ") and "NonExistentQueue" in error and error.endswith(queue), error
+
+
+def test_an_endpoint_that_never_answers_is_one_request_and_a_timeout_within_the_lease(
+    request: pytest.FixtureRequest,
+) -> None:
+    """botocore does not retry: one request, then the attempt ends after ``timeout_seconds``."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    accepted: list[socket.socket] = []
+
+    def accept() -> None:  # takes connections, never answers
+        with contextlib.suppress(OSError):
+            while True:
+                accepted.append(listener.accept()[0])
+
+    threading.Thread(target=accept, daemon=True).start()
+    endpoint = f"http://127.0.0.1:{listener.getsockname()[1]}"
+    dest = table(endpoint, f"{endpoint}/123456789012/q", timeout_seconds=1, retry_schedule=[600])
+    app = forwarding_app(request, "sqlite", {"bus": dest}, ["bus"])
+    try:
+        assert post(app, bus_event(7)) == 200
+        drain(app)
+        settle_all(app)
+    finally:
+        listener.close()
+        for line in accepted:
+            line.close()
+    [(error, seconds)] = rows(app, "SELECT error, seconds FROM delivery_attempts")
+    assert error == f"timeout: no answer within 1 s: {endpoint}/123456789012/q", error
+    assert 1 <= seconds < 2 * 1 + 5  # inside the lease: twice the timeout plus its margin
+    assert len(accepted) == 1  # no retry by botocore
+    assert statuses(app) == {"evt_7/bus": "pending"}
+
+
+def test_bytes_that_are_not_utf8_text_are_a_failed_attempt_saying_so() -> None:
+    settings = load_bus(bus_table())
+    publisher = sqs.SqsPublisher(settings.destinations["bus"], lambda host, port: [])
+    message = Message("msg_1", "stripe", "evt_1", "t", None, None, None, "application/json")
+    lease = Lease("stripe", "evt_1", "bus", 1, 0, False, message, b'{"a": "\xff"}')
+    result = publisher.publish(lease, {"webhook-id": "msg_1"}, datetime.now(UTC))
+    assert not result.delivered and publisher.client is None  # refused before any request
+    assert result.error == "refused: the event's bytes are not UTF-8 text an SQS message body can hold: " + (
+        "http://127.0.0.1:4566/123456789012/q"
+    )
 
 
 def test_only_utf8_text_sqs_takes_is_a_message_body() -> None:
@@ -231,7 +280,7 @@ def test_the_emulator_killed_then_restarted_holds_deliveries_and_each_arrives_on
     try:
         name = f"q{uuid.uuid4().hex[:8]}"
         queue = made_queue(server, name=name)
-        dest = table(server, queue, retry_schedule=[0.3] * 50, probe_seconds=0.3, circuit_failures=5)
+        dest = table(server.url, queue, retry_schedule=[0.3] * 50, probe_seconds=0.3, circuit_failures=5)
         app = forwarding_app(request, db, {"bus": dest | {"timeout_seconds": 2}}, ["bus"])
         server.kill()  # SIGKILL: no shutdown, no goodbye
         for n in range(10):
