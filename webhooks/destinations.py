@@ -1,7 +1,7 @@
 """``[destinations.<name>]``: where events are forwarded to, validated at start-up.
 
 A destination has a ``kind``: ``http`` (the default: a service of the team's own) or a bus
-(``redis-stream``, ``rabbitmq``, ``nats``; each kind lists its options in ``KINDS``). It fails
+(``redis-stream``, ``rabbitmq``, ``nats``, ``sqs``; each kind lists its options in ``KINDS``). It fails
 closed like an endpoint: an unknown kind, a missing or malformed secret, a URL not of its kind's
 schemes, a host on a loopback, private or link-local address without ``allow_private = true`` (the
 cloud metadata address always), an unknown key or one of another kind, or an endpoint whose
@@ -10,6 +10,9 @@ option.
 
 Only a bus kind takes credentials, as the URL's ``user:password@``: the URL is then never shown
 (``Destination.target`` is the URL without them, for the API, the console, the banner and logs).
+``sqs`` names its URL ``queue_url`` (the target) and takes ``access_key_id`` / ``secret_access_key``
+(``env:`` values; neither: boto3's default chain), kept out of every repr; its ``endpoint_url`` is
+vetted like a URL, and ``ordered = true`` needs a FIFO queue (``.fifo``).
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from webhooks.errors import ConfigError
 DEFAULT_SCHEDULE = (5.0, 300.0, 1800.0, 7200.0, 18000.0, 36000.0, 36000.0)
 SECRET_PREFIX = "whsec_"
 MIN_KEY_BYTES = 24  # the Standard Webhooks specification: 24 to 64 bytes of key
+SQS_OPTIONS = ("queue_url", "region", "endpoint_url", "access_key_id", "secret_access_key")
 COMMON = (
     "kind",
     "secrets",
@@ -56,6 +60,7 @@ class Kind:
     schemes: tuple[str, ...]
     port: dict[str, int]
     credentials: bool = False
+    url: str = "url"  # the option holding the destination's URL
 
 
 KINDS: dict[str, Kind] = {
@@ -63,6 +68,7 @@ KINDS: dict[str, Kind] = {
     "redis-stream": Kind(("url", "stream", "maxlen"), ("redis", "rediss"), {"redis": 6379, "rediss": 6379}, True),
     "rabbitmq": Kind(("url", "exchange", "routing_key"), ("amqp", "amqps"), {"amqp": 5672, "amqps": 5671}, True),
     "nats": Kind(("url", "subject", "stream"), ("nats", "tls"), {"nats": 4222, "tls": 4222}, True),
+    "sqs": Kind((*SQS_OPTIONS,), ("https", "http"), {"https": 443, "http": 80}, url="queue_url"),
 }
 FIELDS = tuple(dict.fromkeys([*COMMON, *(o for kind in KINDS.values() for o in kind.options)]))
 
@@ -106,7 +112,27 @@ class Nats:
         return self.subject
 
 
-BusOptions = RedisStream | RabbitMQ | Nats
+@dataclass(frozen=True)
+class Sqs:
+    """An ``sqs`` destination's own options: its queue, region, the endpoint to call (None: AWS's for
+    the region) and the credentials (None: boto3's default chain), never in a repr."""
+
+    queue_url: str
+    region: str
+    endpoint_url: str | None = None
+    access_key_id: str | None = field(default=None, repr=False)
+    secret_access_key: str | None = field(default=None, repr=False)
+
+    @property
+    def place(self) -> str:
+        return self.queue_url
+
+    @property
+    def fifo(self) -> bool:
+        return self.queue_url.endswith(".fifo")
+
+
+BusOptions = RedisStream | RabbitMQ | Nats | Sqs
 
 
 @dataclass(frozen=True)
@@ -283,10 +309,24 @@ def _nats(where: str, raw: Mapping[str, Any], url: str) -> Nats:
     return Nats(subject, _optional(where, raw, "stream"))
 
 
+def _sqs(where: str, raw: Mapping[str, Any], url: str) -> Sqs:
+    parts = urllib.parse.urlsplit(url)
+    if parts.query or len(parts.path.strip("/").split("/")) != 2:
+        raise ConfigError(f"{where}: queue_url: an SQS queue URL is https://<endpoint>/<account>/<queue>, no ?query")
+    if _flag(where, raw, "ordered") and not url.endswith(".fifo"):
+        raise ConfigError(f"{where}: ordered = true needs a FIFO queue, whose queue_url ends in .fifo")
+    key_id, secret = (_optional(where, raw, option) for option in ("access_key_id", "secret_access_key"))
+    if (key_id is None) != (secret is None):
+        raise ConfigError(f"{where}: access_key_id and secret_access_key go together (neither: boto3's own chain)")
+    region = _required(where, raw, "region", "sqs", "eu-west-1")
+    return Sqs(url, region, _optional(where, raw, "endpoint_url"), key_id, secret)
+
+
 BUSES: dict[str, Callable[[str, Mapping[str, Any], str], BusOptions]] = {
     "redis-stream": _redis_stream,
     "rabbitmq": _rabbitmq,
     "nats": _nats,
+    "sqs": _sqs,
 }
 
 
@@ -296,21 +336,27 @@ def destination(name: str, raw: Mapping[str, Any], resolve: Any, resolver: guard
     where = f"destination {name!r}"
     kind = kind_of(name, raw)
     kind_name = str(raw.get("kind", "http"))
-    url = resolve(raw.get("url"), where)
+    url = resolve(raw.get(kind.url), where)
     if not isinstance(url, str) or not url.strip():
-        raise ConfigError(f"{where}: url is required")
+        raise ConfigError(f"{where}: {kind.url} is required")
     url = url.strip()
     allow_private = _flag(where, raw, "allow_private")
-    try:
-        guard.check_url(
-            url,
-            allow_private=allow_private,
-            resolver=resolver or guard.system_resolver,
-            schemes=kind.port,
-            credentials=kind.credentials,
-        )
-    except guard.Refused as exc:
-        raise ConfigError(f"{where}: url: {exc}") from None
+    vetted = {kind.url: url}
+    if kind_name == "sqs":  # the endpoint boto3 calls is vetted too; credentials may be env: values
+        raw = {**raw, **{k: resolve(raw[k], where) for k in ("access_key_id", "secret_access_key") if k in raw}}
+        if isinstance(raw.get("endpoint_url"), str):
+            vetted["endpoint_url"] = raw["endpoint_url"].strip()
+    for option, value in vetted.items():
+        try:
+            guard.check_url(
+                value,
+                allow_private=allow_private,
+                resolver=resolver or guard.system_resolver,
+                schemes=kind.port,
+                credentials=kind.credentials,
+            )
+        except guard.Refused as exc:
+            raise ConfigError(f"{where}: {option}: {exc}") from None
     bus = BUSES[kind_name](where, raw, url) if kind_name in BUSES else None
     schedule = raw.get("retry_schedule", list(DEFAULT_SCHEDULE))
     if (

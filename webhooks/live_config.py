@@ -25,7 +25,18 @@ from webhooks.errors import ConfigError
 ENDPOINT = "endpoint"
 DESTINATION = "destination"
 # Options of any kind that hold a credential: sealed like signing secrets, listed as fingerprints.
-CREDENTIALS = frozenset({"basic_auth", "api_key", "access_token", "client_secret", "secret_key", "password"})
+CREDENTIALS = frozenset(
+    {
+        "basic_auth",
+        "api_key",
+        "access_token",
+        "client_secret",
+        "secret_key",
+        "password",
+        "access_key_id",  # an sqs destination's AWS credentials
+        "secret_access_key",
+    }
+)
 URL = "url"  # a destination's URL is a credential when its query string or userinfo may hold a token
 
 
@@ -60,10 +71,8 @@ def split(kind: str, table: Mapping[str, Any]) -> tuple[dict[str, Any], list[str
     signing = options.pop("secrets", options.pop("secret", []))
     if isinstance(signing, str):
         signing = [signing]
-    credentials: dict[str, str] = {}
-    if kind == ENDPOINT:
-        credentials = {k: str(options.pop(k)) for k in sorted(CREDENTIALS & set(options)) if options[k] is not None}
-    elif secret_url(options.get(URL)):
+    credentials = {k: str(options.pop(k)) for k in sorted(CREDENTIALS & set(options)) if options[k] is not None}
+    if kind == DESTINATION and secret_url(options.get(URL)):
         credentials[URL] = options[URL]
         options[URL] = redacted(options[URL])
     return options, [str(s) for s in signing], credentials

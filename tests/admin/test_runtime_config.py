@@ -242,6 +242,30 @@ def test_a_secret_written_through_the_api_is_nowhere_after_its_answer(app: Flask
     assert deliver(app, "shop-eu", "evt_sealed", SECRET) == 200  # and yet it works
 
 
+def test_an_sqs_destinations_aws_credentials_are_sealed_like_a_secret(app: Flask, sqlite_url: str) -> None:
+    client = app.test_client()
+    key_id, secret = "AKIAKeyIdNeverShown77", "AwsSecretAccessKeyNeverShown_3e1"
+    queue = "http://127.0.0.1:9/123456789012/orders"
+    body = {"name": "orders-sqs", "kind": "sqs", "queue_url": queue, "region": "us-east-1", "allow_private": True}
+    credentials = {"access_key_id": key_id, "secret_access_key": secret}
+    created = api(client, "POST", "/destinations", {**body, **credentials, "secrets": [DEST_SECRET]})
+    assert created.status_code == 201, created.get_json()
+    answers = [created, *(api(client, "GET", path) for path in ("/destinations", "/audit"))]
+    [listed] = [d for d in answers[1].get_json()["destinations"] if d["name"] == "orders-sqs"]
+    assert (listed["kind"], listed["target"]) == ("sqs", queue)
+    assert sorted(s["purpose"] for s in listed["secrets"]) == ["access_key_id", "secret_access_key", "signing"]
+    for answer in answers:
+        assert key_id not in answer.get_data(as_text=True) and secret not in answer.get_data(as_text=True)
+    database = Path(sqlite_url.removeprefix("sqlite:///"))
+    raw = b"".join(p.read_bytes() for p in database.parent.glob(database.name + "*") if p.is_file())
+    assert key_id.encode() not in raw and secret.encode() not in raw
+    bus = rt(app).settings.destinations["orders-sqs"].bus  # the sender gets them
+    assert bus is not None and (getattr(bus, "access_key_id", None), getattr(bus, "secret_access_key", None)) == (
+        key_id,
+        secret,
+    )
+
+
 @pytest.mark.slow
 def test_the_forwarder_follows_destinations_created_and_rotated_at_runtime(app: Flask) -> None:
     from tests.conftest import drain

@@ -177,6 +177,12 @@ def nats_server() -> Iterator[brokers.Broker]:
     yield from _broker(brokers.NatsServer, "NATS")
 
 
+@pytest.fixture(scope="session")
+def moto_server() -> Iterator[brokers.Broker]:
+    """This session's moto server (SQS), started by the first test that needs it."""
+    yield from _broker(brokers.MotoServer, "moto (SQS)")
+
+
 def bus_event(n: int) -> bytes:
     """The bus tests' event ``evt_<n>`` (its object ``pi_<n>``)."""
     return stripe_event(f"evt_{n}", obj={"id": f"pi_{n}", "object": "payment_intent", "status": "succeeded"})

@@ -1,5 +1,5 @@
-"""Throwaway message brokers for the bus tests: a RabbitMQ node and a nats-server (JetStream on), each
-in a temporary directory on free ports with its own node name, children of this process (they die
+"""Throwaway message brokers for the bus tests: a RabbitMQ node, a nats-server (JetStream on) and
+moto's server mode (the AWS API emulator: SQS), each in a temporary directory on free ports with its own node name, children of this process (they die
 with it), stopped by process id. The machine's own RabbitMQ (5672, its epmd on 4369) and NATS (4222)
 are never touched. Like ``servers``, nothing here imports pytest.
 """
@@ -9,7 +9,9 @@ from __future__ import annotations
 import os
 import shutil
 import signal
+import socket
 import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
@@ -150,5 +152,28 @@ class NatsServer(Broker):
         try:
             with socket.create_connection(("127.0.0.1", self.port), timeout=1) as line:
                 return line.recv(4).startswith(b"INFO")
+        except OSError:
+            return False
+
+
+class MotoServer(Broker):
+    """moto's server mode (``python -m moto.server``, from PyPI) on 127.0.0.1: the SQS endpoint of the
+    bus tests. Its state is in memory only: after ``kill`` and ``start`` every queue is gone."""
+
+    def __init__(self) -> None:
+        import importlib.util
+
+        if importlib.util.find_spec("moto") is None or importlib.util.find_spec("flask_cors") is None:
+            raise Unavailable("moto's server mode is not installed (pip install 'moto[server]')")
+        super().__init__()
+        self.url = f"http://127.0.0.1:{self.port}"
+
+    def command(self) -> tuple[list[str], dict[str, str]]:
+        return [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(self.port)], {}
+
+    def answers(self) -> bool:
+        try:
+            with socket.create_connection(("127.0.0.1", self.port), timeout=1):
+                return True
         except OSError:
             return False

@@ -11,6 +11,7 @@ each kind ``webhooks.destinations.KINDS`` accepts.
 - ``redis-stream``: ``XADD`` (``redis_stream.RedisStreamPublisher``).
 - ``rabbitmq``: a confirmed, mandatory ``basic.publish`` (``rabbitmq.RabbitMQPublisher``).
 - ``nats``: a JetStream publish, its ack awaited (``jetstream.NatsPublisher``).
+- ``sqs``: a ``SendMessage``, its answer awaited (``sqs.SqsPublisher``).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from datetime import datetime
 from typing import Protocol
 
 from webhooks.destinations import Destination
-from webhooks.forward import client, jetstream, rabbitmq, redis_stream
+from webhooks.forward import client, jetstream, rabbitmq, redis_stream, sqs
 from webhooks.forward.leases import Lease, Result
 from webhooks.guard import Resolver
 
@@ -77,6 +78,7 @@ PUBLISHERS: dict[str, Callable[[Destination, Resolver], Publisher]] = {
     "redis-stream": redis_stream.RedisStreamPublisher,
     "rabbitmq": rabbitmq.RabbitMQPublisher,
     "nats": jetstream.NatsPublisher,
+    "sqs": sqs.SqsPublisher,
 }
 
 
