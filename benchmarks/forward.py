@@ -1,6 +1,7 @@
 """Forwarding: deliveries sent a second by one ``webhooks worker`` against its no-op RQ jobs, same run.
 
-    .venv/bin/python benchmarks/forward.py [--events 2000] [--rounds 3] [--quick] [--profile f] [--json f]
+    .venv/bin/python benchmarks/forward.py [--kind http|rabbitmq|nats|redis-stream] [--events 2000]
+                                           [--rounds 3] [--quick] [--profile f] [--json f]
 
 Each round: (1) no-op RQ jobs drained by one process of the production worker class (the baseline
 of ``benchmarks/workers.py``); (2) for each case, a fresh PostgreSQL database and Redis db, N stored
@@ -12,6 +13,14 @@ the forwarding alone: (N − 1) / (last ``delivered_at`` − first), polled from
 (the "from resume" column adds the forwarder's pick-up, at most its 0.5 s idle poll). Cases:
 unordered, and ``ordered = true`` with the events spread over 100 objects (20 versions each at
 N = 2000, sent in version order). Goals: unordered ≥ 0.6 ×, ordered ≥ 0.5 × the no-op jobs/s.
+
+``--kind`` forwards to a bus instead of the sink (``buses.py``: the machine's RabbitMQ, NATS with
+JetStream and Redis, or BENCH_AMQP_URL / BENCH_NATS_URL / BENCH_REDIS_URL): a fresh exchange and
+queue, stream or key per case, removed after. Beside it, the broker's own client (pika with
+publisher confirms, nats-py's JetStream publish, redis-py's XADD) makes the same number of
+publishes of the same bodies and headers, one at a time, each acknowledged: what the bus itself
+allows one sender, the ceiling the forwarder shares. Goals for a bus: unordered ≥ 0.6 ×, ordered
+≥ 0.4 × the no-op jobs/s.
 """
 
 from __future__ import annotations
@@ -29,6 +38,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import buses  # script's folder: the bus kinds' targets and their own producers
 import redis
 import sqlalchemy as sa
 import stripe
@@ -66,15 +76,17 @@ asyncio.run(main(int(sys.argv[1])))
 CONFIG = """
 [endpoints.stripe]
 provider = "stripe"
+secrets = ["env:STRIPE_WEBHOOK_SECRET"]
 forward = ["sink"]
 
 [destinations.sink]
-url = "http://127.0.0.1:{port}/hooks"
+{target}
 secrets = ["{secret}"]
 allow_private = true
 ordered = {ordered}
 """
 CASES = {"unordered": (False, 0.6), "ordered (100 objects)": (True, 0.5)}
+BUS_GOALS = {"unordered": 0.6, "ordered (100 objects)": 0.4}
 
 
 def signed(event_id: str, t: int, n: int, objects: int) -> tuple[str, str]:
@@ -121,16 +133,30 @@ def spy(pid: int, out: Path) -> subprocess.Popen[bytes]:
     )
 
 
-def forwarding(n: int, ordered: bool, env: dict[str, str], work: Path, profile: Path | None) -> dict[str, float]:
-    """One case: store, process (paused), resume, time the sending."""
+@contextmanager
+def target(kind: str, work: Path, env: dict[str, str]) -> Iterator[buses.Target]:
+    """The destination's TOML lines (and, for a bus, its own producer): the sink, or a fresh bus target."""
+    if kind == "http":
+        with sink(work, env) as port:
+            yield buses.Target(f'url = "http://127.0.0.1:{port}/hooks"', None)
+    else:
+        with buses.TARGETS[kind]() as found:
+            yield found
+
+
+def forwarding(
+    n: int, ordered: bool, env: dict[str, str], work: Path, profile: Path | None, kind: str = "http"
+) -> dict[str, float]:
+    """One case: store, process (paused), resume, time the sending; for a bus, then its own producer."""
     from webhooks import create_app
     from webhooks.providers.base import Request
     from webhooks.receiver.receive import verify
     from webhooks.receiver.rows import event_rows
+    from webhooks.store import config_watch
 
-    with sink(work, env) as port, scratch_database() as db:
+    with target(kind, work, env) as dest, scratch_database() as db:
         config = work / "forward.toml"
-        config.write_text(CONFIG.format(port=port, secret=DEST_SECRET, ordered=str(ordered).lower()))
+        config.write_text(CONFIG.format(target=dest.toml, secret=DEST_SECRET, ordered=str(ordered).lower()))
         wenv = {**env, "DATABASE_URL": db, "REDIS_URL": REDIS, "WEBHOOKS_CONFIG": str(config)}
         app = create_app({**wenv, "WEBHOOKS_EMBEDDED_WORKER": "false"})
         rt = app.extensions["webhooks"]
@@ -168,12 +194,17 @@ def forwarding(n: int, ordered: bool, env: dict[str, str], work: Path, profile: 
             ).one()
         engine.dispose()
         rt.engine.dispose()
+        config_watch.stop_all()  # this process's app: its database is dropped next
         if delivered != n or attempts != n:
             raise RuntimeError(f"{delivered} of {n} delivered in {attempts} attempts")
-        return {
+        found = {
             "per_s": (n - 1) / (last - first).total_seconds(),
             "from_resume_per_s": n / (last - resumed).total_seconds(),
         }
+        if dest.producer is not None:
+            bodies = [signed(f"evt_own_{i}", t, i, 100 if ordered else n)[1].encode() for i in range(n)]
+            found["broker_per_s"] = dest.producer(bodies)
+        return found
 
 
 def summarize(raw: Path) -> str:
@@ -201,6 +232,7 @@ def summarize(raw: Path) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--kind", choices=["http", *buses.TARGETS], default="http")
     parser.add_argument("--events", type=int, default=2000)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--quick", action="store_true", help="500 events, one round")
@@ -218,12 +250,16 @@ def main() -> None:
         row: dict[str, Any] = {"rq_noop_per_s": rq_noop(1, args.events, env, work)}
         for case, (ordered, _) in CASES.items():
             profile = None if args.profile is None or r else args.profile.with_suffix(f".{int(ordered)}.txt")
-            row[case] = forwarding(args.events, ordered, env, work, profile)
+            row[case] = forwarding(args.events, ordered, env, work, profile, args.kind)
         rounds.append(row)
+    bus = args.kind != "http"
+    own = f"{'broker alone/s':>16}" if bus else ""
+    print(f"kind = {args.kind}")
     print(f"{'case':<24}{'no-op RQ jobs/s':>18}{'forwarded/s':>14}{'from resume/s':>16}{'× no-op (rounds)':>20}")
-    print(f"{'':<24}{'':>18}{'':>14}{'':>16}{'':>20}{'median':>8}{'goal':>6}")
+    print(f"{'':<24}{'':>18}{'':>14}{'':>16}{'':>20}{'median':>8}{'goal':>6}{own}")
     results = {}
-    for case, (_, goal) in CASES.items():
+    for case, (_, http_goal) in CASES.items():
+        goal = BUS_GOALS[case] if bus else http_goal
         ratios = [row[case]["per_s"] / row["rq_noop_per_s"] for row in rounds]
         results[case] = statistics.median(ratios)
         columns = [
@@ -232,9 +268,10 @@ def main() -> None:
             " ".join(f"{x:.0f}" for x in (row[case]["from_resume_per_s"] for row in rounds)),
             " ".join(f"{x:.2f}" for x in ratios),
         ]
+        alone = " ".join(f"{row[case]['broker_per_s']:.0f}" for row in rounds) if bus else ""
         print(
             f"{case:<24}{columns[0]:>18}{columns[1]:>14}{columns[2]:>16}{columns[3]:>20}"
-            f"{results[case]:>8.2f}{goal:>6.1f}"
+            f"{results[case]:>8.2f}{goal:>6.1f}{alone:>16}"
         )
     print(
         f"{args.events} deliveries per case and round, one `webhooks worker` (PostgreSQL + Redis); timed: the"
