@@ -36,6 +36,7 @@ class Item:
     kind: str
     name: str
     table: Mapping[str, Any] = field(repr=False)
+    secret_ids: tuple[str, ...] = ()  # the ids of ``table``'s signing secrets, in their order
 
 
 def secret_url(url: Any) -> bool:
@@ -129,7 +130,7 @@ def merged(file: Settings, items: Iterable[Item], skipped: Callable[[Item, str],
         except ConfigError as exc:
             skipped(item, str(exc))
             continue
-        endpoints[item.name] = replace(endpoint, outbound_timeout=file.outbound_timeout)
+        endpoints[item.name] = replace(endpoint, outbound_timeout=file.outbound_timeout, secret_ids=item.secret_ids)
         if targets:
             forward[item.name] = targets
     return replace(file, endpoints=endpoints, destinations=destinations, forwards=forward)
