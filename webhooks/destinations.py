@@ -8,8 +8,9 @@ cloud metadata address always), an unknown key or one of another kind, or an end
 ``forward`` names no such destination stops start-up with one line naming the destination and the
 option.
 
-Only a bus kind takes credentials, as the URL's ``user:password@``: the URL is then never shown
-(``Destination.target`` is the URL without them, for the API, the console, the banner and logs).
+Only a bus kind takes credentials, as the URL's ``user:password@``; an HTTP URL's query string
+often holds a token. Neither is ever shown: ``Destination.target`` is the URL with both replaced
+by ``***`` (``redacted``), for the API, the console, the banner and logs.
 """
 
 from __future__ import annotations
@@ -127,10 +128,10 @@ class Destination:
     probe_seconds: float = 5.0  # the first probe's wait once open; doubles up to ``MAX_PROBE_SECONDS``
     kind: str = "http"
     bus: BusOptions | None = None  # a bus kind's own options
-    target: str = ""  # the URL without credentials (set from ``url``)
+    target: str = ""  # the URL as shown: ``redacted(url)`` (set from ``url``)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "target", without_credentials(self.url))
+        object.__setattr__(self, "target", redacted(self.url))
 
     def wants(self, event_type: str) -> bool:
         return not self.events or any(fnmatch.fnmatchcase(event_type, glob) for glob in self.events)
@@ -149,7 +150,7 @@ class Destination:
         (the stream)."""
         if self.bus is None:
             return hashlib.sha256(self.url.encode()).hexdigest()
-        return hashlib.sha256(f"{self.kind}\0{self.target}\0{self.bus.place}".encode()).hexdigest()
+        return hashlib.sha256(f"{self.kind}\0{without_credentials(self.url)}\0{self.bus.place}".encode()).hexdigest()
 
     @property
     def max_attempts(self) -> int:
@@ -159,8 +160,21 @@ class Destination:
 MAX_PROBE_SECONDS = 600.0
 
 
+def redacted(url: str) -> str:
+    """``url`` as the API, the console, the banner and logs show it: its ``user:password@`` and its
+    query string (a token, often) replaced by ``***``, its fragment dropped; scheme, host, port and
+    path as they are. The one form for every destination, the file's and the database's."""
+    try:
+        parts = urllib.parse.urlsplit(url)
+    except ValueError:  # an unbalanced [ in the host: nothing safe to show but that
+        return "(a URL that does not parse)"
+    _, at, host = parts.netloc.rpartition("@")
+    netloc = ("***@" if at else "") + host
+    return urllib.parse.urlunsplit((parts.scheme, netloc, parts.path, "***" if parts.query else "", ""))
+
+
 def without_credentials(url: str) -> str:
-    """``url`` without its ``user:password@`` (what a destination's list, banner and logs show)."""
+    """``url`` without its ``user:password@``: a bus's identity (new credentials, the same bus)."""
     parts = urllib.parse.urlsplit(url)
     if "@" not in parts.netloc:
         return url

@@ -15,11 +15,11 @@ import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
 from webhooks import config
 from webhooks.config import Settings
-from webhooks.destinations import Destination, forwards
+from webhooks.destinations import Destination, forwards, redacted
 from webhooks.errors import ConfigError
 
 ENDPOINT = "endpoint"
@@ -45,14 +45,6 @@ def secret_url(url: Any) -> bool:
         return False
     parts = urlsplit(url)
     return bool(parts.query or parts.username or parts.password)
-
-
-def redacted(url: str) -> str:
-    """``url`` as the API shows it: the query string and userinfo replaced by ``***``."""
-    parts = urlsplit(url)
-    host = parts.hostname or ""
-    netloc = ("***@" if parts.username or parts.password else "") + host + (f":{parts.port}" if parts.port else "")
-    return urlunsplit((parts.scheme, netloc, parts.path, "***" if parts.query else "", ""))
 
 
 def split(kind: str, table: Mapping[str, Any]) -> tuple[dict[str, Any], list[str], dict[str, str]]:
@@ -84,6 +76,10 @@ def check(kind: str, name: str, table: Mapping[str, Any], destinations: Mapping[
         if table.get("forward"):
             forwards(name, table["forward"], destinations)
     elif kind == DESTINATION:
+        if secret_url(table.get(URL)) and redacted(table[URL]) == table[URL]:  # a listing's URL sent back
+            raise ConfigError(
+                f"destination {name!r}: url is the redacted one (***): send the whole URL, or leave url out"
+            )
         config.build_destination(name, table, {})
     else:
         raise ConfigError(f"unknown item kind {kind!r}")
