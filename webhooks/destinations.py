@@ -8,11 +8,12 @@ cloud metadata address always), an unknown key or one of another kind, or an end
 ``forward`` names no such destination stops start-up with one line naming the destination and the
 option.
 
-Only a bus kind takes credentials, as the URL's ``user:password@``: the URL is then never shown
-(``Destination.target`` is the URL without them, for the API, the console, the banner and logs).
-``sqs`` names its URL ``queue_url`` (the target) and takes ``access_key_id`` / ``secret_access_key``
-(``env:`` values; neither: boto3's default chain), kept out of every repr; its ``endpoint_url`` is
-vetted like a URL, and ``ordered = true`` needs a FIFO queue (``.fifo``).
+Only a bus kind takes credentials, as the URL's ``user:password@``; an HTTP URL's query string
+often holds a token. Neither is ever shown: ``Destination.target`` is the URL with both replaced
+by ``***`` (``redacted``), for the API, the console, the banner and logs. ``sqs`` names its URL
+``queue_url`` (the target) and takes ``access_key_id`` / ``secret_access_key`` (``env:`` values;
+neither: boto3's default chain), kept out of every repr; its ``endpoint_url`` is vetted like a
+URL, and ``ordered = true`` needs a FIFO queue (``.fifo``).
 """
 
 from __future__ import annotations
@@ -29,6 +30,8 @@ from typing import Any
 
 from webhooks import guard
 from webhooks.errors import ConfigError
+from webhooks.urls import redacted as redacted  # (there: every URL shown)
+from webhooks.urls import without_credentials as without_credentials
 
 # Seconds after each failed attempt before the next: 5 s, 5 min, 30 min, 2 h, 5 h, 10 h, 10 h
 # (eight attempts over about 27.6 hours), then ``failed``.
@@ -153,10 +156,10 @@ class Destination:
     probe_seconds: float = 5.0  # the first probe's wait once open; doubles up to ``MAX_PROBE_SECONDS``
     kind: str = "http"
     bus: BusOptions | None = None  # a bus kind's own options
-    target: str = ""  # the URL without credentials (set from ``url``)
+    target: str = ""  # the URL as shown: ``redacted(url)`` (set from ``url``)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "target", without_credentials(self.url))
+        object.__setattr__(self, "target", redacted(self.url))
 
     def wants(self, event_type: str) -> bool:
         return not self.events or any(fnmatch.fnmatchcase(event_type, glob) for glob in self.events)
@@ -175,7 +178,7 @@ class Destination:
         (the stream)."""
         if self.bus is None:
             return hashlib.sha256(self.url.encode()).hexdigest()
-        return hashlib.sha256(f"{self.kind}\0{self.target}\0{self.bus.place}".encode()).hexdigest()
+        return hashlib.sha256(f"{self.kind}\0{without_credentials(self.url)}\0{self.bus.place}".encode()).hexdigest()
 
     @property
     def max_attempts(self) -> int:
@@ -183,14 +186,6 @@ class Destination:
 
 
 MAX_PROBE_SECONDS = 600.0
-
-
-def without_credentials(url: str) -> str:
-    """``url`` without its ``user:password@`` (what a destination's list, banner and logs show)."""
-    parts = urllib.parse.urlsplit(url)
-    if "@" not in parts.netloc:
-        return url
-    return urllib.parse.urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2]))
 
 
 def new_secret() -> str:

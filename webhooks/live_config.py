@@ -15,11 +15,11 @@ import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
 from webhooks import config, guard
 from webhooks.config import Settings
-from webhooks.destinations import Destination, forwards
+from webhooks.destinations import Destination, forwards, redacted
 from webhooks.errors import ConfigError
 
 ENDPOINT = "endpoint"
@@ -47,6 +47,7 @@ class Item:
     kind: str
     name: str
     table: Mapping[str, Any] = field(repr=False)
+    secret_ids: tuple[str, ...] = ()  # the ids of ``table``'s signing secrets, in their order
 
 
 def secret_url(url: Any) -> bool:
@@ -55,14 +56,6 @@ def secret_url(url: Any) -> bool:
         return False
     parts = urlsplit(url)
     return bool(parts.query or parts.username or parts.password)
-
-
-def redacted(url: str) -> str:
-    """``url`` as the API shows it: the query string and userinfo replaced by ``***``."""
-    parts = urlsplit(url)
-    host = parts.hostname or ""
-    netloc = ("***@" if parts.username or parts.password else "") + host + (f":{parts.port}" if parts.port else "")
-    return urlunsplit((parts.scheme, netloc, parts.path, "***" if parts.query else "", ""))
 
 
 def split(kind: str, table: Mapping[str, Any]) -> tuple[dict[str, Any], list[str], dict[str, str]]:
@@ -92,6 +85,10 @@ def check(kind: str, name: str, table: Mapping[str, Any], destinations: Mapping[
         if table.get("forward"):
             forwards(name, table["forward"], destinations)
     elif kind == DESTINATION:
+        if secret_url(table.get(URL)) and redacted(table[URL]) == table[URL]:  # a listing's URL sent back
+            raise ConfigError(
+                f"destination {name!r}: url is the redacted one (***): send the whole URL, or leave url out"
+            )
         config.build_destination(name, table, {}, guard.no_lookup)
     else:
         raise ConfigError(f"unknown item kind {kind!r}")
@@ -165,4 +162,4 @@ def _built(file: Settings, item: Item, last: tuple[Item, Any] | None) -> Any:
     if item.kind == DESTINATION:
         return config.build_destination(item.name, item.table, {}, guard.no_lookup)
     endpoint = config.build_endpoint(item.name, item.table, {})
-    return replace(endpoint, outbound_timeout=file.outbound_timeout)
+    return replace(endpoint, outbound_timeout=file.outbound_timeout, secret_ids=item.secret_ids)

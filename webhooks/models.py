@@ -124,6 +124,7 @@ class Event(Base):
     body_digest: Mapped[str | None] = mapped_column(String(64))  # sha256 hex: ``bodies`` key
     scheme: Mapped[str] = mapped_column(String(32))
     secret_index: Mapped[int | None] = mapped_column(Integer)
+    secret_id: Mapped[str | None] = mapped_column(String(40))  # the matching ``config_secrets.id``; NULL: the file's
     signed_at: Mapped[int | None] = mapped_column(BigInteger)
     last_error: Mapped[str | None] = mapped_column(Text)
     last_traceback: Mapped[str | None] = mapped_column(Text)

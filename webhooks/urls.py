@@ -5,6 +5,7 @@ what to write, never echoing a password; ``webhooks.config`` reads the variables
 from __future__ import annotations
 
 import difflib
+import urllib.parse
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -130,3 +131,24 @@ def redis_url(url: str | None) -> str | None:
     except ValueError:
         raise ConfigError(f"REDIS_URL: the port must be a number; expected {REDIS_EXAMPLE}") from None
     return url
+
+
+def redacted(url: str) -> str:
+    """``url`` as the API, the console, the banner and logs show it: its ``user:password@`` and its
+    query string (a token, often) replaced by ``***``, its fragment dropped; scheme, host, port and
+    path as they are. The one form for every destination, the file's and the database's."""
+    try:
+        parts = urllib.parse.urlsplit(url)
+    except ValueError:  # an unbalanced [ in the host: nothing safe to show but that
+        return "(a URL that does not parse)"
+    _, at, host = parts.netloc.rpartition("@")
+    netloc = ("***@" if at else "") + host
+    return urllib.parse.urlunsplit((parts.scheme, netloc, parts.path, "***" if parts.query else "", ""))
+
+
+def without_credentials(url: str) -> str:
+    """``url`` without its ``user:password@``: a bus's identity (new credentials, the same bus)."""
+    parts = urllib.parse.urlsplit(url)
+    if "@" not in parts.netloc:
+        return url
+    return urllib.parse.urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2]))

@@ -256,6 +256,6 @@ def test_configuration_mistakes_stop_start_up_in_one_line(table: dict[str, Any],
 def test_credentials_are_allowed_in_the_url_and_shown_nowhere() -> None:
     url = "tls://worker:s3cret-pw@127.0.0.1:4223"
     bus = load_bus(bus_table(url=url, stream="S")).destinations["bus"]
-    assert (bus.kind, bus.target, bus.url) == ("nats", "tls://127.0.0.1:4223", url)
+    assert (bus.kind, bus.target, bus.url) == ("nats", "tls://***@127.0.0.1:4223", url)
     assert bus.bus is not None and (bus.bus.place, bus.bus.stream) == ("a.b", "S")
     assert "s3cret" not in repr(bus)

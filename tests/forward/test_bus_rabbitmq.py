@@ -285,7 +285,7 @@ def test_configuration_mistakes_stop_start_up_in_one_line(table: dict[str, Any],
 def test_credentials_are_allowed_in_the_url_and_shown_nowhere() -> None:
     url = "amqps://worker:s3cret-pw@127.0.0.1:5671/payments"
     bus = load_bus(bus_table(url=url, routing_key="k")).destinations["bus"]
-    assert (bus.kind, bus.target, bus.url) == ("rabbitmq", "amqps://127.0.0.1:5671/payments", url)
+    assert (bus.kind, bus.target, bus.url) == ("rabbitmq", "amqps://***@127.0.0.1:5671/payments", url)
     assert bus.bus is not None and bus.bus.place == "x"
     assert "s3cret" not in repr(bus)
 

@@ -231,7 +231,7 @@ def test_configuration_mistakes_stop_start_up_in_one_line(table: dict[str, Any],
 def test_credentials_are_allowed_in_a_bus_url_and_shown_nowhere(request: pytest.FixtureRequest) -> None:
     url = "rediss://worker:s3cret-pw@127.0.0.1:6390/2"
     bus = load_bus(bus_table(url=url, maxlen=500)).destinations["bus"]
-    assert (bus.kind, bus.target, bus.url) == ("redis-stream", "rediss://127.0.0.1:6390/2", url)
+    assert (bus.kind, bus.target, bus.url) == ("redis-stream", "rediss://***@127.0.0.1:6390/2", url)
     assert bus.bus is not None and (bus.bus.stream, bus.bus.maxlen) == ("s", 500)
     assert "s3cret" not in repr(bus)
     settings = load_bus(bus_table(url=url))
@@ -245,9 +245,9 @@ def test_credentials_are_allowed_in_a_bus_url_and_shown_nowhere(request: pytest.
     app = forwarding_app(request, "sqlite", {"bus": bus_table(url=url)}, ["bus"])
     answer = app.test_client().get("/admin/api/destinations", headers=admin_headers())
     [shown] = answer.get_json()["destinations"]
-    assert (shown["kind"], shown["target"]) == ("redis-stream", "rediss://127.0.0.1:6390/2") and "url" not in shown
+    assert (shown["kind"], shown["target"]) == ("redis-stream", "rediss://***@127.0.0.1:6390/2") and "url" not in shown
     page = app.test_client().get("/admin/destinations", headers=admin_headers()).get_data(as_text=True)
-    assert "redis-stream rediss://127.0.0.1:6390/2" in page
+    assert "redis-stream rediss://***@127.0.0.1:6390/2" in page
     assert "s3cret" not in answer.get_data(as_text=True) + page
 
 

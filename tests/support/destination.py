@@ -27,6 +27,7 @@ class Seen:
     headers: dict[str, str]
     body: bytes
     verified: bool
+    path: str = ""  # the request target: path and query string, as sent
 
     @property
     def id(self) -> str:
@@ -71,7 +72,7 @@ def _handler(dest: Destination) -> type[BaseHTTPRequestHandler]:
                 verified = True
             except Exception:
                 verified = False
-            seen = Seen(headers, body, verified)
+            seen = Seen(headers, body, verified, self.path)
             with dest.lock:
                 dest.seen.append(seen)
                 number = len(dest.seen)

@@ -95,6 +95,7 @@ def detail(event: Event, delivery: queries.Received) -> dict[str, Any]:
         "item_index": event.item_index,
         "scheme": event.scheme,
         "secret_index": event.secret_index,
+        "secret_id": event.secret_id,
         "signed_at": event.signed_at,
         "skew_seconds": queries.skew_seconds(event),
         "last_traceback": event.last_traceback,

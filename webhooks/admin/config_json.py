@@ -1,7 +1,7 @@
 """Runtime configuration as the admin API shows it (#32): endpoints and destinations from the file
 and the database, their secrets as fingerprints, and the audit's rows. Never a secret's value: a
-credential option is a secret row, a destination URL with a query string or userinfo is shown
-redacted, and the file's secrets are not listed at all."""
+credential option is a secret row, a destination URL's query string and userinfo are shown
+redacted (``webhooks.destinations.redacted``), and the file's secrets are not listed at all."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from typing import Any
 
 from webhooks.admin.queries import iso
 from webhooks.config_tables import ConfigChange, ConfigItem, ConfigSecret
-from webhooks.live_config import CREDENTIALS, redacted, secret_url
+from webhooks.live_config import CREDENTIALS
 from webhooks.providers.base import Endpoint
 from webhooks.runtime import Runtime
 
@@ -71,18 +71,15 @@ def endpoints(rt: Runtime, stored: list[ConfigItem], sealed: Mapping[str, list[C
 def destination_extra(
     rt: Runtime, stored: list[ConfigItem], sealed: Mapping[str, list[ConfigSecret]]
 ) -> dict[str, Any]:
-    """What the destinations' list gains per name (``source``, ``label``, ``secrets``; a URL and
-    its target redacted): for the database's, from their rows; for the file's, its defaults."""
+    """What the destinations' list gains per name (``source``, ``label``, ``secrets``): for the
+    database's, from their rows; for the file's, its defaults. (Its URL is ``Destination.target``:
+    redacted, whichever the source.)"""
     items = {i.name: i for i in stored if i.kind == "destination"}
     extra: dict[str, Any] = {}
-    for name, destination in rt.settings.destinations.items():
+    for name in rt.settings.destinations:
         item = items.get(name) if name not in rt.file_settings.destinations else None
         found = stored_json(item, sealed.get(name, []))
-        found = {k: found[k] for k in ("source", "label", "secrets")}
-        if item is not None and secret_url(destination.url):
-            found["url"] = redacted(destination.url)
-            found["target"] = redacted(destination.target)
-        extra[name] = found
+        extra[name] = {k: found[k] for k in ("source", "label", "secrets")}
     return extra
 
 

@@ -3,12 +3,12 @@ deliveries of removed destinations: ``?removed=1``, adopt, fail), the console's
 ``/admin/destinations`` page, and an event's deliveries for its detail.
 
 Every configured destination is listed, sent to or not, with its ``kind`` and ``target`` (the URL
-without credentials; ``url`` too for an HTTP one, whose URL holds none: the guard refuses
-``user:password@`` there); its secrets and a bus's credentials never leave the configuration (one
-created through the API with a query string is shown redacted). Creating, changing, deleting and
-rotating one is ``config_api.py``'s. A pause or
-resume is logged with who did it and why; an adopt or a fail of held deliveries is also written
-to the ``replays`` audit table (``filter``: ``{"adopt": name}`` / ``{"fail": name}``).
+with its credentials and query string redacted, ``webhooks.destinations.redacted``; ``url`` too for
+an HTTP one, the same text: the guard refuses ``user:password@`` there); its secrets, a bus's
+credentials and an HTTP URL's query never leave the configuration, the file's or the database's.
+Creating, changing, deleting and rotating one is ``config_api.py``'s. A pause or resume is logged
+with who did it and why; an adopt or a fail of held deliveries is also written to the ``replays``
+audit table (``filter``: ``{"adopt": name}`` / ``{"fail": name}``).
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ BAD_REASON = f"A reason is text of at most {MAX_REASON} characters that can be s
 
 
 def destination_json(destination: Destination, backlog: Backlog) -> dict[str, Any]:
-    shown = {"url": destination.url} if destination.kind == "http" else {}
+    shown = {"url": destination.target} if destination.kind == "http" else {}  # redacted too
     return {
         "name": destination.name,
         "kind": destination.kind,

@@ -28,6 +28,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, cast
 
+from webhooks.destinations import redacted
 from webhooks.guard import Refused, Resolver, resolve_within, system_resolver, vet
 
 RESPONSE_LIMIT = 64 * 1024
@@ -102,9 +103,9 @@ class Sender:
             parts = urllib.parse.urlsplit(url)
             port = parts.port
         except ValueError as exc:
-            raise Refused("bad_url", f"{url!r}: {exc}") from None
+            raise Refused("bad_url", f"{redacted(url)!r}: {exc}") from None
         if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise Refused("bad_url", f"{url!r}: a destination URL is http:// or https:// with a host")
+            raise Refused("bad_url", f"{redacted(url)!r}: a destination URL is http:// or https:// with a host")
         default = 443 if parts.scheme == "https" else 80
         self.host = parts.hostname
         self.port = port or default

@@ -42,6 +42,7 @@ class Endpoint:
     rate_limit: float | None = None  # requests a second per web process; None: unlimited
     sender_rate_limit: float | None = None  # requests a second per sender address (``clients``); None: unlimited
     outbound_timeout: float = 10.0  # seconds a call to its API may wait (WEBHOOKS_OUTBOUND_TIMEOUT_SECONDS)
+    secret_ids: tuple[str, ...] = ()  # ``secrets``' database ids, in order; () for the file's (no ids)
 
 
 @dataclass(frozen=True)
@@ -186,6 +187,10 @@ class Provider:
     # verified with ``Request.method`` "GET" and answered with its ``Reply``, never stored. Other
     # kinds' endpoints answer a GET 405.
     answers_get: ClassVar[bool] = False
+
+    # ``secret_index`` is a position in ``Endpoint.secrets``; False: it names something else (the
+    # kind verifies with the provider's own key), so no stored secret is said to have matched.
+    index_names_secret: ClassVar[bool] = True
 
     # The object's state is a fold of all its events (``fold``), not the newest event's snapshot.
     folds: ClassVar[bool] = False

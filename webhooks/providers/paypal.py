@@ -86,6 +86,7 @@ def _verifies(key: rsa.RSAPublicKey, signature: bytes, message: bytes) -> bool:
 
 class PayPal(Provider):
     kind = "paypal"
+    index_names_secret = False  # the index is the webhook id's: PayPal signs with its own key
     retry_horizon = 3 * DAY  # up to 25 times over 3 days
     option_names = frozenset(
         {

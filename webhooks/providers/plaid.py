@@ -79,6 +79,7 @@ def _signing_key(endpoint: Endpoint) -> ec.EllipticCurvePrivateKey:
 
 class Plaid(Provider):
     kind = "plaid"
+    index_names_secret = False  # Plaid signs with its key; ``secrets`` hold its API secret
     retry_horizon = 2 * DAY  # retried for up to 24 hours when not answered 200 within 10 s
     shorthands = {"PLAID_CLIENT_ID": "client_id", "PLAID_SECRET": "secrets"}
     option_names = frozenset({"client_id", "api_base", "verification_key", "signing_key", "key_id"})

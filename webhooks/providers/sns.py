@@ -103,6 +103,7 @@ def _topics(endpoint: Endpoint) -> list[str]:
 
 class Sns(Provider):
     kind = "sns"
+    index_names_secret = False  # SNS signs with its key; ``secrets`` are unused
     retry_horizon = 1 * DAY  # a delivery policy retries for at most an hour (numRetries × maxDelayTarget)
     option_names = frozenset({"topic_arns", "certificate", "cert_url", "signing_key", "confirm"})
     signature_header_names = ()  # the signature is in the body

@@ -19,7 +19,7 @@ from werkzeug.wsgi import get_content_length, get_host, get_input_stream
 from webhooks import clients, metrics, providers, tracing
 from webhooks.errors import PayloadError, UnavailableError, VerificationError
 from webhooks.providers.base import Endpoint, Request, Verified
-from webhooks.receiver import batch, quarantine, rows
+from webhooks.receiver import batch, matches, quarantine, rows
 from webhooks.receiver.ratelimit import RateLimits
 from webhooks.receiver.request_headers import environ_headers
 from webhooks.runtime import Runtime
@@ -137,6 +137,8 @@ def deliver(
     with tracing.span("verify", endpoint=endpoint.name, kind=endpoint.kind) as traced:
         verified = verify(endpoint, req, now)
         traced.set("outcome", "verified")
+    if endpoint.secret_ids:  # a database endpoint: its last_matched_at, noted in memory (``matches``)
+        matches.of(rt).note(endpoint, verified)
     rows.check_storable(verified)
     new: list[str] = []
     replayed = False

@@ -10,7 +10,7 @@ from datetime import datetime
 
 from webhooks import providers
 from webhooks.errors import PayloadError
-from webhooks.providers.base import Endpoint, Verified, VerifiedEvent, encode_item
+from webhooks.providers.base import Endpoint, Provider, Verified, VerifiedEvent, encode_item
 from webhooks.receiver import batch
 from webhooks.storable import is_storable, redact, storable_text
 
@@ -32,6 +32,14 @@ def check_storable(verified: Verified) -> None:
         for name, value in (("event id", event.event_id), ("event type", event.event_type)):
             if not storable(value):
                 raise PayloadError(f"{name} is longer than {KEY_WIDTH} characters or holds NUL or a lone surrogate")
+
+
+def matched_secret(endpoint: Endpoint, provider: Provider, index: int | None) -> str | None:
+    """The database id of the secret at ``index`` (``config_secrets.id``), or None: a file's
+    secret (its ``secret_index`` alone says which), or a kind whose index names no secret."""
+    if index is None or not provider.index_names_secret or not 0 <= index < len(endpoint.secret_ids):
+        return None
+    return endpoint.secret_ids[index]
 
 
 def stored_headers(endpoint: Endpoint, verified: Verified, headers: dict[str, str]) -> dict[str, str]:
@@ -93,6 +101,7 @@ def event_rows(
             "body_digest": digest,
             "scheme": verified.scheme,
             "secret_index": e.secret_index,
+            "secret_id": matched_secret(endpoint, provider, e.secret_index),
             "signed_at": e.signed_at,
             # Search keys only: the column width must never turn a genuine event into a 503.
             "object_id": _search_key(e.object_id),

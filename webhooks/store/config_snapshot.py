@@ -74,7 +74,7 @@ def snapshot(
             keys[item.name] = kept
             continue
         try:
-            opened_item = Item(item.kind, item.name, opened_table(keyring, item, mine, now))
+            opened_item = Item(item.kind, item.name, *_opened(keyring, item, mine, now))
         except UndecryptableError as exc:
             broken.append((item.name, str(exc)))
             continue
@@ -95,13 +95,21 @@ def opened_table(
 ) -> dict[str, Any]:
     """``item``'s table as the file would hold it: its options, credentials and live signing
     secrets opened (a rotation's new secret first)."""
-    signing, credentials = [], {}
+    return _opened(keyring, item, secrets, now)[0]
+
+
+def _opened(
+    keyring: Keyring | None, item: ConfigItem, secrets: list[ConfigSecret], now: datetime
+) -> tuple[dict[str, Any], tuple[str, ...]]:
+    """``opened_table``, and the ids of its signing secrets in their order (``Endpoint.secret_ids``)."""
+    signing, ids, credentials = [], [], {}
     for secret in sorted(secrets, key=_signing_order):
         if secret.purpose != SIGNING:
             credentials[secret.purpose] = opened(keyring, item.name, secret)
         elif live(secret, now):
             signing.append(opened(keyring, item.name, secret))
-    return joined(_table(item), signing, credentials)
+            ids.append(secret.id)
+    return joined(_table(item), signing, credentials), tuple(ids)
 
 
 def _signing_order(secret: ConfigSecret) -> tuple[bool, float, datetime]:
