@@ -120,14 +120,23 @@ def merged(
     items: Iterable[Item],
     skipped: Callable[[Item, str], None],
     built: dict[str, tuple[Item, Any]] | None = None,
+    held: Settings | None = None,
+    broken: Iterable[tuple[str, str]] = (),
 ) -> Settings:
     """``file``'s settings with ``items`` added: destinations first (an endpoint may forward to
     one), each validated by the file's builders; one that fails, or whose name is taken, is
-    passed to ``skipped`` with why and left out. ``built`` (name → the item and what was built
+    passed to ``skipped`` with why. A failing item that ``held`` (the snapshot in effect) has from
+    the database keeps that one, so a bad row never takes down what worked ("its last valid
+    configuration stays"); a new one is left out. ``built`` (name → the item and what was built
     from it, updated here) keeps what an unchanged item built last time: the same ``Item`` object
-    (``webhooks.store.config_snapshot``) is not validated again."""
+    (``webhooks.store.config_snapshot``) is not validated again. ``broken``: (name, why) of the
+    items whose secrets did not open: refused the same way."""
     endpoints, destinations, forward = dict(file.endpoints), dict(file.destinations), dict(file.forwards)
     ordered = sorted(items, key=lambda item: (item.kind != DESTINATION, item.name))
+    for name, why in broken:
+        kind = ENDPOINT if held is not None and name in held.endpoints else DESTINATION
+        stays = held is not None and _keep(held, Item(kind, name, {}), endpoints, destinations, forward)
+        skipped(Item(kind, name, {}), f"{why}; its last valid configuration stays in effect" if stays else why)
     kept = dict(built or {})
     fresh: dict[str, tuple[Item, Any]] = {}
     for item in ordered:
@@ -144,13 +153,30 @@ def merged(
                     forward[item.name] = forwards(item.name, item.table["forward"], destinations)
         except ConfigError as exc:
             endpoints.pop(item.name, None)
-            skipped(item, str(exc))
+            stays = held is not None and _keep(held, item, endpoints, destinations, forward)
+            skipped(item, f"{exc}; its last valid configuration stays in effect" if stays else str(exc))
             continue
         fresh[item.name] = (item, value)
     if built is not None:
         built.clear()
         built.update(fresh)
     return replace(file, endpoints=endpoints, destinations=destinations, forwards=forward)
+
+
+def _keep(
+    held: Settings, item: Item, endpoints: dict[str, Any], destinations: dict[str, Any], forward: dict[str, Any]
+) -> bool:
+    """Put ``held``'s ``item`` (its endpoint or destination, and what the endpoint forwards to) back."""
+    if item.kind == DESTINATION and item.name in held.destinations:
+        destinations[item.name] = held.destinations[item.name]
+        return True
+    if item.kind == ENDPOINT and item.name in held.endpoints:
+        endpoints[item.name] = held.endpoints[item.name]
+        targets = tuple(t for t in held.forwards.get(item.name, ()) if t in destinations)
+        if targets:
+            forward[item.name] = targets
+        return True
+    return False
 
 
 def _built(file: Settings, item: Item, last: tuple[Item, Any] | None) -> Any:

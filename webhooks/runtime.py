@@ -51,6 +51,7 @@ class Runtime:
         # What the last reload opened and built, by name: an item unchanged is not opened or built again.
         self._opened: Mapping[str, tuple[Hashable, Item]] = {}
         self._built: dict[str, tuple[Item, Any]] = {}
+        self._left_out: dict[str, str] = {}  # the items refused by the last reload, and why
         self.watcher: Watcher | None = None
         tracing.setup(settings.tracing)  # once per process: its first runtime's settings
         self.engine: Engine = make_engine(settings.database_url)
@@ -78,24 +79,29 @@ class Runtime:
             self.watcher = Watcher(self).start()
 
     def reload_config(self, now: datetime | None = None) -> None:
-        """Read the database's items and swap in the merged snapshot; an item that fails the
-        file's validation is left out, logged and counted, never fatal."""
+        """Read the database's items and swap in the merged snapshot. An item that fails the file's
+        validation (or whose secrets do not open) is refused: the configuration of it in effect
+        stays (a new one is left out), and the error is logged and counted once. A bad row can
+        never take a process down, nor what worked before it was written."""
         with self._reloading:
             if self._absent():
                 return
             with self.deferred_sessions() as session:
                 when = now or datetime.now(UTC)
                 snap = config_items.snapshot(session, self.file_settings.keyring, now=when, previous=self._opened)
+            problems: dict[str, str] = {}
 
-            def skipped(name: str, why: str) -> None:
-                log.error("runtime configuration: %s left out: %s", name, why)
-                metrics.CONFIG_REJECTED.inc()
+            def skipped(item: Item, why: str) -> None:
+                problems[item.name] = why
 
-            for name, why in snap.broken:
-                skipped(name, why)
             self.settings = live_config.merged(
-                self.file_settings, snap.items, lambda i, why: skipped(i.name, why), self._built
+                self.file_settings, snap.items, skipped, self._built, self.settings, snap.broken
             )
+            for name, why in problems.items():
+                if self._left_out.get(name) != why:  # said once, not at every reload
+                    log.error("runtime configuration: %s refused: %s", name, why)
+                    metrics.CONFIG_REJECTED.inc()
+            self._left_out = problems
             self._opened = snap.keys
             self.config_version, self.config_next_change = snap.version, snap.next_change
 

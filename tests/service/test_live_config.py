@@ -1,7 +1,8 @@
 """The live snapshot (#32): each runtime lays the database's endpoints and destinations over the
 file's, learns of a change within a second (SQLite: the version row, polled; PostgreSQL: LISTEN /
-NOTIFY) and swaps in a new ``Settings``; an item the file's rules refuse is left out and counted,
-never fatal; the file's names win; ``/healthz`` and ``/metrics`` say which version a process holds."""
+NOTIFY) and swaps in a new ``Settings``; an item the file's rules refuse is left out (new) or keeps
+its configuration in effect (changed), is logged and counted once, never fatal; the file's names
+win; ``/healthz`` and ``/metrics`` say which version a process holds."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import time
 from datetime import UTC, datetime
 
 import pytest
+import sqlalchemy as sa
 from flask import Flask
 
 from tests.conftest import admin_headers, base_config, make_app, stripe_event, stripe_headers, wait_until
@@ -79,6 +81,29 @@ def test_an_item_the_file_rules_refuse_is_left_out_and_counted(sqlite_url: str) 
     assert "good" in rt(app).settings.endpoints and "bad" not in rt(app).settings.endpoints
     assert rt(app).settings.endpoints["stripe"].secrets != (SECRET,)
     assert metrics.CONFIG_REJECTED._value.get() == before + 2
+
+
+def test_a_row_made_invalid_keeps_the_configuration_in_effect_and_is_said_once(
+    sqlite_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    app = make_app(base_config(sqlite_url, WEBHOOKS_ENCRYPTION_KEYS=KEYS))
+    create(app, "shop-eu", {"provider": "stripe", "secrets": [SECRET]})
+    rt(app).reload_config()
+    held = rt(app).settings.endpoints["shop-eu"]
+    with rt(app).sessions() as session:  # past the API's validation, as a bad row would be
+        session.get(ConfigItem, "shop-eu").options = {"tolerance_seconds": -1}  # type: ignore[union-attr]
+        session.execute(sa.text("UPDATE config_version SET version = version + 1"))
+        session.commit()
+    before = metrics.CONFIG_REJECTED._value.get()
+    rt(app).reload_config()
+    rt(app).reload_config()  # the same refusal again: not said or counted twice
+    assert rt(app).settings.endpoints["shop-eu"] is held  # what worked still works
+    assert metrics.CONFIG_REJECTED._value.get() == before + 1
+    said = [r.getMessage() for r in caplog.records if "shop-eu" in r.getMessage()]
+    assert len(said) == 1 and "its last valid configuration stays in effect" in said[0]
+    body = stripe_event("evt_kept")
+    response = app.test_client().post("/webhooks/shop-eu", data=body, headers=stripe_headers(body, SECRET))
+    assert response.status_code == 200
 
 
 def test_a_secret_under_a_key_not_configured_stops_start_up_naming_the_key(sqlite_url: str) -> None:
