@@ -141,3 +141,37 @@ def test_a_worker_that_cannot_import_the_job_refuses_to_start_in_one_line(
     assert len(lines) == 1, result.output
     assert f"cannot import the job function {JOB}" in lines[0]
     assert "pip install ." in lines[0]
+
+
+def test_the_procfiles_web_that_runs_jobs_itself_refuses_to_start_in_one_line(
+    sqlite_url: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Without ``REDIS_URL`` each web process of the Procfile's gunicorn runs the jobs itself (its
+    embedded worker): the master checks the job function once, before it forks any."""
+    import logging
+    from types import SimpleNamespace
+
+    from webhooks.service import gunicorn_conf
+
+    root = logging.getLogger()  # the master configures logging: this test's change only
+    monkeypatch.setattr(root, "handlers", list(root.handlers))
+    monkeypatch.setattr(root, "level", root.level)
+    (tmp_path / "empty.toml").write_text("")
+    for name, value in {
+        "DATABASE_URL": sqlite_url,
+        "WEBHOOKS_CONFIG": str(tmp_path / "empty.toml"),
+        "WEBHOOKS_ADMIN_PASSWORD": ADMIN_PASSWORD,
+        "PROMETHEUS_MULTIPROC_DIR": str(tmp_path / "metrics"),
+    }.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.delenv("REDIS_URL", raising=False)
+    make_app(base_config(sqlite_url))  # the database at its head, as the release step leaves it
+    server = SimpleNamespace(master_pid=0, cfg=SimpleNamespace(address=[]))
+    gunicorn_conf.on_starting(server)  # importable: it starts
+    unimportable(monkeypatch)
+    with pytest.raises(SystemExit) as stopped:
+        gunicorn_conf.on_starting(server)
+    said = str(stopped.value)
+    assert said.startswith(f"Error: cannot import the job function {JOB}") and "\n" not in said
+    monkeypatch.setenv("REDIS_URL", "redis://127.0.0.1:1/0")  # jobs are the worker's: no check here
+    gunicorn_conf.on_starting(server)

@@ -92,6 +92,12 @@ def on_starting(server: Any) -> None:
     problem = missing_key_problem(settings)
     if problem:  # every web process would fail to build its app: one line, here, instead
         raise SystemExit(f"Error: configuration: {problem}")
+    if settings.redis_url is None and settings.embedded_worker:  # each web process runs jobs itself
+        from webhooks.worker.job_errors import check_job
+
+        problem = check_job()
+        if problem:
+            raise SystemExit(f"Error: {problem}")
 
 
 def refuse_taken(server: Any) -> None:
