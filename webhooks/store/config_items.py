@@ -57,6 +57,12 @@ def items(session: Session, kind: str | None = None) -> list[ConfigItem]:
     return list(session.scalars(query if kind is None else query.where(ConfigItem.kind == kind)))
 
 
+def item(session: Session, kind: str, name: str) -> ConfigItem | None:
+    """The stored item ``name`` of ``kind`` (one primary-key read), or None."""
+    found = session.get(ConfigItem, name)
+    return found if found is not None and found.kind == kind else None
+
+
 def secrets_of(session: Session, names: list[str] | None = None) -> dict[str, list[ConfigSecret]]:
     """Each item's secrets (oldest first), by item name."""
     query = select(ConfigSecret).order_by(ConfigSecret.created_at, ConfigSecret.id)
