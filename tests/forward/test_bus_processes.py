@@ -14,6 +14,7 @@ import contextlib
 import os
 import signal
 import threading
+import time
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -265,9 +266,11 @@ def test_webhooks_serve_holds_deliveries_while_the_broker_is_down_and_each_arriv
             assert server.proc is not None
             os.kill(server.proc.pid, signal.SIGKILL)  # no shutdown, no goodbye
             server.proc.wait()
+            down = time.monotonic()
             for body in bodies.values():
                 send(base, body)
             wait_until(lambda: len(query(db, "SELECT 1 FROM delivery_attempts")) >= 10, timeout=90, interval=0.2)
+            time.sleep(max(0.0, down + 10 - time.monotonic()))  # down ~10 s: retried on the schedule, probed
             assert set(delivery_states(db).values()) == {"pending"} and len(delivery_states(db)) == 10
             errors = {str(e) for (e,) in query(db, "SELECT error FROM delivery_attempts")}
             assert all(e.startswith(("connect:", "timeout:")) for e in errors), errors
@@ -319,11 +322,13 @@ def test_a_worker_killed_between_publish_and_ack_ends_delivered_under_one_webhoo
         procs.append(first)
         assert post(app, bus_event(1)) == 200  # the worker's connection to the broker is open and used
         wait_until(lambda: statuses(app) == {"evt_1/bus": "delivered"}, timeout=90, interval=0.1)
-        assert server.proc is not None and receive_queue_bytes(server.port) == 0
+        assert server.proc is not None
+        wait_until(lambda: receive_queue_bytes(server.port) == 0, timeout=30)
         os.kill(server.proc.pid, signal.SIGSTOP)
         try:
             assert post(app, bus_event(2)) == 200
-            wait_until(lambda: receive_queue_bytes(server.port) > 0, timeout=30, interval=0.01)  # published
+            # Published: more bytes wait than the body alone (a heartbeat or PING is a few bytes).
+            wait_until(lambda: receive_queue_bytes(server.port) > len(bus_event(2)), timeout=30, interval=0.01)
             first.signal(signal.SIGKILL)  # within its 2 s timeout: no result recorded
             first.popen.wait(30)
         finally:
