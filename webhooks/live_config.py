@@ -163,6 +163,43 @@ def merged(
     return replace(file, endpoints=endpoints, destinations=destinations, forwards=forward)
 
 
+def changed(
+    file: Settings,
+    held: Settings,
+    endpoints_changed: Mapping[str, Item | None],
+    skipped: Callable[[Item, str], None],
+    built: dict[str, tuple[Item, Any]],
+) -> Settings:
+    """``held`` with the database endpoints in ``endpoints_changed`` laid over it (None: deleted),
+    each validated as ``merged`` does (a failing one keeps ``held``'s, or is left out): a reload
+    that costs what changed, not what exists. The file's names win, as ever."""
+    endpoints, forward = dict(held.endpoints), dict(held.forwards)
+    destinations = dict(held.destinations)
+    for name, item in endpoints_changed.items():
+        if name in file.endpoints or name in file.destinations:
+            if item is not None:
+                skipped(item, f"{item.kind} {name!r}: the name is taken by the file's")
+            continue
+        built.pop(name, None)
+        if item is None:
+            endpoints.pop(name, None)
+            forward.pop(name, None)
+            continue
+        try:
+            value = _built(file, item, None)
+            targets = forwards(name, item.table["forward"], destinations) if item.table.get("forward") else ()
+        except ConfigError as exc:
+            stays = name in held.endpoints
+            skipped(item, f"{exc}; its last valid configuration stays in effect" if stays else str(exc))
+            continue
+        endpoints[name] = value
+        forward.pop(name, None)
+        if targets:
+            forward[name] = targets
+        built[name] = (item, value)
+    return replace(held, endpoints=endpoints, destinations=destinations, forwards=forward)
+
+
 def _keep(
     held: Settings, item: Item, endpoints: dict[str, Any], destinations: dict[str, Any], forward: dict[str, Any]
 ) -> bool:

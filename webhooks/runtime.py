@@ -15,7 +15,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
-from collections.abc import Hashable, Iterator, Mapping
+from collections.abc import Callable, Hashable, Iterator
 from contextvars import ContextVar
 from datetime import UTC, datetime
 from pathlib import Path
@@ -33,6 +33,7 @@ from webhooks.lanes import Lanes
 from webhooks.live_config import Item
 from webhooks.queue import JobQueue
 from webhooks.store import Store, config_items, open_store
+from webhooks.store.config_snapshot import changed_since
 from webhooks.store.config_watch import Watcher
 
 log = logging.getLogger(__name__)
@@ -49,9 +50,11 @@ class Runtime:
         self.config_next_change: datetime | None = None  # a secret's window opens or closes then
         self._reloading = threading.Lock()
         # What the last reload opened and built, by name: an item unchanged is not opened or built again.
-        self._opened: Mapping[str, tuple[Hashable, Item]] = {}
+        self._opened: dict[str, tuple[Hashable, Item]] = {}
         self._built: dict[str, tuple[Item, Any]] = {}
         self._left_out: dict[str, str] = {}  # the items refused by the last reload, and why
+        self._loaded = False  # a full read is held (then a change may be read alone)
+        self._last_change = 0  # the newest config_changes id the held configuration includes
         self.watcher: Watcher | None = None
         tracing.setup(settings.tracing)  # once per process: its first runtime's settings
         self.engine: Engine = make_engine(settings.database_url)
@@ -79,31 +82,75 @@ class Runtime:
             self.watcher = Watcher(self).start()
 
     def reload_config(self, now: datetime | None = None) -> None:
-        """Read the database's items and swap in the merged snapshot. An item that fails the file's
-        validation (or whose secrets do not open) is refused: the configuration of it in effect
-        stays (a new one is left out), and the error is logged and counted once. A bad row can
-        never take a process down, nor what worked before it was written."""
+        """Read the database's items and swap in the merged snapshot: only the endpoints changed
+        since the held version when that is all that changed (``config_snapshot.changed_since``),
+        else every item. An item that fails the file's validation (or whose secrets do not open)
+        is refused: the configuration of it in effect stays (a new one is left out), and the error
+        is logged and counted once. A bad row can never take a process down, nor what worked
+        before it was written."""
         with self._reloading:
             if self._absent():
                 return
-            with self.deferred_sessions() as session:
-                when = now or datetime.now(UTC)
-                snap = config_items.snapshot(session, self.file_settings.keyring, now=when, previous=self._opened)
+            when = now or datetime.now(UTC)
             problems: dict[str, str] = {}
 
             def skipped(item: Item, why: str) -> None:
                 problems[item.name] = why
 
+            due = self.config_next_change is not None and when >= self.config_next_change
+            if self._loaded and not due and self._changed_only(when, skipped, problems):
+                return
+            with self.deferred_sessions() as session:
+                snap = config_items.snapshot(session, self.file_settings.keyring, now=when, previous=self._opened)
             self.settings = live_config.merged(
                 self.file_settings, snap.items, skipped, self._built, self.settings, snap.broken
             )
-            for name, why in problems.items():
-                if self._left_out.get(name) != why:  # said once, not at every reload
-                    log.error("runtime configuration: %s refused: %s", name, why)
-                    metrics.CONFIG_REJECTED.inc()
-            self._left_out = problems
-            self._opened = snap.keys
+            self._said(problems, replace=True)
+            self._opened, self._last_change, self._loaded = dict(snap.keys), snap.last_change, True
             self.config_version, self.config_next_change = snap.version, snap.next_change
+
+    def _changed_only(self, when: datetime, skipped: Callable[[Item, str], None], problems: dict[str, str]) -> bool:
+        """Apply only what changed since the held version; False when a full read is needed."""
+        with self.deferred_sessions() as session:
+            found = changed_since(
+                session,
+                self.file_settings.keyring,
+                version=self.config_version,
+                last_change=self._last_change,
+                now=when,
+            )
+        if found is None:
+            return False
+        items = {name: (kept[1] if kept else None) for name, kept in found.items.items()}
+        for name, why in found.broken.items():
+            items.pop(name, None)
+            problems[name] = why + (
+                "; its last valid configuration stays in effect" if name in self.settings.endpoints else ""
+            )
+        self.settings = live_config.changed(self.file_settings, self.settings, items, skipped, self._built)
+        for name, kept in found.items.items():
+            if kept is None:
+                self._opened.pop(name, None)
+            else:
+                self._opened[name] = kept
+        self._said(problems, replace=False, changed=set(found.items) | set(found.broken))
+        nexts = [n for n in (self.config_next_change, found.next_change) if n is not None]
+        self.config_version, self._last_change = found.version, found.last_change
+        self.config_next_change = min(nexts, default=None)
+        return True
+
+    def _said(self, problems: dict[str, str], *, replace: bool, changed: set[str] | None = None) -> None:
+        """Log and count each refused item once (not again at every reload while it stays so)."""
+        for name, why in problems.items():
+            if self._left_out.get(name) != why:
+                log.error("runtime configuration: %s refused: %s", name, why)
+                metrics.CONFIG_REJECTED.inc()
+        if replace:
+            self._left_out = problems
+        else:
+            for name in changed or ():
+                self._left_out.pop(name, None)
+            self._left_out.update(problems)
 
     def _absent(self) -> bool:
         """A SQLite file not created yet: nothing to read, and reading would create it."""

@@ -73,6 +73,7 @@ def test_an_item_the_file_rules_refuse_is_left_out_and_counted(sqlite_url: str) 
         at = datetime.now(UTC)
         session.add(ConfigItem(name="bad", kind="endpoint", provider="stripe", options={"tolerance_seconds": -1},
                                created_at=at, updated_at=at))  # fmt: skip
+        session.execute(sa.text("UPDATE config_version SET version = version + 1"))  # how processes learn of it
         session.commit()
     create(app, "stripe", {"provider": "stripe", "secrets": [SECRET]})  # the file's name: the file wins
     create(app, "good", {"provider": "stripe", "secrets": [SECRET]})

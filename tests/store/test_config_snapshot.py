@@ -6,6 +6,7 @@ judges its addresses). Both databases."""
 
 from __future__ import annotations
 
+import base64
 import socket
 from datetime import timedelta
 from typing import Any
@@ -82,3 +83,54 @@ def test_database_destinations_are_validated_without_a_dns_lookup(monkeypatch: p
     # The file's destinations are still looked up at start-up, as documented.
     config.build_destination("orders", table, {})
     assert looked_up == ["orders.example.com"]
+
+
+def test_a_change_to_one_endpoint_is_read_alone_and_a_gap_reads_everything(sqlite_url: str) -> None:
+    import sqlalchemy as sa
+
+    from tests.conftest import base_config, make_app
+    from webhooks.store import config_snapshot
+
+    keys = "k1:" + base64.b64encode(b"1" * 32).decode()
+    app = make_app(base_config(sqlite_url, WEBHOOKS_ENCRYPTION_KEYS=keys))
+    rt: Any = app.extensions["webhooks"]
+    for name in ("a", "b", "c"):
+        with rt.sessions() as s:
+            store.create(s, rt.settings.keyring, "endpoint", name, {"provider": "stripe", "secrets": [SECRET]},
+                         label=None, who="ops", now=NOW)  # fmt: skip
+    rt.reload_config()
+    held = rt.settings.endpoints["a"]
+    full: list[int] = []
+    real = config_snapshot.snapshot
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        full.append(1)
+        return real(*args, **kwargs)
+
+    monkey = pytest.MonkeyPatch()
+    monkey.setattr(store, "snapshot", counted)
+    try:
+        with rt.sessions() as s:
+            store.add_secret(s, rt.settings.keyring, "b", OTHER, who="ops", now=NOW)
+        rt.reload_config()
+        assert full == [] and len(rt.settings.endpoints["b"].secrets) == 2  # read alone
+        assert rt.settings.endpoints["a"] is held and rt.config_version == 4
+        with rt.sessions() as s:
+            store.remove(s, "c", who="ops", now=NOW)
+        rt.reload_config()
+        assert full == [] and "c" not in rt.settings.endpoints
+        # A version gained with no change to show for it (a change committed out of order, or a
+        # row written past the API): everything is read.
+        with rt.sessions() as s:
+            s.execute(sa.text("UPDATE config_version SET version = version + 1"))
+            s.commit()
+        rt.reload_config()
+        assert full == [1] and set(rt.settings.endpoints) >= {"a", "b"} and rt.config_version == 6
+        # A destination changed: endpoints forward to destinations, so everything is read.
+        with rt.sessions() as s:
+            table = {"url": "https://orders.example.com/in", "secrets": [destinations.new_secret()]}
+            store.create(s, rt.settings.keyring, "destination", "orders", table, label=None, who="ops", now=NOW)
+        rt.reload_config()
+        assert full == [1, 1] and "orders" in rt.settings.destinations
+    finally:
+        monkey.undo()
