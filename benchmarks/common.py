@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import http.client
 import json
 import os
 import shutil
@@ -337,3 +338,27 @@ def table(rows: list[dict[str, Any]]) -> str:
             f"{r['p50_ms']:>8.1f}{r['p99_ms']:>8.1f}{r['p99_ms'] / base['p99_ms']:>11.2f}  {answers}{spread}"
         )
     return "\n".join(lines)
+
+
+# ----- a keep-alive connection pinned to one web process ----------------------------------------
+def _socket_inode(server_port: int, client_port: int) -> str | None:
+    """The inode of the server side of the loopback connection from ``client_port``."""
+    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+        fields = line.split()
+        local, remote, inode = fields[1], fields[2], fields[9]
+        if int(local.split(":")[1], 16) == server_port and int(remote.split(":")[1], 16) == client_port:
+            return inode
+    return None
+
+
+def accepted_by(server_port: int, conn: http.client.HTTPConnection, pids: list[int]) -> int | None:
+    """Which of ``pids`` holds the accepted end of ``conn`` (after a request it answered): a
+    keep-alive connection pinned to one gunicorn web process (config_churn.py's pollers, and
+    tests/service/test_runtime_config_processes.py reaching each web process on purpose)."""
+    assert conn.sock is not None
+    inode = _socket_inode(server_port, conn.sock.getsockname()[1])
+    for pid in pids:
+        with contextlib.suppress(FileNotFoundError, PermissionError):
+            if any(os.readlink(fd) == f"socket:[{inode}]" for fd in Path(f"/proc/{pid}/fd").iterdir()):
+                return pid
+    return None

@@ -64,6 +64,7 @@ import sqlalchemy as sa
 from common import (  # the script's folder is on sys.path
     BIN,
     REDIS,
+    accepted_by,
     base_env,
     ensure_tools,
     free_port,
@@ -241,28 +242,6 @@ def deployment(work: Path, db: str, tag: str) -> Iterator[dict[str, Any]]:
 
 
 # ----- pollers: a keep-alive connection pinned to each web process -----------------------------
-def _socket_inode(server_port: int, client_port: int) -> str | None:
-    """The inode of the server side of the loopback connection from ``client_port`` (as
-    tests/service/test_runtime_config_processes.py finds it)."""
-    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
-        fields = line.split()
-        local, remote, inode = fields[1], fields[2], fields[9]
-        if int(local.split(":")[1], 16) == server_port and int(remote.split(":")[1], 16) == client_port:
-            return inode
-    return None
-
-
-def accepted_by(server_port: int, conn: http.client.HTTPConnection, pids: list[int]) -> int | None:
-    """Which of ``pids`` holds the accepted end of ``conn`` (after a request it answered)."""
-    assert conn.sock is not None
-    inode = _socket_inode(server_port, conn.sock.getsockname()[1])
-    for pid in pids:
-        with contextlib.suppress(FileNotFoundError, PermissionError):
-            if any(os.readlink(fd) == f"socket:[{inode}]" for fd in Path(f"/proc/{pid}/fd").iterdir()):
-                return pid
-    return None
-
-
 class Poller(threading.Thread):
     """Reads ``/healthz`` of one web process every ``POLL`` s; keeps when each version was first seen."""
 

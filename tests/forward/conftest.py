@@ -23,6 +23,23 @@ from webhooks.forward.dispatcher import Forwarder
 from webhooks.forward.dispatcher import drain as drain_forwarder
 from webhooks.guard import Resolver, system_resolver
 
+EVENTS, COPIES = 20, 3  # the bus tests' arrive-once load: every event delivered three times by its provider
+# The metadata every bus message carries (AMQP and NATS headers, a stream entry's fields, SQS
+# attributes), named as the HTTP forward's headers in lower case: issue 33's list.
+HEADERS = frozenset(
+    {
+        "content-type",
+        "webhook-id",
+        "webhook-timestamp",
+        "webhook-signature",
+        "webhooks-endpoint",
+        "webhooks-event-id",
+        "webhooks-event-type",
+        "webhooks-object",
+        "webhooks-object-version",
+    }
+)
+
 
 def forwarding_app(request: pytest.FixtureRequest, db: str, dests: dict[str, Any], forward: list[str]) -> Flask:
     """An app on ``db`` ("sqlite", or "postgres" with Redis) whose stripe endpoint forwards to ``forward``."""

@@ -21,6 +21,9 @@ from standardwebhooks.webhooks import Webhook
 
 from tests.conftest import drain, rows, runtime, unavailable, wait_until
 from tests.forward.conftest import (
+    COPIES,
+    EVENTS,
+    HEADERS,
     bus_event,
     forwarding,
     forwarding_app,
@@ -35,19 +38,6 @@ from tests.forward.conftest import (
 from tests.support import brokers, destination, servers
 from webhooks.forward import deliveries
 from webhooks.forward.signing import message_id
-
-EVENTS, COPIES = 20, 3
-HEADERS = {
-    "content-type",
-    "webhook-id",
-    "webhook-timestamp",
-    "webhook-signature",
-    "webhooks-endpoint",
-    "webhooks-event-id",
-    "webhooks-event-type",
-    "webhooks-object",
-    "webhooks-object-version",
-}
 
 
 def table(server: brokers.Broker, subject: str, stream: str | None, **extra: Any) -> dict[str, Any]:

@@ -43,7 +43,7 @@ from tests.forward import test_bus_nats as nats_bus
 from tests.forward import test_bus_rabbitmq as rabbitmq_bus
 from tests.forward import test_bus_redis_stream as redis_bus
 from tests.forward import test_bus_sqs as sqs_bus
-from tests.forward.conftest import bus_event, post, statuses
+from tests.forward.conftest import COPIES, EVENTS, bus_event, post, statuses
 from tests.support import brokers, servers
 from tests.support.processes import BIN, clean_env, running, wait_http
 from webhooks.forward.signing import message_id
@@ -51,7 +51,6 @@ from webhooks.forward.signing import message_id
 pytestmark = pytest.mark.slow
 
 KINDS = ["rabbitmq", "nats", "redis-stream", "sqs"]
-EVENTS, COPIES = 20, 3
 Server = brokers.Broker | servers.Redis
 Message = tuple[dict[str, str], bytes]  # (headers, body), verified with the standardwebhooks SDK
 

@@ -20,6 +20,9 @@ from standardwebhooks.webhooks import Webhook
 
 from tests.conftest import drain, rows, unavailable, wait_until
 from tests.forward.conftest import (
+    COPIES,
+    EVENTS,
+    HEADERS,
     bus_event,
     forwarding,
     forwarding_app,
@@ -33,19 +36,6 @@ from tests.forward.conftest import (
 )
 from tests.support import brokers, destination, servers
 from webhooks.forward.signing import message_id
-
-EVENTS, COPIES = 20, 3
-HEADERS = {
-    "content-type",
-    "webhook-id",
-    "webhook-timestamp",
-    "webhook-signature",
-    "webhooks-endpoint",
-    "webhooks-event-id",
-    "webhooks-event-type",
-    "webhooks-object",
-    "webhooks-object-version",
-}
 
 
 def table(server: brokers.Broker, exchange: str, **extra: Any) -> dict[str, Any]:

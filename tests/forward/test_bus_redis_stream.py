@@ -21,6 +21,9 @@ from standardwebhooks.webhooks import Webhook
 
 from tests.conftest import admin_headers, drain, rows, unavailable, wait_until
 from tests.forward.conftest import (
+    COPIES,
+    EVENTS,
+    HEADERS,
     bus_event,
     forwarding,
     forwarding_app,
@@ -38,19 +41,6 @@ from webhooks.errors import ConfigError
 from webhooks.forward.kinds import PUBLISHERS
 from webhooks.forward.signing import message_id
 from webhooks.service.serving import banner
-
-EVENTS, COPIES = 20, 3
-HEADERS = {
-    "content-type",
-    "webhook-id",
-    "webhook-timestamp",
-    "webhook-signature",
-    "webhooks-endpoint",
-    "webhooks-event-id",
-    "webhooks-event-type",
-    "webhooks-object",
-    "webhooks-object-version",
-}
 
 
 def started() -> servers.Redis:

@@ -26,6 +26,9 @@ from standardwebhooks.webhooks import Webhook
 
 from tests.conftest import drain, rows, runtime, unavailable, wait_until
 from tests.forward.conftest import (
+    COPIES,
+    EVENTS,
+    HEADERS,
     bus_event,
     forwarding,
     forwarding_app,
@@ -44,19 +47,7 @@ from webhooks.forward import deliveries, sqs
 from webhooks.forward.leases import Lease
 from webhooks.forward.signing import Message, message_id
 
-EVENTS, COPIES = 20, 3
 REGION, KEY = "us-east-1", "testing"  # moto takes any credentials
-HEADERS = {
-    "content-type",
-    "webhook-id",
-    "webhook-timestamp",
-    "webhook-signature",
-    "webhooks-endpoint",
-    "webhooks-event-id",
-    "webhooks-event-type",
-    "webhooks-object",
-    "webhooks-object-version",
-}
 
 
 def client(server: brokers.Broker) -> Any:

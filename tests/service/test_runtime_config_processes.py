@@ -15,6 +15,7 @@ import itertools
 import os
 import signal
 import subprocess
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -24,10 +25,13 @@ import requests
 from standardwebhooks.webhooks import Webhook
 
 from tests.admin.test_runtime_config import KEYS, OTHER, SECRET, URL_TOKEN, within_a_second
-from tests.conftest import ADMIN_PASSWORD, STRIPE_SECRET, free_port, stripe_event, stripe_headers, wait_until
+from tests.conftest import ADMIN_PASSWORD, ROOT, STRIPE_SECRET, free_port, stripe_event, stripe_headers, wait_until
 from tests.support import destination as local
 from tests.support.processes import BIN, clean_env, event_status, gunicorn_cmd, wait_http
 from tests.support.servers import postgres_bin
+
+sys.path.insert(0, str(ROOT / "benchmarks"))
+from common import accepted_by
 
 API_KEY = "sk_live_ApiKeyOfShopEuNeverShown_77"
 
@@ -41,27 +45,6 @@ def cmdline(pid: int) -> str:
         return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
     except FileNotFoundError:
         return ""
-
-
-def _socket_inode(server_port: int, client_port: int) -> str | None:
-    """The inode of the server side of the loopback connection from ``client_port``."""
-    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
-        fields = line.split()
-        local, remote, inode = fields[1], fields[2], fields[9]
-        if int(local.split(":")[1], 16) == server_port and int(remote.split(":")[1], 16) == client_port:
-            return inode
-    return None
-
-
-def accepted_by(server_port: int, conn: http.client.HTTPConnection, pids: list[int]) -> int | None:
-    """Which of ``pids`` holds the accepted end of ``conn`` (after a request it answered)."""
-    assert conn.sock is not None
-    inode = _socket_inode(server_port, conn.sock.getsockname()[1])
-    for pid in pids:
-        with contextlib.suppress(FileNotFoundError, PermissionError):
-            if any(os.readlink(fd) == f"socket:[{inode}]" for fd in Path(f"/proc/{pid}/fd").iterdir()):
-                return pid
-    return None
 
 
 def on_process(port: int, pid: int, pids: list[int], send: Callable[[http.client.HTTPConnection], int]) -> int:
