@@ -104,7 +104,7 @@ class SqsPublisher:
                 config = botocore.config.Config(
                     connect_timeout=self.timeout,
                     read_timeout=self.timeout,
-                    retries={"total_max_attempts": 1, "mode": "standard"},
+                    retries={"total_max_attempts": 1},  # one attempt, whatever the retry mode
                     max_pool_connections=self.max_in_flight,
                 )
                 self.client = session.client("sqs", endpoint_url=self.options.endpoint_url, config=config)
