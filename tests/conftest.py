@@ -26,7 +26,6 @@ import sqlalchemy as sa
 from flask import Flask
 from flask.testing import FlaskClient
 from hypothesis import HealthCheck, settings
-from rq import SimpleWorker
 from rq.worker import base as rq_base
 
 from tests import sample_handlers
@@ -34,6 +33,7 @@ from tests.support import environment, servers, templates
 from tests.support.templates import migrated
 from webhooks import create_app
 from webhooks.runtime import Runtime
+from webhooks.worker.loop import PromptWorker
 
 ROOT = Path(__file__).resolve().parent.parent
 PAYLOADS = Path(__file__).resolve().parent / "payloads"
@@ -291,9 +291,10 @@ def runtime(app: Flask) -> Runtime:
 
 
 def drain(app: Flask) -> None:
-    """Run every queued job to completion in this thread (RQ's own worker, burst mode)."""
+    """Run every queued job to completion in this thread (RQ's own worker, burst mode, with the
+    bounded stop of the production worker: ``webhooks.worker.loop.PromptWorker``)."""
     rt = runtime(app)
-    SimpleWorker(rt.queue.queues, connection=rt.queue.connection).work(burst=True)
+    PromptWorker(rt.queue.queues, connection=rt.queue.connection).work(burst=True)
 
 
 def rows(app: Flask, sql: str, **params: Any) -> list[Any]:

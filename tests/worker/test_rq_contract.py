@@ -15,10 +15,13 @@ from __future__ import annotations
 
 import random
 import signal
+import threading
+import time
 from collections.abc import Iterator
 
 import fakeredis
 import pytest
+import redis
 from rq import Queue, Retry, SimpleWorker
 from rq.exceptions import DuplicateJobError, StopRequested
 from rq.job import Job
@@ -27,7 +30,7 @@ from rq.worker import WorkerStatus
 import webhooks.queue as queue_module
 from webhooks import config
 from webhooks.queue import JobQueue, job_id, retry_intervals
-from webhooks.worker.loop import ScopedWorker
+from webhooks.worker.loop import PromptWorker, ScopedWorker
 
 EVENTS = [("stripe", "evt_1"), ("stripe", "evt_" + "x" * 200), ("github", "dlv\u00e9'\"\\"), ("stripe", "evt_2")]
 RAN: list[tuple[str, str]] = []
@@ -139,3 +142,70 @@ class _Nothing:
 
     def __exit__(self, *exc: object) -> None:
         return None
+
+
+# -- a stop never waits on RQ's command thread (the restarts issue: one stop in 8-15 took 60 s) ----
+
+STOP_BOUND = 5.0  # seconds: a platform kills at 30; the bound a stop must keep
+
+
+def _teardown_within(worker: PromptWorker, bound: float) -> float:
+    """RQ's own teardown of ``worker`` on a thread of the test's, bounded: how long it took."""
+    started = time.monotonic()
+    done = threading.Thread(target=worker.teardown, daemon=True)
+    done.start()
+    done.join(bound)
+    assert not done.is_alive(), f"RQ's teardown did not return within {bound} s"
+    return time.monotonic() - started
+
+
+@pytest.mark.redis
+def test_a_stop_racing_the_command_thread_is_bounded(redis_url: str) -> None:
+    """The race made on purpose: the command thread reads the UNSUBSCRIBE reply and loops back
+    (its flag still set) before ``stop()`` clears the flag, so it waits for a subscription. RQ's
+    60 s made that wait a minute; ours is bounded by ``PromptWorker.command_wait``."""
+    connection = redis.Redis.from_url(redis_url)
+    worker = PromptWorker([Queue("default", connection=connection)], connection=connection)
+    worker.register_birth()
+    worker.subscribe()
+    pubsub = worker.pubsub
+    assert pubsub is not None
+    looped_back = threading.Event()
+    real_get, real_unsubscribe = pubsub.get_message, pubsub.unsubscribe
+
+    def get_message(*args: object, **kwargs: object) -> object:
+        if not pubsub.subscribed:  # the thread came back with no subscription: the race's point
+            looped_back.set()
+        return real_get(*args, **kwargs)
+
+    def unsubscribe(*args: object) -> object:
+        result = real_unsubscribe(*args)
+        assert looped_back.wait(30), "the command thread never looped back unsubscribed"
+        return result  # only now does RQ's teardown call stop(): the thread is already waiting
+
+    pubsub.get_message = get_message  # type: ignore[method-assign]
+    pubsub.unsubscribe = unsubscribe  # type: ignore[method-assign]
+    took = _teardown_within(worker, STOP_BOUND)
+    assert took < STOP_BOUND
+    connection.close()
+
+
+@pytest.mark.redis
+def test_thirty_stops_of_a_real_worker_each_within_the_bound(redis_url: str) -> None:
+    """The contract on a real Redis: a worker's birth, command subscription and stop, 30 times
+    (the race came 1 in 8-15), none over the bound, all leaving the worker registry empty."""
+    connection = redis.Redis.from_url(redis_url)
+    queue = Queue("default", connection=connection)
+    longest = 0.0
+    for _ in range(30):
+        worker = PromptWorker([queue], connection=connection)
+        worker.register_birth()
+        worker.subscribe()
+        assert worker.pubsub_thread is not None and worker.pubsub_thread.is_alive()
+        longest = max(longest, _teardown_within(worker, STOP_BOUND))
+        assert not worker.pubsub_thread.is_alive() or longest < STOP_BOUND
+    assert longest < STOP_BOUND
+    from rq import Worker as RQWorker
+
+    assert RQWorker.all(connection=connection) == []
+    connection.close()

@@ -33,7 +33,28 @@ log = logging.getLogger("webhooks.worker")  # the name the docs and log filters 
 Scope = Callable[[], AbstractContextManager[object]]  # a worker's: its runtime in scope (``Runtime.scope``)
 
 
-class ScopedWorker(SimpleWorker):
+class PromptWorker(SimpleWorker):
+    """RQ's non-forking worker whose stop never waits on its command channel.
+
+    RQ listens for its commands (``rq:pubsub:<worker>``) on a redis-py thread that waits up to
+    ``sleep_time`` for a message, and for a subscription when it has none. RQ passes 60 s; at
+    teardown it unsubscribes, then ``stop()`` joins the thread (redis-py 8 joins with no bound), so
+    a thread that looped back between the two waited out the whole minute: one stop in 8 to 15 took
+    60 s, past every platform's kill. A second's wait bounds that join; the cost is one wake-up a
+    second per worker. Pinned by tests/worker/test_rq_contract.py (the race made on purpose)."""
+
+    command_wait = 1.0  # seconds: the longest a stop waits for the command thread
+
+    def subscribe(self) -> None:
+        self.log.info("Worker %s: subscribing to channel %s", self.name, self.pubsub_channel_name)
+        self.pubsub = self.connection.pubsub()
+        self.pubsub.subscribe(**{self.pubsub_channel_name: self.handle_payload})
+        self.pubsub_thread: Any = self.pubsub.run_in_thread(  # RQ declares it None
+            sleep_time=self.command_wait, daemon=True, exception_handler=self._pubsub_exception_handler
+        )
+
+
+class ScopedWorker(PromptWorker):
     """RQ's non-forking worker that performs each job inside ``scope()``: jobs take plain ids and
     find the worker owner's runtime there (``runtime.current``)."""
 
