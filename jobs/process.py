@@ -38,6 +38,7 @@ import time
 import traceback
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from rq import get_current_job
 
@@ -148,10 +149,23 @@ def process_event(endpoint: str, event_id: str) -> str:
     job = get_current_job()
     retries_left = None if job is None else job.retries_left
     configured = rt.settings.endpoints.get(endpoint)
+    if configured is None:  # created since this process's snapshot (its notice not seen yet)
+        configured = _reloaded(rt, endpoint)
     calls_out = configured is not None and providers.get(configured.kind).calls_out(configured)
     if job is not None and calls_out and lanes.hosted():
         return _hand(rt, endpoint, event_id, retries_left)
     return _process(rt, endpoint, event_id, not retries_left)
+
+
+def _reloaded(rt: runtime.Runtime, endpoint: str) -> Any:
+    """The endpoint as the database has it now: an event is never processed by a snapshot that
+    does not know its endpoint (its handlers' kind, its forwards), which a runtime endpoint's first
+    event can meet before this process saw the change. None: the endpoint is gone."""
+    try:
+        rt.reload_config()
+    except Exception as exc:  # the database's error is the attempt's: recorded when it claims
+        log.warning("could not reload the configuration for %s (%s)", endpoint, exc.__class__.__name__)
+    return rt.settings.endpoints.get(endpoint)
 
 
 def _hand(rt: runtime.Runtime, endpoint: str, event_id: str, retries_left: int | None) -> str:

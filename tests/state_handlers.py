@@ -36,6 +36,7 @@ def record(event: HandlerEvent, state: Any, idempotency_key: str) -> None:
                 "state": copy.deepcopy(state),
                 "key": idempotency_key,
                 "attempt": event.attempt,
+                "version": event.version,
             }
         )
         if event.event_id in FAIL_ONCE:

@@ -300,7 +300,7 @@ def replay(
     target: str | None = None,
 ) -> list[tuple[str, str]]:
     """Send these events' deliveries to ``destination`` again (forced: even if superseded, attempts
-    reset); the keys whose delivery was set pending (one in flight is left alone). ``backfill``: a
+    reset, with the object version the event's row holds); the keys whose delivery was set pending (one in flight is left alone). ``backfill``: a
     processed event with no delivery there (processed before the destination was configured, or
     filtered out) gets one, pending and forced. ``target``: the identity of the destination now
     configured under the name, which the operator sends them to (None: left as it is)."""
@@ -315,6 +315,14 @@ def replay(
     }
     if target is not None:
         again["target"] = target
+    # The version the event's row holds now: a delivery created before the fold's version reached
+    # deliveries (SQLite, up to eea6681, gave an Adyen CAPTURE version 1) is sent as what it is.
+    event_version = (
+        select(Event.object_version)
+        .where(Event.endpoint == Delivery.endpoint, Event.event_id == Delivery.event_id)
+        .scalar_subquery()
+    )
+    again["object_version"] = func.coalesce(event_version, Delivery.object_version)
     for endpoint, event_id in keys:
         changed: Any = session.execute(
             update(Delivery)

@@ -212,6 +212,7 @@ def process(
         prepared = data, ref = work.prepare()
         state: Any = None
         latest = True
+        view: ObjectRef | None = None  # the object as this event leaves it: after the fold, if any
         if ref is not None:
             with session.begin():
                 view, _ = _folded(session, endpoint, work.fold, ref)  # a fold's preview
@@ -221,11 +222,13 @@ def process(
             else:
                 state = view.state
         status = _status(work, ref)
+        # The version handlers and deliveries see is the folded one, as the mark stores it and as
+        # PostgreSQL's path gives (an Adyen CAPTURE is its payment's version 2, not its own 1).
         seen = Seen(
             data,
-            ref.type if ref else event.object_type,
-            ref.id if ref else event.object_id,
-            ref.version if ref else event.object_version,
+            view.type if view else event.object_type,
+            view.id if view else event.object_id,
+            view.version if view else event.object_version,
             latest,
             state,
             session,
