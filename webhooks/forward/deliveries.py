@@ -300,10 +300,11 @@ def replay(
     target: str | None = None,
 ) -> list[tuple[str, str]]:
     """Send these events' deliveries to ``destination`` again (forced: even if superseded, attempts
-    reset, with the object version the event's row holds); the keys whose delivery was set pending (one in flight is left alone). ``backfill``: a
-    processed event with no delivery there (processed before the destination was configured, or
-    filtered out) gets one, pending and forced. ``target``: the identity of the destination now
-    configured under the name, which the operator sends them to (None: left as it is)."""
+    reset, with the object version the event's row holds); the keys whose delivery was set pending
+    (one in flight is left alone). ``backfill``: a processed event with no delivery there
+    (processed before the destination was configured, or filtered out) gets one, pending and
+    forced. ``target``: the identity of the destination now configured under the name, which the
+    operator sends them to (None: left as it is)."""
     done = []
     again: dict[str, Any] = {
         "status": PENDING,
