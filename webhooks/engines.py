@@ -34,7 +34,19 @@ def make_engine(url: str) -> Engine:
         url, pool_size=10, max_overflow=20, pool_timeout=10, connect_args={"prepare_threshold": None}
     )
     _ping_when_idle(engine)
+    _utc_sessions(engine)
     return engine
+
+
+def _utc_sessions(engine: Engine) -> None:
+    """Every connection's ``TimeZone`` is UTC, whatever the server's default: psycopg reads a
+    ``timestamptz`` in the session's zone, and 9999-12-31T23:59:59Z read in a zone east of UTC is
+    in year 10000, which no Python datetime holds (a stored secret expiry would fail every read)."""
+
+    @event.listens_for(engine, "connect")
+    def _connect(dbapi_connection: Any, _record: Any) -> None:
+        dbapi_connection.execute("SET TIME ZONE 'UTC'")
+        dbapi_connection.commit()
 
 
 PING_IDLE = 1.0  # seconds a pooled connection may rest before its check-out pings it

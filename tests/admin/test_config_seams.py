@@ -5,6 +5,8 @@ admin input is bounded before it is stored."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from tests.admin.test_runtime_config import DEST_SECRET, SECRET, SHOP, api, config, deliver, rt
@@ -34,3 +36,53 @@ def test_a_worker_that_has_not_seen_an_endpoint_reads_it_before_processing(
     drain(worker)
     assert rows(worker, "SELECT status FROM events WHERE event_id = 'evt_first'")[0][0] == "processed"
     assert rows(worker, "SELECT destination FROM deliveries WHERE event_id = 'evt_first'") == [("orders",)]
+
+
+def listed(client: Any, name: str) -> dict[str, Any]:
+    answer = api(client, "GET", "/endpoints")
+    assert answer.status_code == 200, answer.get_json()
+    [found] = [e for e in answer.get_json()["endpoints"] if e["name"] == name]
+    return dict(found)
+
+
+OUT_OF_RANGE = ["0001-01-01T00:00:00+14:00", "9999-12-31T23:59:59-14:00", "0001-01-01T13:59:59+14:00"]
+EDGES = ["0001-01-01T00:00:00Z", "9999-12-31T23:59:59Z"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("db", ["sqlite", "postgres"])
+def test_no_time_value_can_freeze_the_configuration(db: str, request: pytest.FixtureRequest) -> None:
+    """Finding 2: a time before year 1 or past 9999 once its offset is applied is 400 naming the
+    field and stores nothing; both valid edges are stored, read back, and every process keeps
+    reading the configuration (a new endpoint still appears, the list and writes still answer)."""
+    app = make_app(config(request, db))
+    other = make_app(config(request, db))  # another process: it must keep following the database
+    client = app.test_client()
+    assert api(client, "POST", "/endpoints", SHOP).status_code == 201
+    secret_id = listed(client, "shop-eu")["secrets"][0]["id"]
+    before = rows(app, "SELECT count(*) FROM config_secrets")[0][0]
+    for bad in OUT_OF_RANGE:
+        for field in ("expires_at", "not_before"):
+            answer = api(client, "POST", "/endpoints/shop-eu/secrets", {"value": "whsec_" + "b" * 32, field: bad})
+            assert answer.status_code == 400, (field, bad, answer.get_json())
+            assert answer.get_json()["error"] == "invalid_config" and answer.get_json()["field"] == field
+        answer = api(client, "POST", f"/endpoints/shop-eu/secrets/{secret_id}/expire", {"at": bad})
+        assert answer.status_code == 400 and answer.get_json()["field"] == "at"
+    assert rows(app, "SELECT count(*) FROM config_secrets")[0][0] == before  # nothing stored
+    assert rows(app, "SELECT count(*) FROM config_secrets WHERE expires_at IS NOT NULL")[0][0] == 0
+    # The valid edges: stored, read back, and every process reads the configuration after them.
+    far = api(client, "POST", "/endpoints/shop-eu/secrets", {"value": "whsec_" + "e" * 32, "expires_at": EDGES[1]})
+    assert far.status_code == 201, far.get_json()
+    early = api(client, "POST", "/endpoints/shop-eu/secrets", {"value": "whsec_" + "n" * 32, "not_before": EDGES[0]})
+    assert early.status_code == 201, early.get_json()
+    shown = {s["id"]: s for s in listed(client, "shop-eu")["secrets"]}
+    assert shown[far.get_json()["id"]]["expires_at"].startswith("9999-12-31T23:59:59")
+    assert shown[early.get_json()["id"]]["not_before"].startswith("0001-01-01T00:00:00")
+    assert api(client, "POST", "/endpoints", {**SHOP, "name": "shop-us"}).status_code == 201
+    for runtime_of in (app, other):
+        rt(runtime_of).reload_config()
+        assert {"shop-eu", "shop-us"} <= set(rt(runtime_of).settings.endpoints)
+    assert api(client, "GET", "/endpoints").status_code == 200
+    assert deliver(other, "shop-us", "evt_after_edges", SECRET) == 200
+    expired = api(client, "POST", f"/endpoints/shop-eu/secrets/{far.get_json()['id']}/expire", {"at": EDGES[1]})
+    assert expired.status_code == 200, expired.get_json()

@@ -6,7 +6,7 @@ redacted (``webhooks.destinations.redacted``), and the file's secrets are not li
 from __future__ import annotations
 
 from collections.abc import Mapping
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from webhooks.admin.queries import iso
@@ -96,16 +96,21 @@ def change_json(change: ConfigChange) -> dict[str, Any]:
 
 
 def parse_time(value: Any, field: str) -> datetime | None:
-    """An ISO 8601 time with its offset (``Z`` too), or None; ``ValueError(field)`` otherwise."""
+    """An ISO 8601 time with its offset (``Z`` too), in UTC, or None; ``ValueError(field)``
+    otherwise, and for a time outside years 1 to 9999 once its offset is applied
+    (``0001-01-01T00:00:00+14:00`` is in year 0): no driver reads such a time back, and one stored
+    row of it froze every process's configuration (the seams issue)."""
     if value is None:
         return None
-    try:
-        at = datetime.fromisoformat(str(value).replace("Z", "+00:00"))
-    except ValueError:
-        raise ValueError(field) from None
-    if at.tzinfo is None:
+    if not isinstance(value, str) or len(value) > 64:
         raise ValueError(field)
-    return at
+    try:
+        at = datetime.fromisoformat(value.replace("Z", "+00:00"))
+        if at.tzinfo is None:
+            raise ValueError(field)
+        return at.astimezone(UTC)  # OverflowError past either end of datetime's range
+    except (ValueError, OverflowError):
+        raise ValueError(field) from None
 
 
 def merge_patch(target: Any, patch: Any) -> Any:
