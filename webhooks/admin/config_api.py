@@ -38,6 +38,9 @@ KINDS = {"endpoints": ENDPOINT, "destinations": DESTINATION}
 Answer = Response | tuple[Response, int] | tuple[str, int]
 
 
+TIME_RULE = "must be an ISO 8601 time with its offset, in years 1 to 9999 in UTC"
+
+
 class InvalidError(Exception):
     """400 ``invalid_config``: the field and the message the file's validation gave."""
 
@@ -192,7 +195,7 @@ def add(kind: str, name: str, body: dict[str, Any]) -> tuple[ConfigSecret, str |
         not_before = config_json.parse_time(body.get("not_before"), "not_before")
         expires_at = config_json.parse_time(body.get("expires_at"), "expires_at")
     except ValueError as exc:
-        raise InvalidError(str(exc), f"{exc} must be an ISO 8601 time with its offset, in years 1 to 9999 in UTC") from None
+        raise InvalidError(str(exc), f"{exc} {TIME_RULE}") from None
     with rt.deferred_sessions() as session:
         item = store.item(session, kind, name)
         if item is None:
@@ -235,7 +238,7 @@ def expire(kind: str, name: str, secret_id: str, body: dict[str, Any]) -> Config
     try:
         at = config_json.parse_time(body.get("at"), "at") or now
     except ValueError:
-        raise InvalidError("at", "at must be an ISO 8601 time with its offset, in years 1 to 9999 in UTC") from None
+        raise InvalidError("at", f"at {TIME_RULE}") from None
     secret: ConfigSecret = _changed(lambda s: store.expire_secret(s, name, secret_id, at=at, who=who(), now=now))
     return secret
 
