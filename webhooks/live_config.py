@@ -48,6 +48,7 @@ class Item:
     name: str
     table: Mapping[str, Any] = field(repr=False)
     secret_ids: tuple[str, ...] = ()  # the ids of ``table``'s signing secrets, in their order
+    windows: tuple[tuple[float | None, float | None], ...] = ()  # their windows (``Endpoint.windows``)
 
 
 def secret_url(url: Any) -> bool:
@@ -225,4 +226,4 @@ def _built(file: Settings, item: Item, last: tuple[Item, Any] | None) -> Any:
     if item.kind == DESTINATION:
         return config.build_destination(item.name, item.table, {}, guard.no_lookup)
     endpoint = config.build_endpoint(item.name, item.table, {})
-    return replace(endpoint, outbound_timeout=file.outbound_timeout, secret_ids=item.secret_ids)
+    return replace(endpoint, outbound_timeout=file.outbound_timeout, secret_ids=item.secret_ids, windows=item.windows)

@@ -63,6 +63,9 @@ class Reason(StrEnum):
     PAYLOAD_TOO_LARGE = "payload_too_large"
     REQUEST_TIMEOUT = "request_timeout"
     UNKNOWN_ENDPOINT = "unknown_endpoint"
+    # An endpoint whose every signing secret is outside its window (the last one lapsed, or its
+    # ``not_before`` is still ahead): it refuses every delivery until a live secret is added.
+    NO_LIVE_SECRET = "no_live_secret"
     RATE_LIMITED = "rate_limited"
     REPLAYED_SIGNATURE = "replayed_signature"
     NOT_FOUND = "not_found"

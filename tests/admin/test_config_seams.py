@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from tests.admin.test_runtime_config import DEST_SECRET, SECRET, SHOP, api, config, deliver, rt
-from tests.conftest import drain, make_app, rows
+from tests.admin.test_runtime_config import DEST_SECRET, OTHER, SECRET, SHOP, api, config, deliver, rt
+from tests.conftest import drain, make_app, rows, stripe_event, stripe_headers
 
 
 @pytest.mark.slow
@@ -86,3 +86,39 @@ def test_no_time_value_can_freeze_the_configuration(db: str, request: pytest.Fix
     assert deliver(other, "shop-us", "evt_after_edges", SECRET) == 200
     expired = api(client, "POST", f"/endpoints/shop-eu/secrets/{far.get_json()['id']}/expire", {"at": EDGES[1]})
     assert expired.status_code == 200, expired.get_json()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("db", ["sqlite", "postgres"])
+def test_the_last_live_secrets_expiry_binds_every_process(db: str, request: pytest.FixtureRequest) -> None:
+    """Finding 3: S2 added with ``expires_at`` a few seconds ahead, S1 expired (allowed: S2 is
+    live). Once S2 lapses, the running process and a restarted one refuse its deliveries with
+    ``no_live_secret`` (a reason on the rejections page), never verifying with the lapsed secret."""
+    import time
+    from datetime import UTC, datetime, timedelta
+
+    from tests.conftest import wait_until
+
+    app = make_app(config(request, db))
+    client = app.test_client()
+    assert api(client, "POST", "/endpoints", SHOP).status_code == 201
+    first = listed(client, "shop-eu")["secrets"][0]["id"]
+    lapse = datetime.now(UTC) + timedelta(seconds=4)
+    second = api(client, "POST", "/endpoints/shop-eu/secrets", {"value": OTHER, "expires_at": lapse.isoformat()})
+    assert second.status_code == 201, second.get_json()
+    assert api(client, "POST", f"/endpoints/shop-eu/secrets/{first}/expire", {}).status_code == 200
+    rt(app).reload_config()
+    assert deliver(app, "shop-eu", "evt_before_lapse", OTHER) == 200 or time.time() >= lapse.timestamp()
+    wait_until(lambda: time.time() > lapse.timestamp() + 0.1, timeout=30)
+    restarted = make_app(config(request, db))
+    for process in (app, restarted):  # no reload needed: the window closes at its time
+        body = stripe_event("evt_after_lapse")
+        answer = process.test_client().post("/webhooks/shop-eu", data=body, headers=stripe_headers(body, OTHER))
+        assert answer.status_code == 400 and answer.get_json()["error"] == "no_live_secret", answer.get_json()
+        old = process.test_client().post("/webhooks/shop-eu", data=body, headers=stripe_headers(body, SECRET))
+        assert old.get_json()["error"] == "no_live_secret"
+    assert rows(app, "SELECT count(*) FROM events WHERE event_id = 'evt_after_lapse'")[0][0] == 0
+    reasons = {r[0] for r in rows(app, "SELECT reason FROM rejection_counts WHERE endpoint = 'shop-eu'")}
+    assert "no_live_secret" in reasons
+    shown = listed(client, "shop-eu")
+    assert shown["live_secrets"] == 0

@@ -10,10 +10,11 @@ from datetime import UTC, datetime
 from typing import Any
 
 from webhooks.admin.queries import iso
-from webhooks.config_tables import ConfigChange, ConfigItem, ConfigSecret
+from webhooks.config_tables import SIGNING, ConfigChange, ConfigItem, ConfigSecret
 from webhooks.live_config import CREDENTIALS
 from webhooks.providers.base import Endpoint
 from webhooks.runtime import Runtime
+from webhooks.store.config_snapshot import live as live_now
 
 
 def secret_json(secret: ConfigSecret) -> dict[str, Any]:
@@ -53,7 +54,13 @@ def endpoint_json(
         options = {k: v for k, v in live.options.items() if k not in CREDENTIALS}
         provider, forward = live.kind, list(rt.settings.forwards.get(name, ()))
     found = {"name": name, "provider": provider, "url": f"/webhooks/{name}", **stored_json(item, secrets)}
-    return {**found, "forward": forward, "options": options}
+    # How many signing secrets verify now: 0 is an endpoint refusing every delivery (``no_live_secret``).
+    if item is not None:
+        now = datetime.now(UTC)
+        live_secrets = sum(1 for s in secrets if s.purpose == SIGNING and live_now(s, now))
+    else:
+        live_secrets = len(live.secrets) if live is not None else 0
+    return {**found, "forward": forward, "options": options, "live_secrets": live_secrets}
 
 
 def endpoints(rt: Runtime, stored: list[ConfigItem], sealed: Mapping[str, list[ConfigSecret]]) -> list[dict[str, Any]]:

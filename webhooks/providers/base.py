@@ -43,6 +43,9 @@ class Endpoint:
     sender_rate_limit: float | None = None  # requests a second per sender address (``clients``); None: unlimited
     outbound_timeout: float = 10.0  # seconds a call to its API may wait (WEBHOOKS_OUTBOUND_TIMEOUT_SECONDS)
     secret_ids: tuple[str, ...] = ()  # ``secrets``' database ids, in order; () for the file's (no ids)
+    # ``secrets``' windows, (not_before, expires_at) unix seconds or None; (): always live (the
+    # file's). Applied at each request (``receive.live_at``): an expiry binds when it passes.
+    windows: tuple[tuple[float | None, float | None], ...] = ()
 
 
 @dataclass(frozen=True)

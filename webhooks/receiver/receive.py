@@ -6,7 +6,7 @@ import json
 import logging
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import quote, urlsplit
@@ -85,6 +85,27 @@ def read_body(environ: dict[str, Any], limit: int, idle_timeout: float) -> bytes
     return b"".join(chunks)
 
 
+def live_at(endpoint: Endpoint, now: float) -> Endpoint | None:
+    """``endpoint`` with only the secrets live at ``now`` (``Endpoint.windows``); None when none is."""
+    if not endpoint.windows:
+        return endpoint
+    keep = [
+        i
+        for i, (starts, ends) in enumerate(endpoint.windows)
+        if (starts is None or starts <= now) and (ends is None or now < ends)
+    ]
+    if len(keep) == len(endpoint.secrets):
+        return endpoint
+    if not keep:
+        return None
+    return replace(
+        endpoint,
+        secrets=tuple(endpoint.secrets[i] for i in keep),
+        secret_ids=tuple(endpoint.secret_ids[i] for i in keep) if endpoint.secret_ids else (),
+        windows=tuple(endpoint.windows[i] for i in keep),
+    )
+
+
 def verify(endpoint: Endpoint, req: Request, now: float) -> Verified:
     """The provider's verdict; an unexpected exception is a forged or broken request, never a 500."""
     try:
@@ -130,9 +151,12 @@ def deliver(
     method: str = "POST",
 ) -> Delivery:
     """``accept``, telling what became of the delivery."""
-    endpoint = rt.settings.endpoints.get(name)
-    if endpoint is None:
+    configured = rt.settings.endpoints.get(name)
+    if configured is None:
         raise VerificationError(Reason.UNKNOWN_ENDPOINT, status=404)
+    endpoint = live_at(configured, now)  # a secret verifies inside its window only
+    if endpoint is None:
+        raise VerificationError(Reason.NO_LIVE_SECRET, "the endpoint has no live signing secret")
     req = Request({k.lower(): v for k, v in headers.items()}, body, url, method=method, sender=sender)
     with tracing.span("verify", endpoint=endpoint.name, kind=endpoint.kind) as traced:
         verified = verify(endpoint, req, now)

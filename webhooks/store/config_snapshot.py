@@ -164,16 +164,30 @@ def opened_table(
 
 def _opened(
     keyring: Keyring | None, item: ConfigItem, secrets: list[ConfigSecret], now: datetime
-) -> tuple[dict[str, Any], tuple[str, ...]]:
-    """``opened_table``, and the ids of its signing secrets in their order (``Endpoint.secret_ids``)."""
-    signing, ids, credentials = [], [], {}
-    for secret in sorted(secrets, key=_signing_order):
+) -> tuple[dict[str, Any], tuple[str, ...], tuple[tuple[float | None, float | None], ...]]:
+    """``opened_table``, the ids of its signing secrets in their order (``Endpoint.secret_ids``)
+    and their windows (``Endpoint.windows``; () when none ends or starts).
+
+    An endpoint with no live signing secret (the last one lapsed, or ``not_before`` ahead) is a
+    valid state that refuses every delivery (``no_live_secret``), not a bad row: its secrets are
+    given with their windows, which the receiver applies at each request, so a running process and
+    a restarted one refuse alike, from the moment the window closes."""
+    signing, ids, windows, credentials = [], [], [], {}
+    ordered = sorted(secrets, key=_signing_order)
+    none_live = item.kind == ENDPOINT and not any(s.purpose == SIGNING and live(s, now) for s in ordered)
+    for secret in ordered:
         if secret.purpose != SIGNING:
             credentials[secret.purpose] = opened(keyring, item.name, secret)
-        elif live(secret, now):
+        elif live(secret, now) or none_live:
             signing.append(opened(keyring, item.name, secret))
             ids.append(secret.id)
-    return joined(_table(item), signing, credentials), tuple(ids)
+            windows.append((_seconds(secret.not_before), _seconds(secret.expires_at)))
+    bounded = tuple(windows) if any(w != (None, None) for w in windows) else ()
+    return joined(_table(item), signing, credentials), tuple(ids), bounded
+
+
+def _seconds(at: datetime | None) -> float | None:
+    return None if at is None else aware(at).timestamp()
 
 
 def _signing_order(secret: ConfigSecret) -> tuple[bool, float, datetime]:
