@@ -122,3 +122,34 @@ def test_the_last_live_secrets_expiry_binds_every_process(db: str, request: pyte
     assert "no_live_secret" in reasons
     shown = listed(client, "shop-eu")
     assert shown["live_secrets"] == 0
+
+
+def test_admin_input_is_bounded_before_it_is_stored(request: pytest.FixtureRequest) -> None:
+    """Finding 7's admin input: JSON nested past the bound (or past the parser's stack) is 400
+    ``invalid_config``, never a 500; PATCH keeps POST's label rule; a create carrying more secrets
+    than may be live at once is 409 ``too_many_secrets``; nothing of any of them is stored."""
+    app = make_app(config(request, "sqlite"))
+    client = app.test_client()
+    for depth in (17, 100_000):
+        nested = "[" * depth + "]" * depth
+        body = '{"name": "deep", "provider": "stripe", "secrets": ["' + SECRET + '"], "x": ' + nested + "}"
+        answer = client.post("/admin/api/endpoints", data=body, content_type="application/json", headers=admin())
+        assert answer.status_code == 400 and answer.get_json()["error"] == "invalid_config", depth
+    assert api(client, "POST", "/endpoints", SHOP).status_code == 201
+    patch = '{"label": ' + "[" * 100_000 + "]" * 100_000 + "}"
+    answer = client.patch("/admin/api/endpoints/shop-eu", data=patch, content_type="application/json", headers=admin())
+    assert answer.status_code == 400 and answer.get_json()["error"] == "invalid_config"
+    long = api(client, "PATCH", "/endpoints/shop-eu", {"label": "x" * 300_000})
+    assert long.status_code == 400 and long.get_json()["field"] == "label"
+    assert listed(client, "shop-eu")["label"] == SHOP["label"]
+    six = {**SHOP, "name": "six", "secrets": [f"whsec_{n}" + "s" * 30 for n in range(6)]}
+    refused = api(client, "POST", "/endpoints", six)
+    assert (refused.status_code, refused.get_json()["error"]) == (409, "too_many_secrets")
+    assert "six" not in {e["name"] for e in api(client, "GET", "/endpoints").get_json()["endpoints"]}
+    assert "deep" not in {e["name"] for e in api(client, "GET", "/endpoints").get_json()["endpoints"]}
+
+
+def admin() -> dict[str, str]:
+    from tests.conftest import admin_headers
+
+    return admin_headers()

@@ -57,11 +57,38 @@ def _refused(exc: ConfigItemError) -> tuple[Response, int]:
     return jsonify(error=exc.word, message=str(exc)), exc.status
 
 
+MAX_DEPTH = 16  # levels of JSON nesting a body may have: no configuration needs more
+
+
 def _body() -> dict[str, Any]:
-    body = request.get_json(silent=True) if request.content_length else {}
+    try:
+        body = request.get_json(silent=True) if request.content_length else {}
+    except RecursionError:  # nesting deep enough to exhaust the parser's stack: not JSON to us
+        body = None
     if not isinstance(body, dict):
         raise InvalidError(None, "the body must be a JSON object")
+    if _depth(body) > MAX_DEPTH:
+        raise InvalidError(None, f"the body must be a JSON object nested at most {MAX_DEPTH} levels")
     return body
+
+
+def _depth(value: Any) -> int:
+    """How deep ``value`` nests, counted without recursion (a hostile body cannot exhaust the stack)."""
+    deepest, todo = 0, [(value, 1)]
+    while todo:
+        item, level = todo.pop()
+        if isinstance(item, dict | list):
+            deepest = max(deepest, level)
+            if level <= MAX_DEPTH:
+                todo.extend((child, level + 1) for child in (item.values() if isinstance(item, dict) else item))
+    return deepest
+
+
+def _label(value: Any) -> str | None:
+    """A label as stored: text of at most 200 characters, or None; the same rule for POST and PATCH."""
+    if value is not None and (not isinstance(value, str) or len(value) > 200):
+        raise InvalidError("label", "label must be text of at most 200 characters, or null")
+    return value
 
 
 def _now() -> datetime:
@@ -119,11 +146,12 @@ def list_endpoints() -> Any:
 
 def create(kind: str, body: dict[str, Any]) -> str:
     """Validate and store a new item from ``body`` (the API's JSON object); its name."""
-    name, label = body.pop("name", None), body.pop("label", None)
+    name, label = body.pop("name", None), _label(body.pop("label", None))
     if not isinstance(name, str) or not NAME.fullmatch(name):
         raise InvalidError("name", "name: 1 to 100 of letters, digits and . _ -, starting with a letter or digit")
-    if label is not None and (not isinstance(label, str) or len(label) > 200):
-        raise InvalidError("label", "label must be text of at most 200 characters")
+    given = body.get("secrets")
+    if isinstance(given, list) and len(given) > store.MAX_LIVE:  # the cap on live secrets, at create too
+        raise ConfigItemError("too_many_secrets", f"at most {store.MAX_LIVE} live secrets: send fewer")
     file = runtime().file_settings
     if name in file.endpoints or name in file.destinations:
         raise ConfigItemError("exists", f"{name!r} exists (in the configuration file)")
@@ -154,9 +182,7 @@ def patch(kind: str, name: str, patch: dict[str, Any]) -> None:
         table = store.opened_table(rt.settings.keyring, item, store.secrets_of(session, [name]).get(name, []), now)
         label = item.label
     if "label" in patch:
-        label = patch.pop("label")
-        if label is not None and not isinstance(label, str):
-            raise InvalidError("label", "label must be text or null")
+        label = _label(patch.pop("label"))
     merged = config_json.merge_patch(table, patch)
     _validated(kind, name, merged)
     _changed(lambda s: store.update(s, rt.settings.keyring, name, merged, label=label, who=who(), now=now))
