@@ -49,7 +49,7 @@ TAG_BYTES = 16
 KEY_ID = re.compile(r"[A-Za-z0-9_.-]{1,32}")
 FINGERPRINT_INFO = b"webhooks fingerprint"
 FINGERPRINT_HEX = 16  # 64 bits: enough to tell secrets apart on a page, short enough to read
-LOCAL_KEY_ID = "local1"
+LOCAL_KEY_PREFIX = "local-"  # a generated key's id: the prefix and 8 random hex digits, its own
 
 
 class UnknownKeyError(ConfigError):
@@ -221,12 +221,15 @@ class Keyring:
 
 def load_or_create_key_file(path: Path) -> tuple[str, bool]:
     """The ``WEBHOOKS_ENCRYPTION_KEYS`` value kept in ``path`` (``<database file>.key``), and
-    whether this call created it, with one fresh key ``local1``. Refused (``ConfigError``) when
+    whether this call created it, with one fresh key under an id of its own (``local-<8 hex>``:
+    never a constant, so a key made anew for a restored database is told from the one its rows
+    name, and the missing-key check says which). Refused (``ConfigError``) when
     group or others may read or write it, or when it does not parse."""
     value = _read_key_file(path)
     if value is not None:
         return value, False
-    value = f"{LOCAL_KEY_ID}:{base64.b64encode(os.urandom(KEY_BYTES)).decode('ascii')}"
+    kid = LOCAL_KEY_PREFIX + secrets.token_hex(4)
+    value = f"{kid}:{base64.b64encode(os.urandom(KEY_BYTES)).decode('ascii')}"
     # Written whole under a temporary name, then linked into place: ``os.link`` fails if the name
     # exists, so two processes starting at once never see a half-written file, and the loser
     # reads the winner's key instead of writing another (which would strand its ciphertexts).

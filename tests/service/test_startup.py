@@ -143,7 +143,7 @@ def test_serve_prints_one_format_then_its_banner_and_keeps_its_password(tmp_path
         assert stat.S_IMODE(kept.stat().st_mode) == 0o600
         assert kept.read_text().strip() == password
         key_file = tmp_path / "webhooks.db.key"  # #32: the key sealing secrets stored through the API
-        assert stat.S_IMODE(key_file.stat().st_mode) == 0o600 and key_file.read_text().startswith("local1:")
+        assert stat.S_IMODE(key_file.stat().st_mode) == 0o600 and key_file.read_text().startswith("local-")
         wait_http(base + "/healthz")
         assert requests.get(f"{base}/admin/api/events", auth=("admin", password), timeout=30).status_code == 200
         answer = requests.get(f"{base}/", allow_redirects=False, timeout=30)

@@ -185,3 +185,22 @@ def test_the_procfiles_gunicorn_logs_once_that_the_console_is_off(
 def test_version_is_the_installed_packages(env: dict[str, str], tmp_path: Path) -> None:
     code, lines = run([str(BIN / "webhooks"), "--version"], env, tmp_path)
     assert (code, lines) == (0, [f"webhooks {metadata.version('webhooks')}"])
+
+
+def test_serve_refuses_a_database_restored_without_its_key(env: dict[str, str], tmp_path: Path) -> None:
+    """Seams finding 4: ``webhooks.db`` backed up and restored alone. ``serve`` must not make a new
+    key (its endpoints would silently answer 404, and what it sealed next would not open with the
+    real key): one line naming the missing file and what to do, and no key file written."""
+    from tests.admin.test_runtime_config import KEYS, SHOP, api
+    from tests.conftest import base_config, make_app
+
+    url = env["DATABASE_URL"]
+    upgrade(url)
+    app = make_app(base_config(url, WEBHOOKS_ENCRYPTION_KEYS=KEYS))
+    assert api(app.test_client(), "POST", "/endpoints", SHOP).status_code == 201
+    app.extensions["webhooks"].engine.dispose()
+    code, lines = run([str(BIN / "webhooks"), "serve", "--port", str(free_port())], env, tmp_path)
+    assert_one_mistake(
+        code, lines, "webhooks.db.key not found beside webhooks.db, which holds 1 sealed secret:", "restore it"
+    )
+    assert not (tmp_path / "webhooks.db.key").exists()

@@ -230,6 +230,25 @@ def bind_problem(host: str, port: int) -> str | None:
     return None
 
 
+def sealed_count(database_url: str) -> int:
+    """How many sealed secrets the database holds (0 when it has no such table yet, or is down)."""
+    from sqlalchemy import func, select
+    from sqlalchemy.exc import SQLAlchemyError
+    from sqlalchemy.orm import Session
+
+    from webhooks.config_tables import ConfigSecret
+    from webhooks.engines import make_engine
+
+    engine = make_engine(database_url)
+    try:
+        with Session(engine) as session:
+            return int(session.scalar(select(func.count()).select_from(ConfigSecret)) or 0)
+    except SQLAlchemyError:
+        return 0
+    finally:
+        engine.dispose()
+
+
 def missing_key_problem(settings: Any) -> str | None:
     """One line naming the key id when the database holds a secret sealed under a key
     ``WEBHOOKS_ENCRYPTION_KEYS`` (or the key file) lacks: the process must not start."""
