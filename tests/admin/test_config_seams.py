@@ -153,3 +153,24 @@ def admin() -> dict[str, str]:
     from tests.conftest import admin_headers
 
     return admin_headers()
+
+
+def test_file_endpoints_are_listed_with_their_options_and_secrets(request: pytest.FixtureRequest) -> None:
+    """Finding 8: a file endpoint was listed with ``"options": {}`` and ``"secrets": []``; it is
+    listed with its options (credentials excepted) and one secret object per secret, ``id`` null,
+    with a fingerprint when an encryption key is configured (null otherwise)."""
+    from tests.conftest import STRIPE_SECRET, base_config
+
+    for keys, fingerprinted in ((True, True), (False, False)):
+        settings = config(request, "sqlite") if keys else base_config(request.getfixturevalue("sqlite_url"))
+        settings["ENDPOINTS"]["stripe"] = {"provider": "stripe", "secrets": [STRIPE_SECRET], "tolerance_seconds": 240}
+        app = make_app(settings)
+        shown = listed(app.test_client(), "stripe")
+        assert shown["source"] == "file"
+        assert shown["options"]["tolerance_seconds"] == 240
+        assert STRIPE_SECRET not in str(shown)
+        [secret] = shown["secrets"]
+        assert secret["id"] is None and secret["purpose"] == "signing"
+        assert (secret["fingerprint"] or "").startswith("fp_k1_") == fingerprinted
+        assert (secret["fingerprint"] is None) == (not fingerprinted)
+        assert shown["live_secrets"] == 1

@@ -119,11 +119,14 @@ def test_a_wrong_database_url_is_one_line(
     assert line.startswith("Error: configuration: ")
 
 
-def test_the_worker_names_the_redis_it_cannot_reach_at_its_first_start(env: dict[str, str], tmp_path: Path) -> None:
+@pytest.mark.parametrize("command", ["worker", "serve"])
+def test_the_worker_names_the_redis_it_cannot_reach_at_its_first_start(
+    env: dict[str, str], tmp_path: Path, command: str
+) -> None:
+    """``serve`` too (the seams issue): it printed its banner, then the same error 11 times in 25 s."""
     port = free_port()  # nothing listens there
-    code, lines = run(
-        [str(BIN / "webhooks"), "worker"], env | {"REDIS_URL": f"redis://:s3cret@127.0.0.1:{port}/0"}, tmp_path
-    )
+    cmd = [str(BIN / "webhooks"), command] + (["--port", str(free_port())] if command == "serve" else [])
+    code, lines = run(cmd, env | {"REDIS_URL": f"redis://:s3cret@127.0.0.1:{port}/0"}, tmp_path)
     assert_one_mistake(code, lines, f"cannot reach Redis at 127.0.0.1:{port}", "REDIS_URL is right")
     assert "s3cret" not in "\n".join(lines)
 

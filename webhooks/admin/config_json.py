@@ -51,9 +51,12 @@ def endpoint_json(
         provider, forward = item.provider, list(item.options.get("forward") or [])
     else:
         assert live is not None
-        options = {k: v for k, v in live.options.items() if k not in CREDENTIALS}
+        options = file_options(live)
         provider, forward = live.kind, list(rt.settings.forwards.get(name, ()))
     found = {"name": name, "provider": provider, "url": f"/webhooks/{name}", **stored_json(item, secrets)}
+    if item is None and live is not None:  # the file's secrets: no id, a fingerprint when a key is configured
+        ring = rt.settings.keyring
+        found["secrets"] = [file_secret(ring.fingerprint(s.encode()) if ring else None) for s in live.secrets]
     # How many signing secrets verify now: 0 is an endpoint refusing every delivery (``no_live_secret``).
     if item is not None:
         now = datetime.now(UTC)
@@ -61,6 +64,22 @@ def endpoint_json(
     else:
         live_secrets = len(live.secrets) if live is not None else 0
     return {**found, "forward": forward, "options": options, "live_secrets": live_secrets}
+
+
+def file_options(endpoint: Endpoint) -> dict[str, Any]:
+    """A file endpoint's options as its TOML table gives them (``tolerance_seconds``, the rate
+    limits when set, the kind's own options), credentials excepted."""
+    options = {k: v for k, v in endpoint.options.items() if k not in CREDENTIALS}
+    options["tolerance_seconds"] = endpoint.tolerance_seconds
+    for key in ("rate_limit", "sender_rate_limit"):
+        if (value := getattr(endpoint, key)) is not None:
+            options[key] = value
+    return options
+
+
+def file_secret(fingerprint: str | None) -> dict[str, Any]:
+    empty = dict.fromkeys(("not_before", "expires_at", "created_at", "last_matched_at"))
+    return {"id": None, "purpose": SIGNING, "fingerprint": fingerprint, **empty}
 
 
 def endpoints(rt: Runtime, stored: list[ConfigItem], sealed: Mapping[str, list[ConfigSecret]]) -> list[dict[str, Any]]:
