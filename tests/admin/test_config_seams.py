@@ -174,3 +174,58 @@ def test_file_endpoints_are_listed_with_their_options_and_secrets(request: pytes
         assert (secret["fingerprint"] or "").startswith("fp_k1_") == fingerprinted
         assert (secret["fingerprint"] is None) == (not fingerprinted)
         assert shown["live_secrets"] == 1
+
+
+CREDENTIALED = {  # a table of each kind whose api_base receives a stored credential
+    "stripe": {"provider": "stripe", "secrets": [SECRET], "api_key": "sk_test_pinned_credential_1"},
+    "paypal": {"provider": "paypal", "webhook_id": "WH-1", "client_id": "id-1", "client_secret": "cs-1"},
+    "mailgun": {"provider": "mailgun", "secrets": ["key-mg-signing"], "api_key": "key-1", "domain": "mg.example"},
+}
+ELSEWHERE = ["http://169.254.169.254", "https://attacker.example", "https://api.stripe.com.attacker.example"]
+
+
+@pytest.mark.parametrize("kind", sorted(CREDENTIALED))
+def test_a_stored_credential_goes_only_where_its_kind_sends_it(kind: str, request: pytest.FixtureRequest) -> None:
+    """Finding 5: ``api_base`` of stripe, paypal and mailgun took any host, so a read-write token
+    (or an edit of the clear options in the database) sent the sealed credential anywhere. Each
+    passes the rule Mollie's had: the kind's documented hosts over HTTPS; this machine only from
+    the file (the tests' fake APIs). The API answers 400 naming ``api_base``; a row edited in the
+    database to another host is refused by every process, which keeps the last valid options."""
+    app = make_app(config(request, "sqlite"))
+    client = app.test_client()
+    table = {"name": "creds", **CREDENTIALED[kind]}
+    for base in [*ELSEWHERE, "http://127.0.0.1:9"]:
+        answer = api(client, "POST", "/endpoints", {**table, "api_base": base})
+        assert answer.status_code == 400 and answer.get_json()["field"] == "api_base", (base, answer.get_json())
+    official = {"stripe": "https://api.stripe.com", "paypal": "https://api-m.paypal.com"}.get(
+        kind, "https://api.eu.mailgun.net"
+    )
+    created = api(client, "POST", "/endpoints", {**table, "api_base": official})
+    assert created.status_code == 201, created.get_json()
+    for base in ELSEWHERE:
+        answer = api(client, "PATCH", "/endpoints/creds", {"api_base": base})
+        assert answer.status_code == 400 and answer.get_json()["field"] == "api_base", base
+    # An edit of the clear options in the database, with no key at all:
+    import json
+
+    with rt(app).engine.begin() as conn:
+        options = json.loads(conn.exec_driver_sql("SELECT options FROM config_items WHERE name = 'creds'").scalar())
+        options["api_base"] = "https://attacker.example"
+        conn.exec_driver_sql(
+            "UPDATE config_items SET options = ?, updated_at = CURRENT_TIMESTAMP", (json.dumps(options),)
+        )
+        conn.exec_driver_sql("UPDATE config_version SET version = version + 1")
+    rt(app).reload_config()
+    assert rt(app).settings.endpoints["creds"].options["api_base"] == official  # the last valid stays
+    restarted = make_app(config(request, "sqlite"))
+    assert "creds" not in rt(restarted).settings.endpoints  # refused: never built with that host
+
+
+def test_the_files_api_base_is_pinned_too() -> None:
+    from webhooks import config as webhooks_config
+    from webhooks.errors import ConfigError
+
+    for table in CREDENTIALED.values():
+        with pytest.raises(ConfigError, match="api_base must be https://"):
+            webhooks_config.load({"ENDPOINTS": {"x": {**table, "api_base": "http://169.254.169.254"}}})
+        assert webhooks_config.load({"ENDPOINTS": {"x": {**table, "api_base": "http://127.0.0.1:8999"}}})

@@ -28,6 +28,7 @@ from webhooks.destinations import new_secret
 from webhooks.errors import ConfigError
 from webhooks.live_config import DESTINATION, ENDPOINT, check, field_of
 from webhooks.providers import PROVIDERS
+from webhooks.providers.api import is_local_base
 from webhooks.store import config_items as store
 from webhooks.store.config_items import ConfigItemError
 
@@ -103,6 +104,10 @@ def _owned(kind: str, name: str) -> None:
 
 
 def _validated(kind: str, name: str, table: dict[str, Any]) -> None:
+    if kind == ENDPOINT and "api_base" in table and is_local_base(table["api_base"]):
+        # This machine is the tests' fake API, set in the file; through the API it would send the
+        # stored credential to whatever listens on a local port.
+        raise InvalidError("api_base", "api_base may name this machine only in the configuration file (tests)")
     try:
         check(kind, name, table, runtime().settings.destinations)
     except ConfigError as exc:

@@ -94,14 +94,25 @@ def fresh_version() -> int:
 LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1")
 
 
-def check_base(name: str, base: Any, host: str) -> None:
-    """``ConfigError`` unless ``base`` is ``https://<host>`` or this machine (the tests' fake API): an
-    API credential is never sent anywhere else."""
+def check_base(name: str, base: Any, host: str | tuple[str, ...]) -> None:
+    """``ConfigError`` unless ``base`` is ``https://<host>`` (one of the kind's documented hosts) or
+    this machine (the tests' fake API): an API credential is never sent anywhere else."""
+    hosts = (host,) if isinstance(host, str) else host
     parts = urllib.parse.urlsplit(str(base))
-    official = parts.scheme == "https" and parts.hostname == host and parts.port in (None, 443)
+    try:
+        port = parts.port
+    except ValueError:
+        port = -1
+    official = parts.scheme == "https" and parts.hostname in hosts and port in (None, 443)
     local = parts.scheme in ("http", "https") and parts.hostname in LOCAL_HOSTS
     if not isinstance(base, str) or not (official or local) or parts.path.strip("/") or parts.query:
-        raise ConfigError(f"endpoint {name!r}: api_base must be https://{host} (or this machine, for tests)")
+        named = " or ".join(f"https://{h}" for h in hosts)
+        raise ConfigError(f"endpoint {name!r}: api_base must be {named} (or this machine, for tests)")
+
+
+def is_local_base(base: Any) -> bool:
+    """Whether ``base`` names this machine (allowed only from the file: the tests' fake APIs)."""
+    return urllib.parse.urlsplit(str(base)).hostname in LOCAL_HOSTS
 
 
 def bearer_json(

@@ -22,7 +22,6 @@ from __future__ import annotations
 import hashlib
 import json
 from typing import Any
-from urllib.parse import urlsplit
 
 from webhooks.errors import ConfigError, PayloadError, VerificationError
 from webhooks.providers.base import (
@@ -84,9 +83,10 @@ class Mailgun(Provider):
             )
         if options.get("region", "us") not in ("us", "eu"):
             raise ConfigError(f'endpoint {name!r}: region must be "us" or "eu"')
-        base = urlsplit(str(options.get("api_base") or "https://api.mailgun.net"))
-        if base.scheme not in ("https", "http") or not base.hostname:
-            raise ConfigError(f"endpoint {name!r}: api_base must be an absolute http(s) URL")
+        if "api_base" in options:  # the api_key goes there: Mailgun's hosts only
+            from webhooks.providers import api  # no I/O: only its host check
+
+            api.check_base(name, options["api_base"], ("api.mailgun.net", "api.eu.mailgun.net"))
 
     def refetch(
         self, endpoint: Endpoint, event_type: str, data: Any, ref: ObjectRef | None

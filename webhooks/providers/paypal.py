@@ -114,6 +114,12 @@ class PayPal(Provider):
                 x509.load_pem_x509_certificates(str(endpoint.options["certificate"]).encode())
         except ValueError as exc:
             raise ConfigError(f"endpoint {endpoint.name!r}: options.certificate is not a PEM certificate") from exc
+        if "api_base" in endpoint.options:  # the client secret goes there: PayPal's hosts only
+            from webhooks.providers import api  # no I/O: only its host check
+
+            api.check_base(
+                endpoint.name, endpoint.options["api_base"], ("api-m.paypal.com", "api-m.sandbox.paypal.com")
+            )
 
     def _certificate(self, endpoint: Endpoint, url: str, sender: str = "") -> x509.Certificate:
         # Imported late: the defaults do I/O, which this module must not do at import or by itself.

@@ -112,6 +112,10 @@ class Stripe(Provider):
         if (options.get("refetch") or options.get("reconcile_every")) and not options.get("api_key"):
             raise ConfigError(f"endpoint {name!r}: refetch and reconcile_every need api_key")
         self.reconcile_every(endpoint)
+        if "api_base" in options:  # the api_key goes there: Stripe's host only
+            from webhooks.providers import api  # no I/O: only its host check
+
+            api.check_base(name, options["api_base"], "api.stripe.com")
 
     def reconcile_every(self, endpoint: Endpoint) -> float | None:
         value = endpoint.options.get("reconcile_every")
