@@ -24,7 +24,7 @@ import fnmatch
 import functools
 import hashlib
 import urllib.parse
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -378,7 +378,7 @@ def destination(name: str, raw: Mapping[str, Any], resolve: Any, resolver: guard
     )
 
 
-def forwards(endpoint: str, raw: Any, destinations: Mapping[str, Destination]) -> tuple[str, ...]:
+def forwards(endpoint: str, raw: Any, destinations: Collection[str]) -> tuple[str, ...]:
     """An endpoint's ``forward = [...]``: names of configured destinations."""
     where = f"endpoint {endpoint!r}"
     names = _strings(where, {"forward": raw}, "forward")

@@ -12,14 +12,14 @@ Values ``env:NAME`` are the file's: an item from the API may not read the proces
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 from urllib.parse import urlsplit
 
 from webhooks import config, guard
 from webhooks.config import Settings
-from webhooks.destinations import Destination, forwards, redacted
+from webhooks.destinations import forwards, redacted
 from webhooks.errors import ConfigError
 
 ENDPOINT = "endpoint"
@@ -77,7 +77,7 @@ def joined(options: Mapping[str, Any], signing: Iterable[str], credentials: Mapp
     return {**options, **credentials, "secrets": list(signing)}
 
 
-def check(kind: str, name: str, table: Mapping[str, Any], destinations: Mapping[str, Destination]) -> None:
+def check(kind: str, name: str, table: Mapping[str, Any], destinations: Collection[str]) -> None:
     """Validate ``table`` as the file would (``ConfigError`` naming the problem); an endpoint's
     ``forward`` must name destinations in ``destinations``."""
     _refuse_env(kind, name, table)

@@ -229,3 +229,61 @@ def test_the_files_api_base_is_pinned_too() -> None:
         with pytest.raises(ConfigError, match="api_base must be https://"):
             webhooks_config.load({"ENDPOINTS": {"x": {**table, "api_base": "http://169.254.169.254"}}})
         assert webhooks_config.load({"ENDPOINTS": {"x": {**table, "api_base": "http://127.0.0.1:8999"}}})
+
+
+def _at_once(*calls: Any) -> list[Any]:
+    """Each call on a thread of its own, released together; their answers in order."""
+    import threading
+
+    start = threading.Barrier(len(calls))
+    answers: list[Any] = [None] * len(calls)
+
+    def run(i: int) -> None:
+        start.wait()
+        answers[i] = calls[i]()
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(calls))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    return answers
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("db", ["sqlite", "postgres"])
+def test_admin_writes_are_serial_and_validated_against_the_database(db: str, request: pytest.FixtureRequest) -> None:
+    """Finding 6, on two processes (two runtimes on one database): a PATCH adding ``forward = ["d"]``
+    racing the DELETE of ``d`` never both succeed; two PATCHes of different keys both land; a
+    destination created on one process is named at once by a PATCH on the other."""
+    one, two = make_app(config(request, db)), make_app(config(request, db))
+    a, b = one.test_client(), two.test_client()
+    assert api(a, "POST", "/endpoints", SHOP).status_code == 201
+    dest = {"url": "http://127.0.0.1:9/hooks", "allow_private": True, "secrets": [DEST_SECRET]}
+    for n in range(8):
+        name = f"d{n}"
+        assert api(a, "POST", "/destinations", {**dest, "name": name}).status_code == 201
+        patched, deleted = _at_once(
+            lambda name=name: api(b, "PATCH", "/endpoints/shop-eu", {"forward": [name]}),
+            lambda name=name: api(a, "DELETE", f"/destinations/{name}"),
+        )
+        codes = (patched.status_code, deleted.status_code)
+        assert codes in ((200, 409), (400, 204)), (n, codes, patched.get_json())
+        forward = listed(a, "shop-eu")["forward"]
+        exists = name in {d["name"] for d in api(a, "GET", "/destinations").get_json()["destinations"]}
+        assert (name in forward) == exists, (n, forward, exists)  # never an endpoint naming a deleted one
+        if exists:
+            assert api(a, "PATCH", "/endpoints/shop-eu", {"forward": []}).status_code == 200
+            assert api(a, "DELETE", f"/destinations/{name}").status_code == 204
+    for n in range(40):
+        first, second = _at_once(
+            lambda n=n: api(a, "PATCH", "/endpoints/shop-eu", {"label": f"round-{n}"}),
+            lambda n=n: api(b, "PATCH", "/endpoints/shop-eu", {"tolerance_seconds": 100 + n}),
+        )
+        assert (first.status_code, second.status_code) == (200, 200)
+        shown = listed(a, "shop-eu")
+        assert (shown["label"], shown["options"]["tolerance_seconds"]) == (f"round-{n}", 100 + n), n
+    for n in range(6):  # created on one process, named at once on the other
+        assert api(a, "POST", "/destinations", {**dest, "name": f"new{n}"}).status_code == 201
+        answer = api(b, "PATCH", "/endpoints/shop-eu", {"forward": [f"new{n}"]})
+        assert answer.status_code == 200, answer.get_json()

@@ -12,6 +12,7 @@ is in one answer only: the one that generated it.
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -35,6 +36,7 @@ from webhooks.store.config_items import ConfigItemError
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
 MAX_GRACE = 604_800  # seconds a rotated-out secret may keep signing: a week
 DEFAULT_GRACE = 86_400
+log = logging.getLogger("webhooks.config")
 KINDS = {"endpoints": ENDPOINT, "destinations": DESTINATION}
 Answer = Response | tuple[Response, int] | tuple[str, int]
 
@@ -103,23 +105,33 @@ def _owned(kind: str, name: str) -> None:
         raise ConfigItemError("managed_by_file", f"{name!r} is defined in the configuration file: change it there")
 
 
-def _validated(kind: str, name: str, table: dict[str, Any]) -> None:
+def _validated(session: Any, kind: str, name: str, table: dict[str, Any]) -> None:
+    """``table`` checked by the file's rules, its ``forward`` against the destinations the database
+    holds now (read in the write's own locked transaction), never one process's snapshot."""
     if kind == ENDPOINT and "api_base" in table and is_local_base(table["api_base"]):
         # This machine is the tests' fake API, set in the file; through the API it would send the
         # stored credential to whatever listens on a local port.
         raise InvalidError("api_base", "api_base may name this machine only in the configuration file (tests)")
+    names = set(runtime().file_settings.destinations) | store.destination_names(session)
     try:
-        check(kind, name, table, runtime().settings.destinations)
+        check(kind, name, table, names)
     except ConfigError as exc:
         raise InvalidError(field_of(str(exc)), str(exc)) from None
 
 
 def _changed(work: Callable[[Any], Any]) -> Any:
-    """Run ``work(session)`` (one store transaction), then reload this process's snapshot."""
+    """Run ``work(session)`` in one transaction holding the configuration write lock
+    (``store.lock``): it reads, validates and commits, so a write commits only what it answers.
+    Then this process's snapshot is reloaded; a reload that fails is the watcher's to retry, never
+    a 500 after the change committed."""
     rt = runtime()
     with rt.sessions() as session:
+        store.lock(session)
         result = work(session)
-    rt.reload_config()
+    try:
+        rt.reload_config()
+    except Exception as exc:  # committed: said, and left to the watcher
+        log.warning("configuration changed; this process's reload failed (%s): the watcher retries", exc)
     return result
 
 
@@ -160,9 +172,13 @@ def create(kind: str, body: dict[str, Any]) -> str:
     file = runtime().file_settings
     if name in file.endpoints or name in file.destinations:
         raise ConfigItemError("exists", f"{name!r} exists (in the configuration file)")
-    _validated(kind, name, body)
     keyring = runtime().settings.keyring
-    _changed(lambda s: store.create(s, keyring, kind, name, body, label=label, who=who(), now=_now()))
+
+    def work(s: Any) -> None:
+        _validated(s, kind, name, body)
+        store.create(s, keyring, kind, name, body, label=label, who=who(), now=_now())
+
+    _changed(work)
     return name
 
 
@@ -180,17 +196,18 @@ def patch(kind: str, name: str, patch: dict[str, Any]) -> None:
         raise InvalidError("name", "an item cannot be renamed: create another")
     patch.pop("name", None)
     rt, now = runtime(), _now()
-    with rt.deferred_sessions() as session:
-        item = store.item(session, kind, name)
+    relabel, label = "label" in patch, _label(patch.pop("label", None))
+
+    def work(s: Any) -> None:  # read under the lock: a concurrent PATCH of another key is kept
+        item = store.item(s, kind, name)
         if item is None:
             raise ConfigItemError("not_found", f"no {kind} named {name!r}", status=404)
-        table = store.opened_table(rt.settings.keyring, item, store.secrets_of(session, [name]).get(name, []), now)
-        label = item.label
-    if "label" in patch:
-        label = _label(patch.pop("label"))
-    merged = config_json.merge_patch(table, patch)
-    _validated(kind, name, merged)
-    _changed(lambda s: store.update(s, rt.settings.keyring, name, merged, label=label, who=who(), now=now))
+        table = store.opened_table(rt.settings.keyring, item, store.secrets_of(s, [name]).get(name, []), now)
+        merged = config_json.merge_patch(table, patch)
+        _validated(s, kind, name, merged)
+        store.update(s, rt.settings.keyring, name, merged, label=label if relabel else item.label, who=who(), now=now)
+
+    _changed(work)
 
 
 def patch_item(kind: str, name: str) -> Answer:
@@ -202,14 +219,19 @@ def delete(kind: str, name: str) -> None:
     """Delete a stored item; ``in_use`` while an endpoint forwards to the destination."""
     _owned(kind, name)
     rt = runtime()
-    if kind == DESTINATION:
-        users = sorted(e for e, targets in rt.settings.forwards.items() if name in targets)
-        if users:
-            raise ConfigItemError("in_use", f"{', '.join(users)} forward to {name!r}: change their forward first")
-    with rt.deferred_sessions() as session:
-        if store.item(session, kind, name) is None:
+
+    def work(s: Any) -> None:  # the forwards read under the lock: a PATCH adding one waits, or is refused
+        if store.item(s, kind, name) is None:
             raise ConfigItemError("not_found", f"no {kind} named {name!r}", status=404)
-    _changed(lambda s: store.remove(s, name, who=who(), now=_now()))
+        if kind == DESTINATION:
+            users = {e for e, targets in rt.file_settings.forwards.items() if name in targets}
+            users |= set(store.forwarding_to(s, name))
+            if users:
+                listed = ", ".join(sorted(users))
+                raise ConfigItemError("in_use", f"{listed} forward to {name!r}: change their forward first")
+        store.remove(s, name, who=who(), now=_now())
+
+    _changed(work)
 
 
 def delete_item(kind: str, name: str) -> Answer:
@@ -227,26 +249,29 @@ def add(kind: str, name: str, body: dict[str, Any]) -> tuple[ConfigSecret, str |
         expires_at = config_json.parse_time(body.get("expires_at"), "expires_at")
     except ValueError as exc:
         raise InvalidError(str(exc), f"{exc} {TIME_RULE}") from None
-    with rt.deferred_sessions() as session:
-        item = store.item(session, kind, name)
+    given = body.get("value")
+    if given is not None and (not isinstance(given, str) or not given.strip()):
+        raise InvalidError("value", "value must be a non-empty string")
+    made: list[str] = []
+
+    def work(s: Any) -> ConfigSecret:
+        item = store.item(s, kind, name)
         if item is None:
             raise ConfigItemError("not_found", f"no {kind} named {name!r}", status=404)
-        table = store.opened_table(rt.settings.keyring, item, store.secrets_of(session, [name]).get(name, []), now)
-    value, generated = body.get("value"), False
-    if value is None:
-        fresh = issued(str(item.provider)) if kind != DESTINATION else new_secret()
-        if fresh is None:
-            raise InvalidError("value", f"{item.provider} secrets are issued by the provider: send value")
-        value, generated = fresh, True
-    if not isinstance(value, str) or not value.strip():
-        raise InvalidError("value", "value must be a non-empty string")
-    _validated(kind, name, {**table, "secrets": [*table.get("secrets", []), value]})
-    secret = _changed(
-        lambda s: store.add_secret(
+        table = store.opened_table(rt.settings.keyring, item, store.secrets_of(s, [name]).get(name, []), now)
+        value = given
+        if value is None:
+            value = issued(str(item.provider)) if kind != DESTINATION else new_secret()
+            if value is None:
+                raise InvalidError("value", f"{item.provider} secrets are issued by the provider: send value")
+            made.append(value)
+        _validated(s, kind, name, {**table, "secrets": [*table.get("secrets", []), value]})
+        return store.add_secret(
             s, rt.settings.keyring, name, value, not_before=not_before, expires_at=expires_at, who=who(), now=now
         )
-    )
-    return secret, value if generated else None
+
+    secret: ConfigSecret = _changed(work)
+    return secret, made[0] if made else None
 
 
 def add_secret(kind: str, name: str) -> Answer:

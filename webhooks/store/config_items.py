@@ -110,6 +110,26 @@ def missing_key(session: Session, keyring: Keyring | None) -> str | None:
     return None
 
 
+def lock(session: Session) -> None:
+    """Hold configuration writes until this transaction ends: every admin write reads, validates
+    and commits under it, so two writes never interleave (a PATCH naming a destination and the
+    DELETE of it; two PATCHes of one item). PostgreSQL: the version row ``FOR UPDATE``; SQLite:
+    its transactions begin ``IMMEDIATE`` (``webhooks.engines``), taking the database's write lock
+    at this first statement."""
+    session.execute(VERSION.with_for_update())
+
+
+def destination_names(session: Session) -> set[str]:
+    """The destinations the database holds, by name (what an endpoint's ``forward`` may name)."""
+    return set(session.scalars(select(ConfigItem.name).where(ConfigItem.kind == "destination")))
+
+
+def forwarding_to(session: Session, name: str) -> list[str]:
+    """The stored endpoints whose ``forward`` names destination ``name``."""
+    found = session.execute(select(ConfigItem.name, ConfigItem.options).where(ConfigItem.kind == ENDPOINT))
+    return sorted(n for n, options in found if name in ((options or {}).get("forward") or ()))
+
+
 def create(
     session: Session,
     keyring: Keyring | None,
