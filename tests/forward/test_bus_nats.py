@@ -249,3 +249,49 @@ def test_credentials_are_allowed_in_the_url_and_shown_nowhere() -> None:
     assert (bus.kind, bus.target, bus.url) == ("nats", "tls://***@127.0.0.1:4223", url)
     assert bus.bus is not None and (bus.bus.place, bus.bus.stream) == ("a.b", "S")
     assert "s3cret" not in repr(bus)
+
+
+def test_a_silent_broker_never_holds_an_attempt_past_its_deadline() -> None:
+    """Seams finding 7: a NATS address that accepts and never answers held every attempt behind one
+    connect lock (attempts of 7.9-9.8 s against a 9 s lease; some never attempted). Eight attempts
+    at once, each a timeout ending inside its own lease (2 x timeout + margin), none waiting on
+    another's connect past its deadline."""
+    import socket
+    import threading
+    import time
+    from datetime import UTC, datetime
+
+    from webhooks import config as webhooks_config
+    from webhooks.forward.deliveries import LEASE_MARGIN
+    from webhooks.forward.jetstream import NatsPublisher
+    from webhooks.forward.leases import Lease
+    from webhooks.guard import system_resolver
+
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(64)  # the kernel accepts; nothing ever answers
+    port = silent.getsockname()[1]
+    raw = {"kind": "nats", "url": f"nats://127.0.0.1:{port}", "subject": "s", "secrets": [destination.SECRET]}
+    dest = webhooks_config.build_destination("bus", {**raw, "allow_private": True, "timeout_seconds": 1}, {})
+    publisher = NatsPublisher(dest, system_resolver)
+    took: list[float] = []
+    results: list[Any] = []
+
+    def attempt(n: int) -> None:
+        lease = Lease("stripe", f"evt_{n}", "bus", 1, 0, False, None, b"{}")  # type: ignore[arg-type]
+        started = time.monotonic()
+        results.append(publisher.publish(lease, {"webhook-id": f"msg_{n}"}, datetime.now(UTC)))
+        took.append(time.monotonic() - started)
+
+    threads = [threading.Thread(target=attempt, args=(n,)) for n in range(8)]
+    try:
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+    finally:
+        publisher.close()
+        silent.close()
+    assert len(took) == 8
+    assert max(took) < 2 * 1 + LEASE_MARGIN, took  # every attempt ends inside its lease
+    assert all(r.error and r.error.startswith(("timeout", "connect")) for r in results), [r.error for r in results]

@@ -74,38 +74,49 @@ class NatsPublisher:
         self.thread = threading.Thread(target=self.loop.run_forever, name=f"nats-{destination.name}", daemon=True)
         self.thread.start()
 
-    def _run(self, coroutine: Coroutine[Any, Any, T]) -> T:
-        """``coroutine``'s value, run on the private loop; raises TimeoutError past the timeout."""
-        future = asyncio.run_coroutine_threadsafe(asyncio.wait_for(coroutine, self.timeout), self.loop)
+    def _run(self, coroutine: Coroutine[Any, Any, T], deadline: float | None = None) -> T:
+        """``coroutine``'s value, run on the private loop; raises TimeoutError past the timeout, or
+        past ``deadline`` (``time.monotonic()``) when that comes first."""
+        limit = self.timeout if deadline is None else min(self.timeout, max(0.05, deadline - time.monotonic()))
+        future = asyncio.run_coroutine_threadsafe(asyncio.wait_for(coroutine, limit), self.loop)
         try:
-            return future.result(self.timeout + 1)
+            return future.result(limit + 1)
         except concurrent.futures.TimeoutError:
             future.cancel()
             raise TimeoutError(f"no answer within {self.timeout:g} s") from None
 
-    def _connected(self) -> Client:
-        with self.connecting:
+    def _connected(self, deadline: float) -> Client:
+        """The connection, opened if need be, by ``deadline``: an attempt never waits past it for
+        another attempt's connect (a broker that accepts and never answers held every attempt
+        behind one lock, past its lease)."""
+        if not self.connecting.acquire(timeout=max(0.0, deadline - time.monotonic())):
+            raise TimeoutError(f"no connection within {self.timeout:g} s (another attempt is connecting)")
+        try:
             client = self.client
             if client is not None and client.is_connected:
                 return client
             self.client = None
             if client is not None:
-                self._close(client)
+                self._close(client, deadline)
             addresses = vet(self.host, self.port, allow_private=self.destination.allow_private, resolver=self.resolver)
             context = ssl.create_default_context() if self.tls else None
             failure: Exception = OSError(f"{self.host} has no address to connect to")
             for address in addresses:
+                if time.monotonic() >= deadline:
+                    raise TimeoutError(f"no connection within {self.timeout:g} s")
                 try:
-                    client = self._run(self._connect(address, context))
+                    client = self._run(self._connect(address, context), deadline)
                 except (OSError, nats.errors.Error) as exc:
                     failure = exc
                     continue
                 self.client = client
                 if not self.checked:
                     self.checked = True
-                    self._check_window(client)
+                    self._check_window(client, deadline)
                 return client
             raise failure
+        finally:
+            self.connecting.release()
 
     async def _connect(self, address: str, context: ssl.SSLContext | None) -> Client:
         host = f"[{address}]" if ":" in address else address
@@ -126,7 +137,7 @@ class NatsPublisher:
             error_cb=quiet,
         )
 
-    def _check_window(self, client: Client) -> None:
+    def _check_window(self, client: Client, deadline: float) -> None:
         """A warning when the stream forgets a ``webhook-id`` before a re-send could come."""
         first_retry = self.destination.retry_schedule[0] if self.destination.retry_schedule else 0.0
         needed = 2 * self.timeout + LEASE_MARGIN + first_retry  # the lease (deliveries.lease), then the retry
@@ -138,7 +149,10 @@ class NatsPublisher:
             return stream, float(info.config.duplicate_window or 0)
 
         try:
-            stream, seconds = self._run(window())
+            stream, seconds = self._run(window(), deadline)
+        except TimeoutError:
+            log.warning("forward: %s: no answer reading the stream's duplicate_window", self.destination.name)
+            return
         except nats.js.errors.NotFoundError:
             log.warning("forward: %s: no stream holds subject %s", self.destination.name, self.options.subject)
             return
@@ -159,14 +173,16 @@ class NatsPublisher:
         fields = {k.lower(): v for k, v in headers.items() if k.lower() not in SKIPPED}
         fields["Nats-Msg-Id"] = fields["webhook-id"]
         clock = time.monotonic()
+        deadline = clock + 2 * self.timeout  # the connect and the publish, inside the lease (2 × timeout + margin)
 
         def failed(error: str) -> Result:
             return Result(lease, started_at, time.monotonic() - clock, None, f"{error}: {self.target}")
 
         try:
-            client = self._connected()
+            client = self._connected(deadline)
             js = client.jetstream(timeout=self.timeout)
-            ack = self._run(js.publish(self.options.subject, lease.body, stream=self.options.stream, headers=fields))
+            body, stream = lease.body, self.options.stream
+            ack = self._run(js.publish(self.options.subject, body, stream=stream, headers=fields), deadline)
         except Refused as exc:
             return failed(f"refused: {exc}")
         except (nats.errors.NoRespondersError, nats.js.errors.NoStreamResponseError):
@@ -181,9 +197,9 @@ class NatsPublisher:
         text = f"{ack.stream} {ack.seq}" + (" duplicate" if ack.duplicate else "")
         return Result(lease, started_at, seconds, None, None, None, text, acknowledged=True)
 
-    def _close(self, client: Client) -> None:
+    def _close(self, client: Client, deadline: float | None = None) -> None:
         try:
-            self._run(client.close())
+            self._run(client.close(), deadline)
         except (OSError, nats.errors.Error):
             pass
 
