@@ -169,3 +169,26 @@ def test_on_redis_a_senders_bucket_is_shared_and_expires(sqlite_url: str, redis_
     # Redis forgets an idle sender within seconds: a flood of addresses holds little memory.
     assert 0 < bucket.pttl(key) <= 1000 * (1 + 1)
     assert bucket.exists(ratelimit.sender_key("mollie", MOLLIE)) == 0
+
+
+@pytest.mark.redis
+def test_two_deployments_on_one_redis_share_no_key(sqlite_url: str, redis_url: str) -> None:
+    """Seams finding 7: every Redis key that is not RQ's own carries ``WEBHOOKS_QUEUE`` as its
+    prefix. A client throttled by one deployment's admin login is not throttled by the other's,
+    and an endpoint's rate limit bucket is each deployment's own."""
+    import base64
+
+    from webhooks.admin.throttle import FREE
+
+    client = redis.Redis.from_url(redis_url)
+    alpha = limited(sqlite_url, REDIS_URL=redis_url, WEBHOOKS_QUEUE="alpha")
+    beta = limited(sqlite_url, REDIS_URL=redis_url, WEBHOOKS_QUEUE="beta")
+    wrong = {"Authorization": "Basic " + base64.b64encode(b"admin:not-the-password").decode()}
+    codes = [alpha.test_client().get("/admin/api/events", headers=wrong).status_code for _ in range(FREE + 1)]
+    assert codes[-1] == 429, codes
+    assert beta.test_client().get("/admin/api/events", headers=wrong).status_code == 401  # not throttled there
+    assert burst([alpha], 0, 1) == [200]
+    assert burst([beta], 1, 1) == [200]
+    ours = [k.decode() for k in client.scan_iter() if not k.startswith(b"rq:")]
+    assert ours and all(k.startswith(("alpha:", "beta:")) for k in ours), ours
+    assert client.exists(ratelimit.key("stripe", "alpha")) and client.exists(ratelimit.key("stripe", "beta"))

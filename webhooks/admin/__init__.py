@@ -44,4 +44,4 @@ def init_app(app: Flask) -> None:
     rt: Runtime = app.extensions["webhooks"]
     # Service-wide on a real Redis; per process on the embedded default (its fakeredis is this process's).
     connection = rt.queue.connection if rt.settings.redis_url else None
-    app.extensions["webhooks_login_throttle"] = LoginThrottle(connection)
+    app.extensions["webhooks_login_throttle"] = LoginThrottle(connection, deployment=rt.settings.queue_name)

@@ -58,8 +58,10 @@ class LoginThrottle:
         clock: Callable[[], float] = time.time,
         free: int = FREE,
         refill: float = REFILL,
+        deployment: str = "default",
     ) -> None:
         self.clock, self.free, self.refill = clock, free, refill
+        self.prefix = f"{deployment}:webhooks:admin-login:"  # WEBHOOKS_QUEUE first: deployments share no key
         self.script = connection.register_script(SCRIPT) if connection is not None else None
         self.paused_until = 0.0
         self.buckets: dict[str, tuple[float, float]] = {}  # client → (tokens, stamp), oldest first
@@ -85,7 +87,7 @@ class LoginThrottle:
             from redis import RedisError
 
             try:
-                answer = self.script(keys=[f"webhooks:admin-login:{client}"], args=[now, self.free, self.refill, cost])
+                answer = self.script(keys=[self.prefix + client], args=[now, self.free, self.refill, cost])
             except RedisError as exc:
                 RATE_LIMIT_FAILURES.inc()
                 self.paused_until = now + PAUSE

@@ -53,18 +53,27 @@ return string.format("%.6f", wait)
 """
 
 
-def key(endpoint: str) -> str:
-    return f"webhooks:ratelimit:{endpoint}"
+def key(endpoint: str, deployment: str = "default") -> str:
+    """An endpoint's bucket, under the deployment's queue name (``WEBHOOKS_QUEUE``): two
+    deployments on one Redis database share no key."""
+    return f"{deployment}:webhooks:ratelimit:{endpoint}"
 
 
-def sender_key(endpoint: str, sender: str) -> str:
-    return f"webhooks:ratelimit-sender:{len(endpoint)}:{endpoint}:{sender}"  # the length: no name collides
+def sender_key(endpoint: str, sender: str, deployment: str = "default") -> str:
+    # The length: no name collides.
+    return f"{deployment}:webhooks:ratelimit-sender:{len(endpoint)}:{endpoint}:{sender}"
 
 
 class RateLimits:
     """The service's buckets on ``connection`` (a real Redis), or this process's (None), created on first use."""
 
-    def __init__(self, connection: redis.Redis | None = None, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        connection: redis.Redis | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        deployment: str = "default",
+    ) -> None:
+        self.deployment = deployment  # the keys' prefix: WEBHOOKS_QUEUE
         self.buckets: dict[str, TokenBucket] = {}
         self.senders: OrderedDict[tuple[str, str], TokenBucket] = OrderedDict()  # least recently seen first
         self.lock = threading.Lock()
@@ -76,13 +85,14 @@ class RateLimits:
         """0 when the request may pass, else whole seconds to put in ``Retry-After``."""
         if not rate:
             return 0
-        return self._wait(key(endpoint), rate, lambda: self._bucket(endpoint, rate))
+        return self._wait(key(endpoint, self.deployment), rate, lambda: self._bucket(endpoint, rate))
 
     def sender_retry_after(self, endpoint: str, sender: str, rate: float | None) -> int:
         """As ``retry_after``, for one sender address of ``endpoint`` (its ``sender_rate_limit``)."""
         if not rate:
             return 0
-        return self._wait(sender_key(endpoint, sender), rate, lambda: self._sender_bucket(endpoint, sender, rate))
+        found = sender_key(endpoint, sender, self.deployment)
+        return self._wait(found, rate, lambda: self._sender_bucket(endpoint, sender, rate))
 
     def _wait(self, redis_key: str, rate: float, local: Callable[[], TokenBucket]) -> int:
         if self.take is not None and self.clock() >= self.paused_until:

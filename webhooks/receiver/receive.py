@@ -330,7 +330,8 @@ def init_app(app: Flask) -> None:
     app.register_blueprint(bp)
     rt: Runtime = app.extensions["webhooks"]
     # Service-wide on a real Redis; per process on the embedded default (its fakeredis is this process's).
-    limits = app.extensions["webhooks_rate_limits"] = RateLimits(rt.queue.connection if rt.settings.redis_url else None)
+    shared = rt.queue.connection if rt.settings.redis_url else None
+    limits = app.extensions["webhooks_rate_limits"] = RateLimits(shared, deployment=rt.settings.queue_name)
     app.wsgi_app = Front(app, rt, limits)  # type: ignore[method-assign]
 
     @app.errorhandler(VerificationError)

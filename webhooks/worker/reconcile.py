@@ -101,7 +101,8 @@ def scheduled(rt: Runtime) -> Callable[[], None]:
             if name in running:
                 continue
             # One worker per interval: the key lives as long as the interval.
-            if rt.queue.connection.set(f"webhooks:reconcile:{name}", "1", nx=True, ex=int(seconds)):
+            lock = f"{rt.settings.queue_name}:webhooks:reconcile:{name}"  # WEBHOOKS_QUEUE first
+            if rt.queue.connection.set(lock, "1", nx=True, ex=int(seconds)):
                 running.add(name)
                 threading.Thread(target=run, args=(name, seconds), name=f"reconcile-{name}", daemon=True).start()
 
