@@ -287,3 +287,30 @@ def test_admin_writes_are_serial_and_validated_against_the_database(db: str, req
         assert api(a, "POST", "/destinations", {**dest, "name": f"new{n}"}).status_code == 201
         answer = api(b, "PATCH", "/endpoints/shop-eu", {"forward": [f"new{n}"]})
         assert answer.status_code == 200, answer.get_json()
+
+
+def test_stored_secrets_are_bounded_and_the_audit_holds_what_changed(request: pytest.FixtureRequest) -> None:
+    """Finding 7: already-expired secrets were unbounded and every audit row copied every secret
+    (150 of them made one endpoint's audit 3.4 MB). At most ``MAX_STORED`` signing secrets are kept
+    (the longest-expired go first); each audit row holds the secrets its change touched."""
+    import json
+
+    from webhooks.store.config_items import MAX_STORED
+
+    app = make_app(config(request, "sqlite"))
+    client = app.test_client()
+    assert api(client, "POST", "/endpoints", SHOP).status_code == 201
+    for n in range(MAX_STORED + 10):
+        added = api(client, "POST", "/endpoints/shop-eu/secrets", {"value": f"whsec_round_{n}_" + "x" * 24})
+        assert added.status_code == 201, (n, added.get_json())
+        older = [s for s in listed(client, "shop-eu")["secrets"] if s["id"] != added.get_json()["id"]]
+        for secret in older:
+            if secret["expires_at"] is None:
+                assert api(client, "POST", f"/endpoints/shop-eu/secrets/{secret['id']}/expire", {}).status_code == 200
+    kept = listed(client, "shop-eu")["secrets"]
+    assert len(kept) <= MAX_STORED and listed(client, "shop-eu")["live_secrets"] == 1
+    for change in api(client, "GET", "/audit?limit=100").get_json()["changes"]:
+        if change["action"] in ("add_secret", "expire_secret"):
+            touched = len((change["before"] or {}).get("secrets", [])) + len(change["after"].get("secrets", []))
+            assert touched <= 2, change
+            assert len(json.dumps(change)) < 4000

@@ -36,6 +36,8 @@ from webhooks.vocabulary import Reason
 
 CHANNEL = "webhooks_config"  # PostgreSQL NOTIFY channel; the payload is the new version
 MAX_LIVE = 5  # live signing secrets of one item at once
+MAX_STORED = 20  # signing secrets of one item kept at all: past it, the longest-expired go first
+PRUNE_AFTER = timedelta(days=30)  # an expired signing secret is deleted at the item's next write after this
 VERSION = select(ConfigVersion.version).where(ConfigVersion.id == 1)
 BATCH = "webhooks.config_batch"  # session.info key: inside ``batch``, changes wait for its commit
 
@@ -93,6 +95,22 @@ def described(item: ConfigItem, secrets: list[ConfigSecret]) -> dict[str, Any]:
             for s in secrets
         ],
     }
+
+
+def _changes_only(
+    before: dict[str, Any] | None, after: dict[str, Any] | None
+) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+    """An audit record's two sides with the secrets both hold alike left out: a change to one
+    secret records that one, not every secret of the item (150 secrets made one audit 3.4 MB)."""
+    if before is None or after is None:
+        return before, after
+    old = {s["id"]: s for s in before.get("secrets", [])}
+    new = {s["id"]: s for s in after.get("secrets", [])}
+    same = {i for i in old if new.get(i) == old[i]}
+    return (
+        {**before, "secrets": [s for i, s in old.items() if i not in same]},
+        {**after, "secrets": [s for i, s in new.items() if i not in same]},
+    )
 
 
 def _iso(at: datetime | None) -> str | None:
@@ -218,7 +236,7 @@ def add_secret(
     """Add a signing secret; ``too_many_secrets`` when ``MAX_LIVE`` are live already."""
     _need_key(keyring, [value])
     item = _item(session, name)
-    stored = secrets_of(session, [name]).get(name, [])
+    stored = _pruned(session, secrets_of(session, [name]).get(name, []), now, room=1)
     if sum(1 for s in stored if s.purpose == SIGNING and live(s, now)) >= MAX_LIVE:
         raise ConfigItemError("too_many_secrets", f"{name!r} has {MAX_LIVE} live secrets: expire one first")
     before = described(item, stored)
@@ -256,7 +274,7 @@ def rotate(
     ending sooner keeps its end). Returns the new secret and when the earlier ones end."""
     _need_key(keyring, [value])
     item = _item(session, name)
-    stored = secrets_of(session, [name]).get(name, [])
+    stored = _pruned(session, secrets_of(session, [name]).get(name, []), now, room=1)
     ends = now + timedelta(seconds=grace)
     current = [s for s in stored if s.purpose == SIGNING and live(s, now)]
     if sum(1 for s in current if grace > 0) + 1 > MAX_LIVE:
@@ -270,6 +288,25 @@ def rotate(
     _record(session, who, "rotate", item, before, described(item, [*stored, fresh]), now)
     _commit(session)
     return fresh, ends
+
+
+def _pruned(session: Session, stored: list[ConfigSecret], now: datetime, *, room: int) -> list[ConfigSecret]:
+    """``stored`` less the signing secrets deleted to bound them: every one expired more than
+    ``PRUNE_AFTER`` ago, then the longest-expired until ``room`` more fit under ``MAX_STORED``;
+    ``too_many_secrets`` when none that may go is left (the rest are live or still to start)."""
+    signing = [s for s in stored if s.purpose == SIGNING]
+    ended = sorted(
+        (s for s in signing if s.expires_at is not None and aware(s.expires_at) <= now),
+        key=lambda s: aware(s.expires_at or now),
+    )
+    gone = [s for s in ended if aware(s.expires_at or now) <= now - PRUNE_AFTER]
+    over = len(signing) - len(gone) + room - MAX_STORED
+    gone += [s for s in ended if s not in gone][: max(0, over)]
+    if len(signing) - len(gone) + room > MAX_STORED:
+        raise ConfigItemError("too_many_secrets", f"at most {MAX_STORED} secrets are kept per item: expire one first")
+    for secret in gone:
+        session.delete(secret)
+    return [s for s in stored if s not in gone]
 
 
 @contextmanager
@@ -348,6 +385,7 @@ def _record(
     """The audit row and the version bump of this change, in its transaction (and PostgreSQL's
     NOTIFY, which the server delivers at commit)."""
     target = f"{item.kind} {item.name}"
+    before, after = _changes_only(before, after)
     session.add(ConfigChange(at=now, who=who, action=action, target=target, before=before, after=after))
     session.execute(sql_update(ConfigVersion).where(ConfigVersion.id == 1).values(version=ConfigVersion.version + 1))
     if session.get_bind().dialect.name == "postgresql":
