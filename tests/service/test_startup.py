@@ -189,3 +189,23 @@ def test_a_password_from_the_environment_is_never_printed() -> None:
         == "  console    http://127.0.0.1:8000/admin/  user admin, password from WEBHOOKS_ADMIN_PASSWORD"
     )
     assert text.splitlines()[2].startswith("  endpoints  none configured: set STRIPE_WEBHOOK_SECRET=")
+
+
+def test_the_banner_counts_the_databases_endpoints(tmp_path: Path) -> None:
+    """Seams finding 8: the banner said "none configured" beside endpoints created at runtime."""
+    from tests.admin.test_runtime_config import KEYS, SHOP, api
+    from tests.conftest import base_config, make_app
+    from webhooks.config import Settings
+    from webhooks.service.process_setup import stored_endpoints
+    from webhooks.service.serving import banner
+
+    url = f"sqlite:///{tmp_path / 'webhooks.db'}"
+    assert stored_endpoints(url) == 0  # no database yet: nothing, and no error
+    app = make_app(base_config(url, WEBHOOKS_ENCRYPTION_KEYS=KEYS))
+    assert api(app.test_client(), "POST", "/endpoints", SHOP).status_code == 201
+    stored = stored_endpoints(url)
+    assert stored == 1
+    text = banner(Settings(admin_password="x"), ["http://127.0.0.1:8000"], None, None, stored)
+    assert text.splitlines()[2] == (
+        "  endpoints  +1 from the database (listed at http://127.0.0.1:8000/admin/endpoints)"
+    )

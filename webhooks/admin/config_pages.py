@@ -10,6 +10,8 @@ select.
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 from flask import Blueprint, render_template, request
 from werkzeug.wrappers import Response
 
@@ -31,7 +33,8 @@ def endpoints_page() -> Response:
     site = f"{csrf.scheme()}://{request.host}"
     for row in rows:
         row["full_url"] = site + row["url"]
-    page = render_template("endpoints.html", title="Endpoints", rows=rows, done=request.args.get("done"))
+    now = queries.iso(datetime.now(UTC))  # the listed times' format: a lapsed secret compares before it
+    page = render_template("endpoints.html", title="Endpoints", rows=rows, done=request.args.get("done"), now=now)
     return Response(page, mimetype="text/html", headers={"Content-Security-Policy": COPY_CSP})
 
 

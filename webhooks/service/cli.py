@@ -248,7 +248,8 @@ def serve(host: str, port: int) -> None:
     def ready(process: Any) -> None:
         # In the last web process of the first start, once its app is loaded: after every start-up line.
         if process.age == workers:
-            click.echo(serving.banner(settings, [str(s) for s in process.sockets], kept, key_file))
+            stored = setup.stored_endpoints(settings.database_url)
+            click.echo(serving.banner(settings, [str(s) for s in process.sockets], kept, key_file, stored))
             sys.stdout.flush()
 
     class Server(BaseApplication):  # type: ignore[misc]  # gunicorn ships no type hints

@@ -233,16 +233,31 @@ def bind_problem(host: str, port: int) -> str | None:
 def sealed_count(database_url: str) -> int:
     """How many sealed secrets the database holds (0 when it has no such table yet, or is down)."""
     from sqlalchemy import func, select
+
+    from webhooks.config_tables import ConfigSecret
+
+    return _count(database_url, select(func.count()).select_from(ConfigSecret))
+
+
+def stored_endpoints(database_url: str) -> int:
+    """How many endpoints the database holds (created at runtime; 0 when it cannot say)."""
+    from sqlalchemy import func, select
+
+    from webhooks.config_tables import ConfigItem
+
+    return _count(database_url, select(func.count()).select_from(ConfigItem).where(ConfigItem.kind == "endpoint"))
+
+
+def _count(database_url: str, query: Any) -> int:
     from sqlalchemy.exc import SQLAlchemyError
     from sqlalchemy.orm import Session
 
-    from webhooks.config_tables import ConfigSecret
     from webhooks.engines import make_engine
 
     engine = make_engine(database_url)
     try:
         with Session(engine) as session:
-            return int(session.scalar(select(func.count()).select_from(ConfigSecret)) or 0)
+            return int(session.scalar(query) or 0)
     except SQLAlchemyError:
         return 0
     finally:

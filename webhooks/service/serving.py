@@ -123,15 +123,19 @@ def _until_eof(then: Callable[[], object]) -> None:
     then()
 
 
-def banner(settings: Settings, listeners: list[str], kept: Any, key_file: Any = None) -> str:
-    """What ``serve`` prints last: where it listens, the console and its password, the endpoints."""
+def banner(settings: Settings, listeners: list[str], kept: Any, key_file: Any = None, stored: int = 0) -> str:
+    """What ``serve`` prints last: where it listens, the console and its password, the endpoints
+    (the file's, and how many the database holds: ``stored``)."""
     base = listeners[0] if listeners else "http://127.0.0.1"
     login = (
         f"user admin, password {settings.admin_password} (kept in {kept})"
         if kept
         else "user admin, password from WEBHOOKS_ADMIN_PASSWORD"
     )
-    endpoints = [f"POST {base}/webhooks/{name}" for name in settings.endpoints] or [
+    endpoints = [f"POST {base}/webhooks/{name}" for name in settings.endpoints]
+    if stored:
+        endpoints.append(f"+{stored} from the database (listed at {base}/admin/endpoints)")
+    endpoints = endpoints or [
         "none configured: set STRIPE_WEBHOOK_SECRET=… (or another provider's) or write webhooks.toml"
     ]
     lines = [
