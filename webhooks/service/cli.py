@@ -177,26 +177,6 @@ def _default_port() -> str:
     return config.port()
 
 
-def _key_file_missing(database_url: str) -> str | None:
-    """One line when the database's key file is absent but the database holds sealed secrets (a
-    database restored without its key): ``serve`` must not make a new key and start as if empty."""
-    from webhooks import encryption
-    from webhooks.service import process_setup as setup
-
-    path = encryption.key_file(database_url)
-    if path is None or path.is_file() or not path.with_name(path.name.removesuffix(".key")).is_file():
-        return None
-    count = setup.sealed_count(database_url)
-    if not count:
-        return None
-    database = path.name.removesuffix(".key")
-    return (
-        f"{path.name} not found beside {database}, which holds {count} sealed secret{'s' * (count != 1)}: "
-        f"restore it from the backup you took with {database}, or set WEBHOOKS_ENCRYPTION_KEYS to the "
-        "key they were sealed with"
-    )
-
-
 @main.command()
 @click.option("--host", default="127.0.0.1", show_default=True)
 @click.option(
@@ -231,7 +211,7 @@ def serve(host: str, port: int) -> None:
         kept = admin_password_file(settings.database_url).resolve()
         settings = dataclasses.replace(settings, admin_password=kept_password(kept, lambda: secrets.token_urlsafe(12)))
     key_file = None  # secrets stored through the API: sealed by a key kept beside the database
-    if settings.keyring is None and (problem := _key_file_missing(settings.database_url)):
+    if settings.keyring is None and (problem := setup.key_file_missing(settings.database_url)):
         raise click.ClickException(problem)  # never a new key for rows sealed under another
     if settings.keyring is None and (local := encryption.local_keyring(settings.database_url)) is not None:
         settings, key_file = dataclasses.replace(settings, keyring=local[0]), local[1].resolve()

@@ -230,6 +230,25 @@ def bind_problem(host: str, port: int) -> str | None:
     return None
 
 
+def key_file_missing(database_url: str) -> str | None:
+    """One line when the database's key file is absent but the database holds sealed secrets (a
+    database restored without its key): ``serve`` must not make a new key and start as if empty."""
+    from webhooks import encryption
+
+    path = encryption.key_file(database_url)
+    if path is None or path.is_file() or not path.with_name(path.name.removesuffix(".key")).is_file():
+        return None
+    count = sealed_count(database_url)
+    if not count:
+        return None
+    database = path.name.removesuffix(".key")
+    return (
+        f"{path.name} not found beside {database}, which holds {count} sealed secret{'s' * (count != 1)}: "
+        f"restore it from the backup you took with {database}, or set WEBHOOKS_ENCRYPTION_KEYS to the "
+        "key they were sealed with"
+    )
+
+
 def sealed_count(database_url: str) -> int:
     """How many sealed secrets the database holds (0 when it has no such table yet, or is down)."""
     from sqlalchemy import func, select
