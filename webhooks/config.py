@@ -62,7 +62,7 @@ class Settings:
     retry_base_seconds: float = 10.0
     retry_max_seconds: float = 3600.0
     job_timeout: int = 300
-    sweep_interval: float = 60.0
+    sweep_interval: float = 15.0
     sweep_age: float = 60.0
     embedded_worker: bool = True
     quarantine_rows: int = 1000
@@ -271,7 +271,7 @@ def load(environ: Mapping[str, Any] | None = None) -> Settings:
         retry_base_seconds=_number(env, "WEBHOOKS_RETRY_BASE_SECONDS", 10),
         retry_max_seconds=_number(env, "WEBHOOKS_RETRY_MAX_SECONDS", 3600),
         job_timeout=int(_number(env, "WEBHOOKS_JOB_TIMEOUT", 300)),
-        sweep_interval=_number(env, "WEBHOOKS_SWEEP_INTERVAL", 60),
+        sweep_interval=_number(env, "WEBHOOKS_SWEEP_INTERVAL", 15),
         sweep_age=_number(env, "WEBHOOKS_SWEEP_AGE", 60),
         embedded_worker=_flag(env, "WEBHOOKS_EMBEDDED_WORKER", True),
         quarantine_rows=int(_number(env, "WEBHOOKS_QUARANTINE_ROWS", 1000)),

@@ -163,3 +163,18 @@ def test_an_attempt_that_outlives_its_lease_marks_nothing_and_says_so(
     assert attempt_rows(app) == [(1, "error"), (2, "processed")]  # one row per attempt
     [(error,)] = rows(app, "SELECT error FROM attempts WHERE number = 1")
     assert error.startswith("AbandonedJobError")  # the sweeper's record: the late attempt adds none
+
+
+def test_a_dead_holders_events_are_free_within_ninety_seconds_by_default() -> None:
+    """The restarts issue: a claim was leased for the job timeout plus 30 s (330 s by default) and
+    swept every 60 s, so a SIGKILLed worker held its events five and a half minutes. A lease is at
+    most 60 s (renewed every third of it while its holder lives), whatever the job timeout, and the
+    sweep runs every 15 s by default: lease + interval stay under 90 s."""
+    from webhooks import config as webhooks_config
+
+    settings = webhooks_config.load({})
+    for timeout in (10, 300, 3600):
+        assert claims.lease(timeout) <= 60
+    assert claims.lease(10) == 10 + claims.LEASE_GRACE  # a short job's lease is what it was
+    assert settings.sweep_interval <= 20
+    assert claims.lease(settings.job_timeout) + settings.sweep_interval < 90

@@ -202,6 +202,8 @@ def serve(host: str, port: int) -> None:
     settings = load_settings()
     require_job()
     refuse_taken(host, port)
+    if problem := serving.taken(settings.database_url):  # one serve per database: it takes back every claim
+        raise click.ClickException(problem)
     if settings.redis_url:  # as `webhooks worker` does: one line, not the banner and retries without end
         refuse_unreachable_redis(settings.redis_url)
     handlers.load(settings.handler_modules)  # refuse to start on a module it cannot import

@@ -23,7 +23,8 @@ import sys
 import threading
 from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import Any
+from pathlib import Path
+from typing import Any, Literal
 
 from webhooks.config import Settings
 from webhooks.service import process_setup
@@ -102,9 +103,17 @@ def work(settings: Settings) -> None:
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
     threading.Thread(target=_until_eof, args=(stop.set,), name="webhooks-master-gone", daemon=True).start()
+    held = hold(settings.database_url, wait=LOCK_WAIT)  # kept open: the lock lives as long as this process
+    if held is False:
+        log.error("another webhooks serve works this database; this worker process stops")
+        sys.exit(1)
     rt = Runtime(settings)
     rt.start_config()
     started = datetime.now(UTC)
+    if held is not None:  # the only worker of its database: no holder of a lease can be alive
+        released = rt.store.release_claims()
+        if released:
+            log.warning("took back %d events the last run was processing when it stopped", released)
     # The embedded queue starts empty: whatever the last run left unfinished is stranded now.
     sweeper.sweep(rt, age=0)
     embedded.start_embedded(rt)  # the worker thread, the watchdog, the ticker, forwarding
@@ -112,6 +121,53 @@ def work(settings: Settings) -> None:
     handover.start()
     stop.wait()
     handover.stopped.set()  # the worker thread is a daemon: a job cut short is the sweeper's
+
+
+LOCK_WAIT = 20.0  # seconds the worker process waits for its predecessor's lock (a process on its way out)
+
+
+def lock_path(database_url: str) -> Path | None:
+    """``<database file>.serve-lock`` for a SQLite file (what makes ``serve`` its only server)."""
+    from webhooks import encryption
+
+    key = encryption.key_file(database_url)  # ``<database file>.key``: the same place
+    return None if key is None else key.with_name(key.name.removesuffix(".key") + ".serve-lock")
+
+
+def hold(database_url: str, *, wait: float) -> int | Literal[False] | None:
+    """This process's exclusive lock on the database's serve lock, tried for ``wait`` seconds: its
+    descriptor (kept open: closing it, or the process's end, releases it), None when the database
+    has no lock file (not a SQLite file), False when another process holds it."""
+    import fcntl
+    import time
+
+    path = lock_path(database_url)
+    if path is None:
+        return None
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    deadline = time.monotonic() + wait
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return fd
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                os.close(fd)
+                return False
+            time.sleep(0.2)  # the predecessor's worker process is on its way out
+
+
+def taken(database_url: str, wait: float = 5.0) -> str | None:
+    """One line when another ``webhooks serve`` works this database (its worker process holds the
+    lock), else None; the lock is let go at once (the worker process takes it)."""
+    fd = hold(database_url, wait=wait)
+    if fd is False:
+        path = lock_path(database_url)
+        database = path.name.removesuffix(".serve-lock") if path else "the database"
+        return f"another webhooks serve is running on {database}: stop it first (one serve per database)"
+    if fd is not None:
+        os.close(fd)
+    return None
 
 
 def _until_eof(then: Callable[[], object]) -> None:

@@ -117,6 +117,12 @@ class Store(Protocol):
         ``failed``)."""
         ...
 
+    def release_claims(self) -> int:
+        """End every lease (events' ``claimed_until``, deliveries' ``leased_until``): only for the
+        one server of its database (``webhooks serve``) at its start, when no holder can be alive;
+        the sweeper then takes the rows back at once. How many events were released."""
+        ...
+
     def stranded(self, cutoff: datetime, limit: int) -> Iterator[list[tuple[Key, str]]]:
         """``received`` / ``queued`` rows older than ``cutoff``, a keyset page at a time, with
         their status: the sweeper checks which have no live job."""

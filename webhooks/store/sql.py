@@ -21,7 +21,7 @@ from webhooks.store.base import Claimed, Inserts, Key
 from webhooks.store.rejections import count_rejection
 from webhooks.store.sql_rows import SqlInserts
 from webhooks.store.transitions import ABANDON, FAIL, LEAVE, MARK, RENEW, REPLAY, REQUEUE, Move, values
-from webhooks.vocabulary import Reason, Status
+from webhooks.vocabulary import DeliveryStatus, Reason, Status
 
 log = logging.getLogger(__name__)
 CHUNK = 500  # keys per UPDATE … IN (…)
@@ -255,6 +255,20 @@ class SqlStore:
     def status(self, key: Key) -> str | None:
         with self.reads() as session:
             return session.scalar(select(Event.status).where(Event.endpoint == key[0], Event.event_id == key[1]))
+
+    def release_claims(self) -> int:
+        from webhooks.forward_tables import Delivery
+
+        with self.sessions.begin() as session:
+            found: Any = session.execute(
+                update(Event).where(Event.status == Status.PROCESSING).values(claimed_until=None)
+            )
+            session.execute(
+                update(Delivery)
+                .where(Delivery.status == DeliveryStatus.PENDING, Delivery.leased_until.is_not(None))
+                .values(leased_until=None)
+            )
+        return int(found.rowcount or 0)
 
     def abandoned(self, cutoff: datetime, limit: int, max_attempts: int, now: datetime) -> list[Key]:
         """``processing`` rows whose lease is over at ``now`` (``claimed_until``; none: over) and

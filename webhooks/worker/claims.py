@@ -37,6 +37,9 @@ log = logging.getLogger("webhooks.jobs.process")  # the attempt lines' logger, a
 TRACEBACK_LIMIT = 8000
 LEASE_GRACE = 30.0  # seconds a lease outlasts the job's timeout: recording a timed-out attempt, clocks
 RENEWALS = 3  # renewals a lease's length: a late or failed one leaves the lease live
+# The longest lease, whatever the job timeout: the heartbeat renews it while its holder lives, so
+# it only bounds how long a dead holder (SIGKILL, an OOM kill) keeps its events from the others.
+MAX_LEASE = 60.0
 
 
 @dataclass
@@ -63,8 +66,9 @@ def held() -> Claim | None:
 
 
 def lease(job_timeout: float) -> float:
-    """A claim's lease in seconds: the job's timeout (RQ stops the job by then) and the grace."""
-    return job_timeout + LEASE_GRACE
+    """A claim's lease in seconds: the job's timeout and the grace, at most ``MAX_LEASE`` (renewed
+    every third of it while the job runs: a longer job keeps its claim, a dead holder loses it)."""
+    return min(job_timeout + LEASE_GRACE, MAX_LEASE)
 
 
 def renew(rt: Runtime, claim: Claim) -> bool:
