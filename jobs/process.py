@@ -47,9 +47,9 @@ from webhooks.forward import deliveries
 from webhooks.forward.dispatcher import nudge
 from webhooks.storable import storable_text
 from webhooks.store.base import Claimed, Seen, Work
-from webhooks.vocabulary import Reason, Status
+from webhooks.vocabulary import INTERRUPTED, Reason, Status
 from webhooks.worker import handlers, job_errors
-from webhooks.worker.claims import TRACEBACK_LIMIT, Claim, abandon, heartbeat, lease, measure, running
+from webhooks.worker.claims import TRACEBACK_LIMIT, Claim, Interrupted, abandon, heartbeat, lease, measure, running
 
 from . import fetch
 from .objects import Prepared, merge, prepare
@@ -214,6 +214,16 @@ def _process(rt: runtime.Runtime, endpoint: str, event_id: str, last_try: bool, 
                     if status == "skipped" and not claim.abandoned:
                         _stale(rt, claim, None)
                 traced.set("outcome", status)
+            except Interrupted:  # the worker's stop timeout passed: released, run again by the next worker
+                if claim.abandoned:
+                    raise
+                with locked():
+                    released = rt.store.interrupt(endpoint, event_id, attempt, started_at)
+                if released:
+                    lanes.after(functools.partial(_again, rt, endpoint, event_id))
+                log.warning("stopping: attempt %s of %s/%s interrupted and released", attempt, endpoint, event_id)
+                measure(label, INTERRUPTED, clock, event_id, attempt)
+                return INTERRUPTED
             except fetch.UnknownObjectError:
                 if claim.abandoned:
                     return "skipped"  # the watchdog recorded this attempt (``abandon``)
@@ -247,6 +257,14 @@ def _process(rt: runtime.Runtime, endpoint: str, event_id: str, last_try: bool, 
         if rt.settings.forwards.get(endpoint):
             nudge()  # this process's forwarder sends them now
     return status
+
+
+def _again(rt: runtime.Runtime, endpoint: str, event_id: str) -> None:
+    """The interrupted event's job, queued again for the next worker (the row is ``queued``)."""
+    try:
+        rt.queue.requeue(endpoint, event_id, force=True)
+    except Exception as exc:  # Redis gone: the `queued` row is the sweeper's
+        log.warning("could not queue %s/%s again (%s): the sweeper will", endpoint, event_id, exc.__class__.__name__)
 
 
 def _job_span(spans: contextlib.ExitStack, claimed: Claimed, claim_started: int) -> tracing.Traced:

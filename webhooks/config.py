@@ -62,6 +62,7 @@ class Settings:
     retry_base_seconds: float = 10.0
     retry_max_seconds: float = 3600.0
     job_timeout: int = 300
+    stop_timeout: float = 25.0  # seconds a stopping process lets running work finish (under Heroku's 30)
     sweep_interval: float = 15.0
     sweep_age: float = 60.0
     embedded_worker: bool = True
@@ -271,6 +272,7 @@ def load(environ: Mapping[str, Any] | None = None) -> Settings:
         retry_base_seconds=_number(env, "WEBHOOKS_RETRY_BASE_SECONDS", 10),
         retry_max_seconds=_number(env, "WEBHOOKS_RETRY_MAX_SECONDS", 3600),
         job_timeout=int(_number(env, "WEBHOOKS_JOB_TIMEOUT", 300)),
+        stop_timeout=_number(env, "WEBHOOKS_STOP_TIMEOUT", 25),
         sweep_interval=_number(env, "WEBHOOKS_SWEEP_INTERVAL", 15),
         sweep_age=_number(env, "WEBHOOKS_SWEEP_AGE", 60),
         embedded_worker=_flag(env, "WEBHOOKS_EMBEDDED_WORKER", True),
@@ -308,6 +310,7 @@ VARIABLES = (
     "WEBHOOKS_RETRY_BASE_SECONDS",
     "WEBHOOKS_RETRY_MAX_SECONDS",
     "WEBHOOKS_SWEEP_AGE",
+    "WEBHOOKS_STOP_TIMEOUT",
     "WEBHOOKS_SWEEP_INTERVAL",
     "WEBHOOKS_TRUSTED_PROXIES",
     "WEBHOOKS_TEST_CHROMIUM",
@@ -315,8 +318,7 @@ VARIABLES = (
 
 
 def unknown_variables(environ: Mapping[str, Any] | None = None) -> list[str]:
-    """One warning per ``WEBHOOKS_*`` variable nobody reads, naming the closest known one: a typo
-    (``WEBHOOKS_MAX_ATTEMPT``) would otherwise keep the default without a word."""
+    """One warning per ``WEBHOOKS_*`` variable nobody reads, naming the closest known one (a typo)."""
     env: Mapping[str, Any] = os.environ if environ is None else environ
     warnings = []
     names = (n for n in env if n.startswith("WEBHOOKS_") and n not in VARIABLES and not n.startswith(SECRET_PREFIX))
@@ -361,14 +363,12 @@ def variable(name: str, default: str | None = None) -> str | None:
 
 
 def port() -> str:
-    """``PORT`` (as Heroku and honcho set it), default 8000: where ``webhooks serve``,
-    ``webhooks send`` and gunicorn's ``bind`` look."""
+    """``PORT`` (Heroku, honcho), default 8000: ``webhooks serve``, ``send`` and gunicorn's ``bind``."""
     return variable("PORT") or "8000"
 
 
 def process_manager() -> str:
-    """The name a process manager gave this process (honcho's ``HONCHO_PROCESS_NAME``, foreman's
-    ``PS``), empty when none did."""
+    """The name a process manager gave this process (``HONCHO_PROCESS_NAME``, foreman's ``PS``) or ''."""
     return variable("HONCHO_PROCESS_NAME") or variable("PS") or ""
 
 
@@ -386,6 +386,7 @@ class WebProcess:
     threads: int
     head_timeout: float
     body_timeout: float
+    stop_timeout: float  # WEBHOOKS_STOP_TIMEOUT: gunicorn's graceful_timeout
 
 
 def web_process() -> WebProcess:
@@ -395,4 +396,5 @@ def web_process() -> WebProcess:
         threads=int(variable("WEB_THREADS") or "256"),
         head_timeout=float(variable("WEB_HEAD_TIMEOUT_SECONDS") or "10"),  # from a thread taking it up
         body_timeout=float(variable("WEB_BODY_TIMEOUT_SECONDS") or "20"),  # from the end of its head
+        stop_timeout=float(variable("WEBHOOKS_STOP_TIMEOUT") or "25"),
     )

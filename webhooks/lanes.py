@@ -230,6 +230,16 @@ def hosting() -> Iterator[Handoff]:
         _hosting.reset(token)
 
 
+def after(action: Callable[[], object]) -> None:
+    """Run ``action`` once the hosting worker recorded the running job's end (now, unhosted): a
+    job that queues its own event again must not race RQ's bookkeeping of itself."""
+    handoff = _hosting.get()
+    if handoff is None:
+        action()
+        return
+    handoff.defer, handoff.seconds = (lambda _seconds: action()), 0.0
+
+
 def hosted() -> bool:
     """Whether the job running here may hand its work on (a worker hosts it)."""
     return _hosting.get() is not None

@@ -45,6 +45,10 @@ class Outcome(StrEnum):
 # What a worker may claim: waiting, or processing under a claim its worker abandoned (the newer
 # claim supersedes it), or failed (a replay).
 CLAIMABLE = (Status.RECEIVED, Status.QUEUED, Status.PROCESSING, Status.FAILED)
+# An attempt's status (``attempts.status``, ``attempt_log``) when its worker was stopping and
+# ``WEBHOOKS_STOP_TIMEOUT`` passed before it ended: its effects rolled back, the event queued again,
+# and the attempt not counted against ``WEBHOOKS_MAX_ATTEMPTS``.
+INTERRUPTED = "interrupted"
 # How an attempt's error begins when the worker could not run the job at all (webhooks.worker.job_errors).
 JOB_ERROR = "worker could not run this job: "
 

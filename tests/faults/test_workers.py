@@ -65,6 +65,33 @@ def test_sigterm_lets_the_worker_finish_its_job(database: str, redis_server: Red
     assert one(database, "SELECT n FROM fault_effects") == (1,)
 
 
+def test_a_job_past_the_stop_timeout_is_interrupted_and_released(
+    database: str, redis_server: Redis, tmp_path: Path
+) -> None:
+    """The restarts issue: SIGTERM while a 3 s handler runs, ``WEBHOOKS_STOP_TIMEOUT=1``: the worker
+    exits within the window (not after the job, not after a lease), the event is ``queued`` again
+    with an ``interrupted`` attempt that is not counted, and the next worker processes it at once,
+    its effect once (the interrupted attempt's rolled back)."""
+    env = service_env(database, redis_server.url, WEBHOOKS_STOP_TIMEOUT="1")
+    with processes() as procs:
+        web, base = gunicorn(env, tmp_path, workers=1, threads=2)
+        procs.append(web)
+        post(base, "evt_cut", "test.slow")
+        busy = worker(env, tmp_path, "cut")
+        wait_until(lambda: status(database, "evt_cut") == "processing", interval=0.02)
+        asked = time.monotonic()
+        assert busy.stop(timeout=60) == 0, busy.tail()
+        took = time.monotonic() - asked
+        assert status(database, "evt_cut") == "queued", busy.tail()
+        assert one(database, "SELECT attempts FROM events") == (0,)  # not counted
+        assert one(database, "SELECT status FROM attempts") == ("interrupted",)
+        procs.append(worker(env, tmp_path, "next"))
+        wait_until(lambda: status(database, "evt_cut") == "processed", timeout=30)
+    assert took < 5, took
+    assert one(database, "SELECT n FROM fault_effects") == (1,)
+    assert one(database, "SELECT attempts FROM events") == (1,)
+
+
 def test_sigterm_lets_gunicorn_finish_an_in_flight_request(database: str, redis_server: Redis, tmp_path: Path) -> None:
     env = service_env(database, redis_server.url)
     body = stripe_event("evt_inflight", "payment_intent.succeeded")

@@ -123,3 +123,13 @@ def test_the_worker_class_is_gthreads() -> None:
     assert issubclass(Conn, gthread.TConn)
     assert issubclass(DeadlineUnreader, SocketUnreader)
     assert "error_log" in inspect.getsource(glogging.Logger.setup)
+
+
+def test_the_stop_window_is_under_the_platforms_kill() -> None:
+    """The restarts issue: gunicorn's graceful_timeout was 30 s, Heroku's kill time itself; it is
+    ``WEBHOOKS_STOP_TIMEOUT`` (25 s by default, a whole number of seconds for gunicorn)."""
+    from webhooks import config
+    from webhooks.service import gunicorn_conf
+
+    assert config.load({}).stop_timeout == 25
+    assert gunicorn_conf.graceful_timeout == 25 and isinstance(gunicorn_conf.graceful_timeout, int)

@@ -50,7 +50,8 @@ head_timeout = _web.head_timeout  # from a thread taking it up
 body_timeout = _web.body_timeout  # from the end of its head
 # Providers give up after ~10 s; a request that takes longer is stuck, not slow.
 timeout = 30
-graceful_timeout = 30  # SIGTERM: in-flight requests finish first
+# SIGTERM: in-flight requests finish first, within WEBHOOKS_STOP_TIMEOUT (25 s: under Heroku's 30 s kill).
+graceful_timeout = max(1, round(_web.stop_timeout))  # gunicorn takes whole seconds
 keepalive = 5
 # Request limits: webhook requests have small headers; refuse oversized ones before the app.
 limit_request_line = 8190

@@ -117,6 +117,12 @@ class Store(Protocol):
         ``failed``)."""
         ...
 
+    def interrupt(self, endpoint: str, event_id: str, attempt: int, started_at: datetime) -> bool:
+        """``INTERRUPT`` the claim whose token is ``attempt`` (its worker stopping past its stop
+        timeout): the event ``queued`` again with the attempt not counted, and an ``interrupted``
+        attempt row; False when the claim is no longer held."""
+        ...
+
     def release_claims(self) -> int:
         """End every lease (events' ``claimed_until``, deliveries' ``leased_until``): only for the
         one server of its database (``webhooks serve``) at its start, when no holder can be alive;

@@ -20,8 +20,8 @@ from webhooks.store import attempts
 from webhooks.store.base import Claimed, Inserts, Key
 from webhooks.store.rejections import count_rejection
 from webhooks.store.sql_rows import SqlInserts
-from webhooks.store.transitions import ABANDON, FAIL, LEAVE, MARK, RENEW, REPLAY, REQUEUE, Move, values
-from webhooks.vocabulary import DeliveryStatus, Reason, Status
+from webhooks.store.transitions import ABANDON, FAIL, INTERRUPT, LEAVE, MARK, RENEW, REPLAY, REQUEUE, Move, values
+from webhooks.vocabulary import INTERRUPTED, DeliveryStatus, Reason, Status
 
 log = logging.getLogger(__name__)
 CHUNK = 500  # keys per UPDATE … IN (…)
@@ -255,6 +255,18 @@ class SqlStore:
     def status(self, key: Key) -> str | None:
         with self.reads() as session:
             return session.scalar(select(Event.status).where(Event.endpoint == key[0], Event.event_id == key[1]))
+
+    def interrupt(self, endpoint: str, event_id: str, attempt: int, started_at: datetime) -> bool:
+        now = datetime.now(UTC)
+        change = values(INTERRUPT, Status.QUEUED, now) | {"attempts": Event.attempts - 1}
+        key = {"b_endpoint": endpoint, "b_event_id": event_id, "b_attempt": attempt}
+        with self.sessions.begin() as session:
+            found: Any = session.execute(update(Event).where(*under_claim(INTERRUPT)).values(change), key)
+            if not found.rowcount:
+                return False
+            why = "the worker stopped before this attempt ended (WEBHOOKS_STOP_TIMEOUT): not counted"
+            attempts.add(session, endpoint, event_id, attempt, started_at, INTERRUPTED, [], why)
+        return True
 
     def release_claims(self) -> int:
         from webhooks.forward_tables import Delivery

@@ -8,6 +8,7 @@ values from these, and nothing outside ``webhooks.store`` writes a status::
              queued ──leave──▶ received             └──fail──▶ queued | failed (after the last try)
     received | queued ──requeue──▶ queued   (sweeper: its job never reached Redis, or Redis lost it)
     processing ──renew──▶ processing         (worker: the claim's lease extended; status unchanged)
+    processing ──interrupt──▶ queued         (worker stopping past its stop timeout: not counted)
     processing ──abandon──▶ queued | failed  (sweeper: its lease is over and no transaction holds
                                               it; failed once spent)
     any but processing ──replay──▶ queued    (operator)
@@ -68,6 +69,12 @@ RENEW = Move(
     (Status.PROCESSING,),
     "worker, under its claim's token: the lease extended while a long call runs (status unchanged)",
 )
+INTERRUPT = Move(
+    "interrupt",
+    (Status.PROCESSING,),
+    (Status.QUEUED,),
+    "worker, under its claim's token: stopped past WEBHOOKS_STOP_TIMEOUT; the attempt is not counted",
+)
 REQUEUE = Move(
     "requeue",
     (Status.RECEIVED, Status.QUEUED),
@@ -87,7 +94,7 @@ REPLAY = Move(
     "operator: a replay (audited); a row being processed is left alone",
 )
 
-TABLE = (STORE, LEAVE, CLAIM, MARK, FAIL, RENEW, REQUEUE, ABANDON, REPLAY)
+TABLE = (STORE, LEAVE, CLAIM, MARK, FAIL, RENEW, INTERRUPT, REQUEUE, ABANDON, REPLAY)
 LEASED = (CLAIM, RENEW)  # the moves that write a lease (``claimed_until``)
 
 

@@ -42,6 +42,11 @@ RENEWALS = 3  # renewals a lease's length: a late or failed one leaves the lease
 MAX_LEASE = 60.0
 
 
+class Interrupted(BaseException):
+    """Raised in a job's thread when its worker's stop timeout (``WEBHOOKS_STOP_TIMEOUT``) passed
+    with the job still running (``webhooks.worker.loop``): the attempt is rolled back and released."""
+
+
 @dataclass
 class Claim:
     """A running job's claim: what ``abandon`` needs to settle it for the thread."""

@@ -9,6 +9,7 @@ named by dotted path (``queue.JOB``): nothing here imports ``webhooks.jobs``, wh
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import threading
 import time
@@ -21,13 +22,14 @@ from rq import Queue, SimpleWorker
 from rq.exceptions import StopRequested
 from rq.job import Job
 from rq.scheduler import RQScheduler
+from rq.worker import WorkerStatus
 
 from webhooks import config, lanes, runtime, urls
 from webhooks.config import Settings
 from webhooks.forward.dispatcher import Forwarder, drain
 from webhooks.queue import LANES, JobQueue
 from webhooks.runtime import Runtime
-from webhooks.worker import handlers, job_errors, reconcile, sweeper
+from webhooks.worker import claims, handlers, job_errors, reconcile, sweeper
 
 log = logging.getLogger("webhooks.worker")  # the name the docs and log filters know
 Scope = Callable[[], AbstractContextManager[object]]  # a worker's: its runtime in scope (``Runtime.scope``)
@@ -111,6 +113,47 @@ class Worker(ScopedWorker):
             runtime.start_config()
         self.runtime = runtime
         self.scope = self.runtime.scope
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(INTERRUPT_SIGNAL, _interrupt_job)
+
+    def request_stop(self, signum: Any, frame: Any) -> None:
+        """RQ's warm stop (SIGTERM, SIGINT): the running job may finish for
+        ``WEBHOOKS_STOP_TIMEOUT`` seconds; then it is interrupted (``claims.Interrupted``, raised
+        in its thread: its attempt rolled back, its event queued again for the next worker, not
+        counted), and if it does not return within ``STOP_GRACE`` more the process exits (its
+        claim's short lease frees the event)."""
+        if self.get_state() == WorkerStatus.BUSY and threading.current_thread() is threading.main_thread():
+            _arm(self, self.runtime.settings.stop_timeout)
+        super().request_stop(signum, frame)  # type: ignore[no-untyped-call]  # RQ's, unannotated
+
+
+INTERRUPT_SIGNAL = signal.SIGUSR1  # raises ``claims.Interrupted`` in the job's (the main) thread
+STOP_GRACE = 5.0  # seconds an interrupted job has to unwind before the process exits
+
+
+def _interrupt_job(signum: int, frame: object) -> None:
+    if claims.held() is not None:  # only inside a job's claim: never in RQ's own bookkeeping
+        raise claims.Interrupted
+
+
+def _arm(worker: ScopedWorker, timeout: float) -> None:
+    """After ``timeout``, interrupt the main thread's job if it still runs; after ``STOP_GRACE``
+    more, end the process (a call that ignores the signal cannot hold the stop past the window)."""
+    main = threading.main_thread()
+
+    def fire() -> None:
+        if worker.get_state() != WorkerStatus.BUSY or not main.is_alive():
+            return
+        log.warning("worker: stop timeout (%gs) passed with a job running: interrupting it", timeout)
+        signal.pthread_kill(main.ident or 0, INTERRUPT_SIGNAL)
+        time.sleep(STOP_GRACE)
+        if worker.get_state() == WorkerStatus.BUSY and main.is_alive():
+            log.error("worker: the interrupted job did not return within %gs: exiting; its lease frees it", STOP_GRACE)
+            os._exit(3)
+
+    timer = threading.Timer(max(0.0, timeout), fire)
+    timer.daemon = True
+    timer.start()
 
 
 def with_lanes(queues: Any) -> list[Any]:
@@ -155,7 +198,8 @@ def unreachable(url: str, within: float = 3.0, now: Callable[[], float] = time.m
 
 
 def run(settings: Settings, *, burst: bool = False) -> bool:
-    """Work the queue until stopped (SIGTERM finishes the current job first) or, with ``burst``,
+    """Work the queue until stopped (SIGTERM lets the current job finish within
+    ``WEBHOOKS_STOP_TIMEOUT``, then interrupts it) or, with ``burst``,
     until it is empty. Survives Redis outages: RQ's loop gives up on some Redis errors, so it is
     started again until a stop is requested."""
     # Every import before the stop handler: a SIGTERM raising inside an import can be swallowed
@@ -186,7 +230,7 @@ def run(settings: Settings, *, burst: bool = False) -> bool:
             done = _work(rt, burst, stop)
             # A burst ends once the lanes finished what the jobs handed them; a stop lets the
             # running provider calls end (bounded), and leaves the waiting ones to the sweeper.
-            rt.lanes.drain(timeout=60 if burst else 20, drop=not burst)
+            rt.lanes.drain(timeout=60 if burst else min(20.0, settings.stop_timeout), drop=not burst)
         if burst and forwarder is not None:  # a burst sends what is due, too
             drain(forwarder)
         return done
