@@ -31,17 +31,14 @@ from common import (  # the script's folder is on sys.path
 )
 
 # Frames (function name, file suffix) whose inclusive share is reported, in request order.
-STEPS = [
-    ("read_body", "webhooks/receive.py"),
-    ("verify", "webhooks/receive.py"),
-    ("store", "webhooks/receive.py"),
-    ("enqueue", "webhooks/receive.py"),
-    ("_account", "webhooks/receive.py"),
-    ("_commit", "webhooks/batch.py"),
-    ("_enqueue", "webhooks/batch.py"),
-    ("wait", "threading.py"),
-    ("full_dispatch_request", "flask/app.py"),
-    ("handle_request", "gunicorn/workers/gthread.py"),
+STEPS = [  # (function, the file it is in): the receiver's steps, where they live since the moves
+    ("read_body", "webhooks/receiver/receive.py"),
+    ("verify", "webhooks/receiver/receive.py"),
+    ("deliver", "webhooks/receiver/receive.py"),
+    ("_account", "webhooks/receiver/receive.py"),
+    ("store", "webhooks/receiver/batch.py"),
+    ("_commit", "webhooks/receiver/batch.py"),
+    ("_enqueue", "webhooks/receiver/batch.py"),
 ]
 IDLE = (
     "wait (threading.py",

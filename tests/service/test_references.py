@@ -38,3 +38,30 @@ def test_every_test_file_named_exists() -> None:
 def test_a_moved_test_is_seen_and_another_projects_is_not() -> None:
     assert mentions("pinned by tests/test_rq_private.py for the range") == ["tests/test_rq_private.py"]
     assert mentions("is `tests/responses/payment_single.json` of\nmollie/mollie-api-python") == []
+
+
+# A path of this repository named in the docs, comments, benchmarks or pyproject.toml (#39: the
+# toml named webhooks/forward/nats.py, benchmarks/pyspy.py looked for frames in files that moved).
+PATH = re.compile(
+    r"(?<![\w/.:-])((?:webhooks|jobs|benchmarks|migrations|examples|docs)/[\w/.-]*\w\.(?:py|md|toml|yml|yaml|html|css|json|js))\b"
+)
+
+
+def test_every_repository_path_named_exists() -> None:
+    named = [ROOT / "pyproject.toml", ROOT / "README.md", ROOT / "Procfile", ROOT / "mkdocs.yml"]
+    for folder, pattern in (
+        ("docs", "*.md"),
+        ("benchmarks", "*.py"),
+        ("benchmarks", "*.md"),
+        ("webhooks", "*.py"),
+        ("jobs", "*.py"),
+        ("examples", "*.md"),
+    ):
+        named += sorted((ROOT / folder).rglob(pattern))
+    missing = sorted(
+        f"{path.relative_to(ROOT)}: {found}"
+        for path in named
+        for found in PATH.findall(path.read_text(errors="replace"))
+        if not (ROOT / found).exists() and not (path.parent / found).exists()
+    )
+    assert missing == []
