@@ -23,6 +23,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import ROOT
 
 # The installed package names of the checkout's folders (pyproject.toml's package-dir).
@@ -347,3 +349,19 @@ def test_admin_modules_add_their_routes_only_when_the_package_registers_them() -
     # api: 3 rejections + gaps + 5 destinations + tokens + 13 runtime configuration (config_api);
     # pages: 3 rejections + gaps + 5 destinations + tokens + 2 config_pages + 11 config_forms
     assert after == [before[0] + 23, before[1] + 23]
+
+
+@pytest.mark.slow
+def test_no_broker_client_is_imported_without_a_bus_destination(tmp_path: Path) -> None:
+    """#39: every app imported pika, nats-py and botocore (create_app 0.72 s of which 0.9 s was
+    ``webhooks.forward.kinds``). A bus's client is imported when a destination of its kind is first
+    built: ``create_app()`` and the worker's loop without one import none."""
+    probe = f"""
+import sys
+import webhooks
+from webhooks.worker import loop
+webhooks.create_app({{"DATABASE_URL": "sqlite:///{tmp_path / "probe.db"}"}})
+print(sorted(m for m in ("pika", "nats", "botocore", "boto3") if m in sys.modules))
+"""
+    found = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, check=True)
+    assert found.stdout.strip().splitlines()[-1] == "[]", found.stdout + found.stderr
