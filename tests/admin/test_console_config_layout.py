@@ -16,7 +16,7 @@ from flask import Flask
 
 from tests.admin.test_console_browser import browser  # noqa: F401  (fixture)
 from tests.admin.test_runtime_config import DEST_SECRET, KEYS, SECRET
-from tests.conftest import ADMIN_PASSWORD, base_config, free_port, make_app, wait_until
+from tests.conftest import ADMIN_PASSWORD, ADYEN_KEY, base_config, free_port, make_app, wait_until
 
 pytestmark = pytest.mark.slow
 WIDTH = 1280
@@ -41,6 +41,8 @@ def crowded(sqlite_url: str) -> Iterator[str]:
     base = f"http://127.0.0.1:{httpd.server_port}"
     auth = ("admin", ADMIN_PASSWORD)
     try:
+        adyen = {"name": "adyen-live", "provider": "adyen", "secrets": [ADYEN_KEY], "basic_auth": "user:pass-word"}
+        assert requests.post(f"{base}/admin/api/endpoints", json=adyen, auth=auth, timeout=10).status_code == 201
         for n in range(3):
             table = {"name": f"merchant-account-{n}-eu", "provider": "stripe", "secrets": [SECRET + str(n)]}
             table["label"] = "a rather long label for merchant account number " + str(n)
@@ -77,4 +79,6 @@ def test_headers_and_pills_never_break_inside_a_word_at_1280_px(crowded: str, br
     page.goto(crowded + "/admin/endpoints")
     row = page.locator("tr", has_text="merchant-account-0-eu").inner_text()
     assert "expired" in row and "no live secret" in row, row
+    adyen = page.locator("tr", has_text="adyen-live").inner_text()
+    assert "basic_auth fp_" in adyen and "pass-word" not in page.content(), adyen  # the credential, as a fingerprint
     context.close()
