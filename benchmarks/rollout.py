@@ -35,7 +35,9 @@ import uuid
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import sqlalchemy as sa
 from common import BIN, REDIS, SECRET, free_port, scratch_database, wait_http, workdir  # the script's folder
@@ -189,7 +191,7 @@ class Fleet:
                     os.killpg(proc.pid, signal.SIGKILL)
 
 
-def run(args: argparse.Namespace, database_url: str, work: Path) -> dict[str, object]:
+def run(args: argparse.Namespace, database_url: str, work: Path, redis_url: str = REDIS) -> dict[str, object]:
     engine = sa.create_engine(database_url)
     with engine.begin() as conn:
         conn.exec_driver_sql(EFFECTS)
@@ -209,7 +211,7 @@ def run(args: argparse.Namespace, database_url: str, work: Path) -> dict[str, ob
     if args.serve:
         env.pop("REDIS_URL", None)
     else:
-        env["REDIS_URL"] = REDIS
+        env["REDIS_URL"] = redis_url
     sig = signal.SIGKILL if args.signal == "KILL" else signal.SIGTERM
     fleet, tally, tag = Fleet(env, work, args.serve), Tally(), uuid.uuid4().hex[:6]
     exits: list[float] = []
@@ -231,7 +233,7 @@ def run(args: argparse.Namespace, database_url: str, work: Path) -> dict[str, ob
         rolling.start()
         threads: list[threading.Thread] = []
         started, n = time.monotonic(), 0
-        while time.monotonic() - started < args.seconds:
+        while time.monotonic() - started < args.seconds or rolling.is_alive():  # load until the last restart
             due = started + n / args.rate
             if due > time.monotonic():
                 time.sleep(due - time.monotonic())
@@ -259,7 +261,7 @@ def run(args: argparse.Namespace, database_url: str, work: Path) -> dict[str, ob
         doubled = conn.exec_driver_sql("SELECT count(*) FROM rollout_effects WHERE n > 1").scalar_one()
         rows = conn.exec_driver_sql("SELECT received_at, processed_at FROM events WHERE processed_at IS NOT NULL").all()
     engine.dispose()
-    waits = sorted((p - r).total_seconds() for r, p in rows)
+    waits = sorted((_at(p) - _at(r)).total_seconds() for r, p in rows)
     return {
         "mode": "serve (SQLite)" if args.serve else "Procfile (PostgreSQL + Redis)",
         "signal": f"SIG{args.signal}",
@@ -279,6 +281,19 @@ def run(args: argparse.Namespace, database_url: str, work: Path) -> dict[str, ob
         "p99_s": round(waits[min(len(waits) - 1, int(len(waits) * 0.99))], 2) if waits else None,
         "max_s": round(waits[-1], 2) if waits else None,
     }
+
+
+def _at(value: Any) -> datetime:
+    """A time read back: PostgreSQL's datetime, or SQLite's text (UTC)."""
+    found = value if isinstance(value, datetime) else datetime.fromisoformat(str(value))
+    return found if found.tzinfo else found.replace(tzinfo=UTC)
+
+
+def met(found: dict[str, Any], signal_name: str) -> bool:
+    """The issue's goals: nothing lost or doubled; with SIGTERM no 5xx and max ≤ 30 s, with SIGKILL max ≤ 120 s."""
+    bound = 30 if signal_name == "TERM" else 120
+    clean = found["answered_5xx"] == 0 or signal_name == "KILL"
+    return bool(found["lost"] == 0 and found["doubled"] == 0 and clean and (found["max_s"] or 0) <= bound)
 
 
 def main() -> None:

@@ -36,7 +36,8 @@ Scope = Callable[[], AbstractContextManager[object]]  # a worker's: its runtime 
 
 
 class PromptWorker(SimpleWorker):
-    """RQ's non-forking worker whose stop never waits on its command channel.
+    """RQ's non-forking worker whose stop never waits on its command channel, and never drops a
+    job it was dequeuing (``_shutdown``, ``dequeue_job_and_maintain_ttl``).
 
     RQ listens for its commands (``rq:pubsub:<worker>``) on a redis-py thread that waits up to
     ``sleep_time`` for a message, and for a subscription when it has none. RQ passes 60 s; at
@@ -54,6 +55,27 @@ class PromptWorker(SimpleWorker):
         self.pubsub_thread: Any = self.pubsub.run_in_thread(  # RQ declares it None
             sleep_time=self.command_wait, daemon=True, exception_handler=self._pubsub_exception_handler
         )
+
+    def _shutdown(self) -> None:
+        """RQ's, but an idle worker only sets the flag: RQ raised ``StopRequested`` from the signal
+        handler wherever the main thread was, inside the blocking dequeue too, and a job Redis had
+        just moved to the intermediate list was dropped there (its event waited a minute for the
+        sweeper). The dequeue looks at the flag every ``STOP_POLL`` seconds instead."""
+        if self.get_state() == WorkerStatus.BUSY:
+            super()._shutdown()  # type: ignore[no-untyped-call]  # RQ's, unannotated
+            return
+        if self.scheduler:
+            self.stop_scheduler()  # type: ignore[no-untyped-call]
+        self._stop_requested = True
+
+    def dequeue_job_and_maintain_ttl(self, timeout: int | None, max_idle_time: int | None = None) -> Any:
+        if timeout is None or max_idle_time is not None:  # a burst, or RQ's own idle limit: as RQ does
+            return super().dequeue_job_and_maintain_ttl(timeout, max_idle_time)
+        while not self._stop_requested:
+            found = super().dequeue_job_and_maintain_ttl(min(timeout, STOP_POLL), STOP_POLL)
+            if found is not None:
+                return found
+        raise StopRequested
 
 
 class ScopedWorker(PromptWorker):
@@ -129,6 +151,7 @@ class Worker(ScopedWorker):
 
 INTERRUPT_SIGNAL = signal.SIGUSR1  # raises ``claims.Interrupted`` in the job's (the main) thread
 STOP_GRACE = 5.0  # seconds an interrupted job has to unwind before the process exits
+STOP_POLL = 1  # seconds an idle worker's blocking dequeue waits before it looks at its stop flag
 
 
 def _interrupt_job(signum: int, frame: object) -> None:
