@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from tests.admin.test_runtime_config import DEST_SECRET, OTHER, SECRET, SHOP, api, config, deliver, rt
-from tests.conftest import drain, make_app, rows, stripe_event, stripe_headers
+from tests.conftest import at_once, drain, make_app, rows, stripe_event, stripe_headers
 
 
 @pytest.mark.slow
@@ -231,25 +231,6 @@ def test_the_files_api_base_is_pinned_too() -> None:
         assert webhooks_config.load({"ENDPOINTS": {"x": {**table, "api_base": "http://127.0.0.1:8999"}}})
 
 
-def _at_once(*calls: Any) -> list[Any]:
-    """Each call on a thread of its own, released together; their answers in order."""
-    import threading
-
-    start = threading.Barrier(len(calls))
-    answers: list[Any] = [None] * len(calls)
-
-    def run(i: int) -> None:
-        start.wait()
-        answers[i] = calls[i]()
-
-    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(calls))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(60)
-    return answers
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("db", ["sqlite", "postgres"])
 def test_admin_writes_are_serial_and_validated_against_the_database(db: str, request: pytest.FixtureRequest) -> None:
@@ -263,7 +244,7 @@ def test_admin_writes_are_serial_and_validated_against_the_database(db: str, req
     for n in range(8):
         name = f"d{n}"
         assert api(a, "POST", "/destinations", {**dest, "name": name}).status_code == 201
-        patched, deleted = _at_once(
+        patched, deleted = at_once(
             lambda name=name: api(b, "PATCH", "/endpoints/shop-eu", {"forward": [name]}),
             lambda name=name: api(a, "DELETE", f"/destinations/{name}"),
         )
@@ -276,7 +257,7 @@ def test_admin_writes_are_serial_and_validated_against_the_database(db: str, req
             assert api(a, "PATCH", "/endpoints/shop-eu", {"forward": []}).status_code == 200
             assert api(a, "DELETE", f"/destinations/{name}").status_code == 204
     for n in range(40):
-        first, second = _at_once(
+        first, second = at_once(
             lambda n=n: api(a, "PATCH", "/endpoints/shop-eu", {"label": f"round-{n}"}),
             lambda n=n: api(b, "PATCH", "/endpoints/shop-eu", {"tolerance_seconds": 100 + n}),
         )

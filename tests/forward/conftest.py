@@ -5,6 +5,7 @@ destination that records what it answered and how many requests overlapped."""
 from __future__ import annotations
 
 import contextlib
+import functools
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -15,7 +16,17 @@ from typing import Any
 import pytest
 from flask import Flask
 
-from tests.conftest import base_config, make_app, rows, runtime, stripe_event, stripe_headers, unavailable, wait_until
+from tests.conftest import (
+    at_once,
+    base_config,
+    make_app,
+    rows,
+    runtime,
+    stripe_event,
+    stripe_headers,
+    unavailable,
+    wait_until,
+)
 from tests.support import brokers, destination, servers
 from webhooks import config
 from webhooks.errors import ConfigError
@@ -56,19 +67,7 @@ def post(app: Flask, body: bytes) -> int:
 
 def post_concurrently(app: Flask, bodies: list[bytes]) -> list[int]:
     """Every body posted at once, one thread each (the receiver's concurrent duplicates)."""
-    start = threading.Barrier(len(bodies))
-    codes: list[int] = [0] * len(bodies)
-
-    def send(i: int) -> None:
-        start.wait()
-        codes[i] = post(app, bodies[i])
-
-    threads = [threading.Thread(target=send, args=(i,)) for i in range(len(bodies))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(60)
-    return codes
+    return at_once(*(functools.partial(post, app, body) for body in bodies))
 
 
 def versioned(event_id: str, object_id: str, created: int) -> bytes:
