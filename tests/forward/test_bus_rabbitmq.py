@@ -238,7 +238,10 @@ def test_rabbitmq_killed_then_restarted_holds_deliveries_and_each_arrives_once(
             errors = {str(r[0]) for r in rows(app, "SELECT error FROM delivery_attempts")}
             assert all(e.startswith(("connect:", "timeout:")) for e in errors), errors
             server.start()  # the same node, port and data: the durable exchange and queue are back
-            wait_settled(app, 10, timeout=120)
+            # The circuit's probe doubles its wait after each failure while the node boots (an
+            # Erlang VM: tens of seconds on a busy 2-core machine), so the first probe after the
+            # restart may come as long after it as the boot took: a deadline past twice that.
+            wait_settled(app, 10, timeout=300)
         got = messages(server, queue)
         ids = [headers["webhook-id"] for headers, _, _ in got]
         assert sorted(ids) == sorted(message_id("stripe", f"evt_{n}", "bus") for n in range(10))  # once each
