@@ -15,7 +15,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from tests.support.servers import STARTED, Unavailable, _dies_with_parent, _stop, _wait, free_port
+from tests.support.servers import STARTED, Unavailable, _dies_with_parent, _stop, _wait, free_port, stable_port
 
 RABBITMQ = Path("/usr/lib/rabbitmq/bin/rabbitmq-server")  # Debian's, not the wrapper that su's to rabbitmq
 EPMD = "epmd"
@@ -26,7 +26,7 @@ class Broker:
     ``kill`` (SIGKILL: no shutdown), ``remove``."""
 
     def __init__(self) -> None:
-        self.port = free_port()
+        self.port = stable_port()  # restarted on it: never an ephemeral port a client may hold
         self.dir = Path(tempfile.mkdtemp(prefix=f"wh-test-{self.__class__.__name__.lower()}-"))
         self.proc: subprocess.Popen[bytes] | None = None
         STARTED.append(self)  # type: ignore[arg-type]  # removed at exit with the other servers

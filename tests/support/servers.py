@@ -38,6 +38,27 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+STABLE_PORTS = (20000, 32000)  # below Linux's ephemeral range (32768-60999 here)
+
+
+def stable_port() -> int:
+    """A free port outside the ephemeral range, for a server that is killed and started again on
+    it: while it is down, a client retrying a connection to an ephemeral port can be handed that
+    very port as its own (TCP's self-connect), and the restarted server cannot listen (a
+    RabbitMQ node restarted under CI's load failed so: ``listener_sup_127.0.0.1:<port>``)."""
+    import random
+
+    for _ in range(200):
+        port = random.randint(*STABLE_PORTS)
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    return free_port()
+
+
 def _wait(predicate: Callable[[], bool], timeout: float, what: str) -> None:
     deadline = time.monotonic() + timeout
     while not predicate():
