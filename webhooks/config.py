@@ -54,6 +54,7 @@ class Settings:
     endpoints: Mapping[str, Endpoint] = field(default_factory=dict)
     destinations: Mapping[str, Destination] = field(default_factory=dict)
     forwards: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # endpoint → destination names
+    variables: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # endpoint → the shorthands that made it
     handler_modules: tuple[str, ...] = ()
     queue_name: str = "default"  # what a plain `rq worker` listens to
     max_body_bytes: int = 1024 * 1024
@@ -242,6 +243,7 @@ def load(environ: Mapping[str, Any] | None = None) -> Settings:
     """Read and validate the whole configuration."""
     env: Mapping[str, Any] = os.environ if environ is None else environ
     raw_endpoints, raw_destinations = _tables(env)
+    made = {v: n for v, (n, _, _) in shorthands().items() if env.get(v) and n not in raw_endpoints}
     raw_endpoints = _raw_endpoints(env, raw_endpoints)
     endpoints = {name: build_endpoint(name, raw, env) for name, raw in raw_endpoints.items()}
     destinations = {name: build_destination(name, raw, env) for name, raw in raw_destinations.items()}
@@ -262,6 +264,7 @@ def load(environ: Mapping[str, Any] | None = None) -> Settings:
         redis_url=redis_url(env.get("REDIS_URL") or None),
         admin_password=env.get("WEBHOOKS_ADMIN_PASSWORD") or None,
         endpoints=endpoints,
+        variables={n: tuple(sorted(v for v, of in made.items() if of == n)) for n in set(made.values())},
         destinations=destinations,
         forwards=forward,
         handler_modules=handlers,
@@ -290,30 +293,15 @@ SECRET_PREFIX = "WEBHOOKS_SECRET_"  # `webhooks config export`'s placeholders: W
 
 
 # Every ``WEBHOOKS_*`` variable something reads (the test suite's too): any other is a typo.
-VARIABLES = (
-    "WEBHOOKS_ADMIN_PASSWORD",
-    "WEBHOOKS_CONFIG",
-    "WEBHOOKS_EMBEDDED_WORKER",
-    "WEBHOOKS_ENCRYPTION_KEYS",
-    "WEBHOOKS_HANDLERS",
-    "WEBHOOKS_JOB_TIMEOUT",
-    "WEBHOOKS_LOG_FORMAT",
-    "WEBHOOKS_LOG_LEVEL",
-    "WEBHOOKS_MAX_ATTEMPTS",
-    "WEBHOOKS_MAX_BODY_BYTES",
-    "WEBHOOKS_OUTBOUND_TIMEOUT_SECONDS",
-    "WEBHOOKS_QUARANTINE_BYTES",
-    "WEBHOOKS_QUARANTINE_DAYS",
-    "WEBHOOKS_QUARANTINE_ROWS",
-    "WEBHOOKS_QUEUE",
-    "WEBHOOKS_READ_TIMEOUT_SECONDS",
-    "WEBHOOKS_RETRY_BASE_SECONDS",
-    "WEBHOOKS_RETRY_MAX_SECONDS",
-    "WEBHOOKS_SWEEP_AGE",
-    "WEBHOOKS_STOP_TIMEOUT",
-    "WEBHOOKS_SWEEP_INTERVAL",
-    "WEBHOOKS_TRUSTED_PROXIES",
-    "WEBHOOKS_TEST_CHROMIUM",
+VARIABLES = tuple(
+    """
+    WEBHOOKS_ADMIN_PASSWORD WEBHOOKS_CONFIG WEBHOOKS_EMBEDDED_WORKER WEBHOOKS_ENCRYPTION_KEYS WEBHOOKS_HANDLERS
+    WEBHOOKS_JOB_TIMEOUT WEBHOOKS_LOG_FORMAT WEBHOOKS_LOG_LEVEL WEBHOOKS_MAX_ATTEMPTS WEBHOOKS_MAX_BODY_BYTES
+    WEBHOOKS_OUTBOUND_TIMEOUT_SECONDS WEBHOOKS_QUARANTINE_BYTES WEBHOOKS_QUARANTINE_DAYS
+    WEBHOOKS_QUARANTINE_ROWS WEBHOOKS_QUEUE WEBHOOKS_READ_TIMEOUT_SECONDS WEBHOOKS_RETRY_BASE_SECONDS
+    WEBHOOKS_RETRY_MAX_SECONDS WEBHOOKS_SWEEP_AGE WEBHOOKS_STOP_TIMEOUT WEBHOOKS_SWEEP_INTERVAL
+    WEBHOOKS_TRUSTED_PROXIES WEBHOOKS_TEST_CHROMIUM
+    """.split()
 )
 
 

@@ -5,10 +5,14 @@ the key file's path (``load_or_create_key_file``). The value is ``kid:base64-32-
 comma separated; the first key encrypts, every key decrypts, so a rotation is "put the new key
 first, re-encrypt, then drop the old one when ``key_id_of`` counts none under it".
 
-A value is stored as the token ``v1:<kid>:<nonce>:<ciphertext>`` (base64url, unpadded): AES-256-GCM
-under the key ``kid`` with a random 12-byte nonce, and associated data that binds it to its row
-(the JSON list of the format, table, owner name, secret id and kid), so a token copied to another
-row, or relabelled with another kid, does not decrypt.
+A value is stored as the token ``v2:<kid>:<nonce>:<ciphertext>`` (base64url, unpadded): AES-256-GCM
+under the key ``kid`` with a random 12-byte nonce, and associated data that binds it to its row and
+to where it may be sent (the JSON list of the format, table, owner name, secret id, kid, purpose and
+``bound``: for a credential, the options that say which host receives it), so a token copied to
+another row or purpose, relabelled with another kid, or whose item was re-pointed by an edit of its
+clear options, does not decrypt. ``v1`` tokens (before #37: no purpose, no ``bound``) still open
+with their own associated data; ``needs_rotation`` says yes to them, so ``webhooks keys rotate``
+(or the item's next write) seals them again as ``v2``.
 
 Errors, beside ``webhooks.errors``' tree::
 
@@ -42,7 +46,8 @@ from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 from webhooks.errors import ConfigError, WebhooksError
 
 VARIABLE = "WEBHOOKS_ENCRYPTION_KEYS"
-TOKEN_VERSION = "v1"
+TOKEN_VERSION = "v2"
+VERSIONS = ("v1", TOKEN_VERSION)  # what opens; only the last is written
 KEY_BYTES = 32  # AES-256
 NONCE_BYTES = 12  # random per value: safe to 2**32 values per key (NIST SP 800-38D), far past any deployment
 TAG_BYTES = 16
@@ -82,15 +87,16 @@ def _key_bytes(text: str) -> bytes:
     return base64.b64decode(text + "=" * (-len(text) % 4), validate=True)
 
 
-def _associated_data(table: str, owner: str, secret_id: str, kid: str) -> bytes:
+def _associated_data(version: str, table: str, owner: str, secret_id: str, kid: str, purpose: str, bound: str) -> bytes:
     # A JSON list is unambiguous whatever the names hold (``a,b`` + ``c`` never equals ``a`` + ``b,c``).
-    return json.dumps([TOKEN_VERSION, table, owner, secret_id, kid], separators=(",", ":")).encode()
+    fields = [version, table, owner, secret_id, kid] + ([purpose, bound] if version != "v1" else [])
+    return json.dumps(fields, separators=(",", ":")).encode()
 
 
 def _split(token: str) -> tuple[str, bytes, bytes]:
     """(kid, nonce, ciphertext with its tag) of a well-formed token."""
     parts = token.split(":")
-    if len(parts) != 4 or parts[0] != TOKEN_VERSION or not KEY_ID.fullmatch(parts[1]):
+    if len(parts) != 4 or parts[0] not in VERSIONS or not KEY_ID.fullmatch(parts[1]):
         raise UndecryptableError(f"not a {TOKEN_VERSION}:<kid>:<nonce>:<ciphertext> token")
     try:
         nonce, sealed = _unb64url(parts[2]), _unb64url(parts[3])
@@ -168,28 +174,37 @@ class Keyring:
             cipher = self._ciphers[kid] = AESGCM(self._key(kid))
         return cipher
 
-    def encrypt(self, plaintext: bytes, *, table: str, owner: str, secret_id: str) -> str:
-        """A token of ``plaintext`` under the first key, bound to this row."""
+    def encrypt(
+        self, plaintext: bytes, *, table: str, owner: str, secret_id: str, purpose: str = "", bound: str = ""
+    ) -> str:
+        """A token of ``plaintext`` under the first key, bound to this row, its purpose and ``bound``."""
         kid = self.current_key_id
         nonce = os.urandom(NONCE_BYTES)
-        sealed = AESGCM(self._keys[kid]).encrypt(nonce, plaintext, _associated_data(table, owner, secret_id, kid))
+        data = _associated_data(TOKEN_VERSION, table, owner, secret_id, kid, purpose, bound)
+        sealed = AESGCM(self._keys[kid]).encrypt(nonce, plaintext, data)
         return f"{TOKEN_VERSION}:{kid}:{_b64url(nonce)}:{_b64url(sealed)}"
 
-    def decrypt(self, token: str, *, table: str, owner: str, secret_id: str) -> bytes:
-        """The plaintext of a token made for this row; ``UnknownKeyError`` when its key is not
-        configured, ``UndecryptableError`` when it is altered or belongs to another row."""
+    def decrypt(
+        self, token: str, *, table: str, owner: str, secret_id: str, purpose: str = "", bound: str = ""
+    ) -> bytes:
+        """The plaintext of a token made for this row, purpose and ``bound`` (a ``v1`` token: this
+        row); ``UnknownKeyError`` when its key is not configured, ``UndecryptableError`` when it is
+        altered, belongs to another row, or ``bound`` is not what it was sealed with."""
         kid, nonce, sealed = _split(token)
+        data = _associated_data(token.split(":", 1)[0], table, owner, secret_id, kid, purpose, bound)
         try:
-            return self._cipher(kid).decrypt(nonce, sealed, _associated_data(table, owner, secret_id, kid))
+            return self._cipher(kid).decrypt(nonce, sealed, data)
         except InvalidTag:
             raise UndecryptableError(
                 f"{table} {owner!r} secret {secret_id!r}: the token under key {kid!r} does not open "
-                "(altered, or copied from another row)"
+                "(altered, copied from another row, or where it may be sent was changed outside the admin "
+                "API: set the credential again)"
             ) from None
 
     def needs_rotation(self, token: str) -> bool:
-        """Whether ``webhooks keys rotate`` should re-encrypt it (sealed under another than the first key)."""
-        return key_id_of(token) != self.current_key_id
+        """Whether ``webhooks keys rotate`` should re-encrypt it (sealed under another than the first
+        key, or in the ``v1`` format, which binds no purpose and no host)."""
+        return key_id_of(token) != self.current_key_id or not token.startswith(TOKEN_VERSION + ":")
 
     def _fingerprint_under(self, kid: str, secret: bytes) -> str:
         hkdf = HKDF(algorithm=hashes.SHA256(), length=32, salt=None, info=FINGERPRINT_INFO)

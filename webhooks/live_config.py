@@ -11,6 +11,7 @@ Values ``env:NAME`` are the file's: an item from the API may not read the proces
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field, replace
@@ -38,6 +39,9 @@ CREDENTIALS = frozenset(
     }
 )
 URL = "url"  # a destination's URL is a credential when its query string or userinfo may hold a token
+# The clear options that say where an item's credentials are sent: each credential is sealed bound
+# to them (``bound_to``), so an edit of them outside the admin API leaves it unopenable (#37).
+WHERE = ("kind", "provider", "api_base", "region", "url", "queue_url", "endpoint_url", "allow_private")
 
 
 @dataclass(frozen=True)
@@ -70,6 +74,13 @@ def split(kind: str, table: Mapping[str, Any]) -> tuple[dict[str, Any], list[str
         credentials[URL] = options[URL]
         options[URL] = redacted(options[URL])
     return options, [str(s) for s in signing], credentials
+
+
+def bound_to(kind: str, table: Mapping[str, Any]) -> str:
+    """What a credential of an item of ``kind`` with ``table``'s clear options is bound to: the
+    options in ``WHERE``, as canonical JSON (a signing secret is sent nowhere: bound to "")."""
+    where = {k: table[k] for k in WHERE if k in table}
+    return json.dumps({"item": kind, **where}, sort_keys=True, separators=(",", ":"), default=str)
 
 
 def joined(options: Mapping[str, Any], signing: Iterable[str], credentials: Mapping[str, str]) -> dict[str, Any]:

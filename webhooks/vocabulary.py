@@ -40,6 +40,7 @@ class Outcome(StrEnum):
     GONE = "gone"  # 410: the destination is paused until an operator resumes it
     PROBE_FAILED = "probe_failed"  # the circuit is open: no attempt spent
     SUPERSEDED = "superseded"  # not sent: the ordered destination has a newer version
+    INTERRUPTED = "interrupted"  # its worker stopped past WEBHOOKS_STOP_TIMEOUT mid-send: due at once, not spent
 
 
 # What a worker may claim: waiting, or processing under a claim its worker abandoned (the newer

@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+import sqlalchemy as sa
 
 from tests.admin.test_runtime_config import DEST_SECRET, OTHER, SECRET, SHOP, api, config, deliver, rt
 from tests.conftest import at_once, drain, make_app, rows, stripe_event, stripe_headers
@@ -86,6 +87,41 @@ def test_no_time_value_can_freeze_the_configuration(db: str, request: pytest.Fix
     assert deliver(other, "shop-us", "evt_after_edges", SECRET) == 200
     expired = api(client, "POST", f"/endpoints/shop-eu/secrets/{far.get_json()['id']}/expire", {"at": EDGES[1]})
     assert expired.status_code == 200, expired.get_json()
+
+
+# A value each database stores and its driver cannot read back: PostgreSQL takes a time whose
+# offset puts it before year 1 in UTC (the issue's finding 2, written straight to the table);
+# SQLite takes any text in a time column.
+UNREADABLE = {"postgres": "0001-01-01 00:00:00+14", "sqlite": "the day after never"}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("db", ["sqlite", "postgres"])
+def test_a_row_no_driver_can_read_is_refused_alone(db: str, request: pytest.FixtureRequest) -> None:
+    """Finding 2's other half: whatever wrote it, one stored row the driver cannot read is a bad
+    row: that item alone is left as it was (a running process keeps it, a restarted one leaves it
+    out, the error logged), every other change applies, and the listing and writes keep answering."""
+    app = make_app(config(request, db))
+    client = app.test_client()
+    assert api(client, "POST", "/endpoints", SHOP).status_code == 201
+    assert api(client, "POST", "/endpoints", {**SHOP, "name": "shop-bad", "label": None}).status_code == 201
+    with rt(app).engine.begin() as conn:
+        conn.execute(
+            sa.text("UPDATE config_secrets SET expires_at = :t WHERE item_name = 'shop-bad'"), {"t": UNREADABLE[db]}
+        )
+        conn.execute(sa.text("UPDATE config_version SET version = version + 1"))
+    assert api(client, "POST", "/endpoints", {**SHOP, "name": "shop-us"}).status_code == 201  # writes answer
+    rt(app).reload_config()
+    assert {"shop-eu", "shop-us", "shop-bad"} <= set(rt(app).settings.endpoints)  # shop-bad as it was
+    restarted = make_app(config(request, db))
+    assert {"shop-eu", "shop-us"} <= set(rt(restarted).settings.endpoints)
+    assert "shop-bad" not in rt(restarted).settings.endpoints
+    listing = api(client, "GET", "/endpoints")
+    assert listing.status_code == 200 and {"shop-eu", "shop-us"} <= {e["name"] for e in listing.get_json()["endpoints"]}
+    assert deliver(restarted, "shop-us", "evt_beside_a_bad_row", SECRET) == 200
+    assert api(client, "DELETE", "/endpoints/shop-bad").status_code in (200, 204)  # the repair: delete and create
+    rt(restarted).reload_config()
+    assert "shop-bad" not in rt(restarted).settings.endpoints and "shop-eu" in rt(restarted).settings.endpoints
 
 
 @pytest.mark.slow
@@ -174,6 +210,20 @@ def test_file_endpoints_are_listed_with_their_options_and_secrets(request: pytes
         assert (secret["fingerprint"] or "").startswith("fp_k1_") == fingerprinted
         assert (secret["fingerprint"] is None) == (not fingerprinted)
         assert shown["live_secrets"] == 1
+        assert shown["variables"] == []
+
+
+def test_an_endpoint_made_by_a_shorthand_variable_says_so(request: pytest.FixtureRequest) -> None:
+    """Finding 8: an endpoint from ``GITHUB_WEBHOOK_SECRET`` alone was labelled "configuration file"."""
+    from tests.conftest import admin_headers
+
+    app = make_app(config(request, "sqlite", GITHUB_WEBHOOK_SECRET="gh-shorthand-secret"))
+    client = app.test_client()
+    made = listed(client, "github")
+    assert (made["source"], made["variables"]) == ("file", ["GITHUB_WEBHOOK_SECRET"])
+    assert listed(client, "stripe")["variables"] == []  # the file's (the test mapping's ENDPOINTS)
+    page = client.get("/admin/endpoints", headers=admin_headers()).get_data(as_text=True)
+    assert "environment: GITHUB_WEBHOOK_SECRET" in page and "gh-shorthand-secret" not in page
 
 
 CREDENTIALED = {  # a table of each kind whose api_base receives a stored credential

@@ -46,7 +46,7 @@ def relabelled(token: str, kid: str) -> str:
 
 def test_a_token_opens_for_its_own_row() -> None:
     token = sealed()
-    assert token.startswith("v1:a:") and SECRET not in token.encode()
+    assert token.startswith("v2:a:") and SECRET not in token.encode()
     assert keyring().decrypt(token, **ROW) == SECRET
     assert key_id_of(token) == "a"
 
@@ -91,7 +91,7 @@ def test_a_tampered_token_does_not_open(part: int) -> None:
 
 
 @pytest.mark.parametrize(
-    "token", ["", "v1:a:x", "v2:a:AAAAAAAAAAAAAAAA:AAAAAAAAAAAAAAAAAAAAAA", "v1:a:AAAA:AAAA", "v1:a:!!:!!"]
+    "token", ["", "v1:a:x", "v3:a:AAAAAAAAAAAAAAAA:AAAAAAAAAAAAAAAAAAAAAA", "v1:a:AAAA:AAAA", "v1:a:!!:!!"]
 )
 def test_a_malformed_token_is_undecryptable(token: str) -> None:
     with pytest.raises(UndecryptableError):
@@ -247,3 +247,26 @@ def test_two_processes_creating_the_key_file_at_once_keep_the_first_key(
     monkeypatch.setattr(os, "link", another_process_links_first)
     assert load_or_create_key_file(path) == (winner, False)
     assert os.listdir(tmp_path) == ["webhooks.db.key"]
+
+
+@pytest.mark.parametrize("field", ["purpose", "bound"])
+def test_a_token_opens_only_for_its_purpose_and_where_it_was_bound(field: str) -> None:
+    """#37: a credential sealed for one host (``bound``) or purpose does not open for another."""
+    where = {"purpose": "api_key", "bound": '{"api_base":"https://api.stripe.com","item":"endpoint"}'}
+    token = keyring().encrypt(SECRET, **ROW, **where)
+    assert keyring().decrypt(token, **ROW, **where) == SECRET
+    with pytest.raises(UndecryptableError, match="set the credential again"):
+        keyring().decrypt(token, **ROW, **{**where, field: where[field] + "x"})
+
+
+def test_a_v1_token_still_opens_and_asks_for_rotation() -> None:
+    """Tokens written before the purpose and host were bound (format v1) open for their row, and
+    ``keys rotate`` seals them again as v2 under the same key."""
+    from tests.service.test_credential_binding import API_KEY, RING, V1_API_KEY
+
+    secret_id, token = V1_API_KEY
+    row = {"table": "config_secrets", "owner": "stripe-eu", "secret_id": secret_id}
+    assert RING.decrypt(token, **row, purpose="api_key", bound="anything") == API_KEY.encode()
+    assert RING.needs_rotation(token)
+    with pytest.raises(UndecryptableError):
+        RING.decrypt(token, **{**row, "owner": "stripe-us"})

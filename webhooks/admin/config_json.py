@@ -63,7 +63,9 @@ def endpoint_json(
         live_secrets = sum(1 for s in secrets if s.purpose == SIGNING and live_now(s, now))
     else:
         live_secrets = len(live.secrets) if live is not None else 0
-    return {**found, "forward": forward, "options": options, "live_secrets": live_secrets}
+    # A "file" endpoint made by shorthand variables (STRIPE_WEBHOOK_SECRET) names them; else [].
+    variables = list(rt.settings.variables.get(name, ())) if item is None else []
+    return {**found, "forward": forward, "options": options, "live_secrets": live_secrets, "variables": variables}
 
 
 def file_options(endpoint: Endpoint) -> dict[str, Any]:

@@ -52,6 +52,7 @@ class Lane:
         self.publisher = kinds.publisher(destination, resolver)
         self.pool = ThreadPoolExecutor(destination.max_in_flight, thread_name_prefix=f"forward-{destination.name}")
         self.busy = 0  # leases handed to the pool and not yet settled
+        self.flying: dict[int, tuple[Lease, datetime]] = {}  # sends under way: what a stop interrupts
         self.keys = destination.keys
 
     @property
@@ -60,9 +61,16 @@ class Lane:
 
     def send(self, lease: Lease) -> None:
         self.busy += 1
+        self.flying[id(lease)] = (lease, datetime.now(UTC))
         self.pool.submit(self._send, lease)
 
     def _send(self, lease: Lease) -> None:
+        try:
+            self._traced(lease)
+        finally:
+            self.flying.pop(id(lease), None)
+
+    def _traced(self, lease: Lease) -> None:
         with (
             tracing.linked(lease.traceparent),
             tracing.span(
@@ -203,22 +211,36 @@ class Forwarder:
             worked = True
         return worked
 
-    def stop(self, timeout: float = 10.0) -> None:
-        """Stop leasing, let requests in flight finish (up to ``timeout``), settle them."""
+    def halt(self) -> None:
+        """Lease nothing more (a stop was asked for); what is in flight goes on until ``stop``."""
         self.stopped.set()
         _wake.set()
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Stop leasing, let requests in flight finish (up to ``timeout``: what is left of the
+        stop's window), settle them; a send still under way then is interrupted: its delivery
+        released at once (``settle.interrupt``: due again, no attempt spent), so the next worker
+        sends it without waiting for its lease to end."""
+        deadline = time.monotonic() + max(0.0, timeout)
+        self.halt()
         if self.thread is not None:
-            self.thread.join(timeout)
-        deadline = time.monotonic() + timeout
-        while (
-            any(lane.busy for lane in [*self.lanes.values(), *self._retired.values()]) and time.monotonic() < deadline
-        ):
+            self.thread.join(max(0.0, deadline - time.monotonic()))
+        lanes = [*self.lanes.values(), *self._retired.values()]
+        while any(lane.busy for lane in lanes) and time.monotonic() < deadline:
             try:
                 self.settle()
             except SQLAlchemyError:
                 break  # their leases expire: sent again by the next forwarder
             time.sleep(0.02)
-        for lane in [*self.lanes.values(), *self._retired.values()]:
+        flying = [sent for lane in lanes for sent in list(lane.flying.values())]
+        if flying:
+            log.warning("forwarder: %d send(s) still under way at the stop timeout: interrupting them", len(flying))
+            try:
+                self.settle()  # what came back meanwhile first
+                settle.interrupt(self.sessions, flying, datetime.now(UTC))
+            except SQLAlchemyError:
+                log.warning("forwarder: could not release the interrupted sends; their leases expire")
+        for lane in lanes:
             lane.close(wait=False)
 
 

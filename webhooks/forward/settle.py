@@ -18,7 +18,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from webhooks.destinations import MAX_PROBE_SECONDS, Destination
 from webhooks.engines import upsert
 from webhooks.forward.deliveries import EXCERPT, MAX_THROTTLE_SECONDS, PENDING, object_key, state_of
-from webhooks.forward.leases import Result
+from webhooks.forward.leases import Lease, Result
 from webhooks.forward_tables import Delivery, DeliveryAttempt, DestinationState, ForwardedObject
 from webhooks.storable import storable_text
 from webhooks.vocabulary import DeliveryStatus, Outcome
@@ -58,6 +58,44 @@ def settle(
             outcomes.append(outcome)
         _forwarded(session, sent)
     return outcomes
+
+
+INTERRUPTED_WHY = "interrupted: the worker stopped past WEBHOOKS_STOP_TIMEOUT with this send under way"
+
+
+def interrupt(sessions: sessionmaker[Session], flying: Iterable[tuple[Lease, datetime]], now: datetime) -> int:
+    """Release the deliveries whose sends were under way when their worker's stop timeout passed:
+    each still ``pending`` and due at once, its lease taken back (the token moves on, so a late
+    result settles nothing), with an ``interrupted`` attempt that spends nothing. How many."""
+    released = 0
+    by_destination: dict[str, list[tuple[Lease, datetime]]] = {}
+    for lease, started_at in flying:
+        by_destination.setdefault(lease.destination, []).append((lease, started_at))
+    with sessions.begin() as session:
+        for name, sends in sorted(by_destination.items()):
+            rows = _locked(session, name, [(lease.endpoint, lease.event_id) for lease, _ in sends])
+            for lease, started_at in sends:
+                delivery = rows.get((lease.endpoint, lease.event_id))
+                if delivery is None or delivery.lease != lease.token or delivery.status != PENDING:
+                    continue
+                delivery.lease += 1
+                delivery.leased_until, delivery.last_status_code, delivery.last_error = None, None, INTERRUPTED_WHY
+                session.add(
+                    DeliveryAttempt(
+                        endpoint=delivery.endpoint,
+                        event_id=delivery.event_id,
+                        destination=name,
+                        number=delivery.attempts,
+                        started_at=started_at,
+                        seconds=max(0.0, (now - started_at).total_seconds()),
+                        outcome=Outcome.INTERRUPTED,
+                        status_code=None,
+                        error=INTERRUPTED_WHY,
+                        response=None,
+                    )
+                )
+                released += 1
+    return released
 
 
 def _locked(session: Session, name: str, keys: list[tuple[str, str]]) -> dict[tuple[str, str], Delivery]:

@@ -30,6 +30,7 @@ from webhooks.store.config_snapshot import Snapshot as Snapshot  # the read ever
 from webhooks.store.config_snapshot import live as live
 from webhooks.store.config_snapshot import opened as opened
 from webhooks.store.config_snapshot import opened_table as opened_table
+from webhooks.store.config_snapshot import readable, sealed
 from webhooks.store.config_snapshot import snapshot as snapshot
 from webhooks.timestamps import aware
 from webhooks.vocabulary import Reason
@@ -55,8 +56,10 @@ def version(session: Session) -> int:
 
 
 def items(session: Session, kind: str | None = None) -> list[ConfigItem]:
+    """The stored items (of ``kind``), by name; a row the driver cannot read is left out (logged)."""
     query = select(ConfigItem).order_by(ConfigItem.name)
-    return list(session.scalars(query if kind is None else query.where(ConfigItem.kind == kind)))
+    query = query if kind is None else query.where(ConfigItem.kind == kind)
+    return list(readable(session, query, ConfigItem.name, scalars=True)[0])
 
 
 def item(session: Session, kind: str, name: str) -> ConfigItem | None:
@@ -71,7 +74,7 @@ def secrets_of(session: Session, names: list[str] | None = None) -> dict[str, li
     if names is not None:
         query = query.where(ConfigSecret.item_name.in_(names))
     found: dict[str, list[ConfigSecret]] = {}
-    for secret in session.scalars(query):
+    for secret in readable(session, query, ConfigSecret.id, scalars=True)[0]:  # a row unreadable: left out (logged)
         found.setdefault(secret.item_name, []).append(secret)
     return found
 
@@ -197,15 +200,19 @@ def update(
     before = described(item, stored)
     options, _, credentials = split(item.kind, table)
     kept = {s.purpose: s for s in stored if s.purpose != SIGNING}
-    changed = {k: v for k, v in credentials.items() if k not in kept or opened(keyring, name, kept[k]) != v}
+    held = {k: opened(keyring, item, s) for k, s in kept.items() if k in credentials}  # bound as it was
+    changed = {k: v for k, v in credentials.items() if held.get(k) != v}
     _need_key(keyring, changed)
     for purpose, secret in kept.items():
         if purpose not in credentials or purpose in changed:
             session.delete(secret)
-    fresh = [_seal(session, keyring, item, purpose, value, now) for purpose, value in changed.items()]
     if item.kind == ENDPOINT:
         item.provider = str(options.pop("provider", item.provider or name))
     item.options, item.label, item.updated_at = options, label, now
+    fresh = [_seal(session, keyring, item, purpose, value, now) for purpose, value in changed.items()]
+    for purpose, value in held.items():  # bound again to where the item now sends them (same id, same value)
+        if purpose not in changed and keyring is not None:
+            kept[purpose].ciphertext = sealed(keyring, item, kept[purpose].id, purpose, value.encode())
     after = [s for s in stored if s.purpose == SIGNING or (s.purpose in credentials and s.purpose not in changed)]
     _record(session, who, "update", item, before, described(item, after + fresh), now)
     _commit(session)
@@ -363,7 +370,7 @@ def _seal(
         item_kind=item.kind,
         item_name=item.name,
         purpose=purpose,
-        ciphertext=keyring.encrypt(plain, table=TABLE, owner=item.name, secret_id=secret_id),
+        ciphertext=sealed(keyring, item, secret_id, purpose, plain),
         fingerprint=keyring.fingerprint(plain),
         not_before=not_before,
         expires_at=expires_at,

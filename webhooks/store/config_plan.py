@@ -101,10 +101,10 @@ def _update(
     options, signing, credentials = _parts(item.kind, item.name, wanted.table)
     current = {**item.options, **({"provider": item.provider} if item.kind == ENDPOINT else {})}
     keys = [k for k in sorted({*options, *current}) if options.get(k) != current.get(k)]
-    held = {s.purpose: store.opened(keyring, item.name, s) for s in secrets if s.purpose != SIGNING}
+    held = {s.purpose: store.opened(keyring, item, s) for s in secrets if s.purpose != SIGNING}
     changed = sorted(k for k in {*credentials, *held} if credentials.get(k) != held.get(k))
     keys += [k for k in changed if k not in keys]
-    live = [(s, store.opened(keyring, item.name, s)) for s in secrets if s.purpose == SIGNING and store.live(s, now)]
+    live = [(s, store.opened(keyring, item, s)) for s in secrets if s.purpose == SIGNING and store.live(s, now)]
     added = tuple((SIGNING, v) for v in signing if v not in {value for _, value in live})
     retired = tuple(s for s, value in live if value not in signing)
     if added or retired:

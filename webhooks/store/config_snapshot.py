@@ -10,19 +10,22 @@ keeps the endpoint or destination it built from that object.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Hashable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, cast
 
-from sqlalchemy import func, select
+from sqlalchemy import Select, func, select
+from sqlalchemy.exc import DataError
 from sqlalchemy.orm import Session
 
 from webhooks.config_tables import SIGNING, ConfigChange, ConfigItem, ConfigSecret, ConfigVersion
 from webhooks.keys import Keyring, UndecryptableError, UnknownKeyError, key_id_of
-from webhooks.live_config import ENDPOINT, Item, joined
+from webhooks.live_config import ENDPOINT, Item, bound_to, joined
 from webhooks.timestamps import aware
 
+log = logging.getLogger(__name__)
 TABLE = "config_secrets"  # bound into each token: a token copied to another table does not open
 ITEMS = select(ConfigItem.__table__).order_by(ConfigItem.name)
 SECRETS = select(ConfigSecret.__table__).order_by(ConfigSecret.created_at, ConfigSecret.id)
@@ -56,6 +59,46 @@ class Changed:
     next_change: datetime | None  # the earliest window of the changed items' secrets
 
 
+# What reading a stored value can raise when the row holds what the driver cannot turn into a
+# Python value (a time before year 1 in UTC, a malformed SQLite text): that row is bad, not the read.
+UNREADABLE = (DataError, ValueError, OverflowError, TypeError)
+
+
+def readable(session: Session, query: Select[Any], key: Any, *, scalars: bool = False) -> tuple[list[Any], list[str]]:
+    """``query``'s rows (``scalars``: its ORM objects), and the ``key`` values of rows that cannot be
+    read: read all at once, and only when that fails one by one, so one bad row costs a listing
+    or a reload that row alone (#37), never the whole configuration."""
+    try:
+        result = session.execute(query)
+        return list(result.scalars() if scalars else result.all()), []
+    except UNREADABLE as exc:  # raised converting a fetched value: the transaction itself is sound
+        log.error("runtime configuration: a stored row cannot be read (%s); reading row by row", _why(exc))
+    found: list[Any] = []
+    bad: list[str] = []
+    for value in session.scalars(query.with_only_columns(key)).all():
+        try:
+            result = session.execute(query.where(key == value))
+            found += result.scalars() if scalars else result.all()
+        except UNREADABLE:
+            bad.append(str(value))
+    return found, bad
+
+
+def _why(exc: BaseException) -> str:
+    return str(getattr(exc, "orig", None) or exc).splitlines()[0][:200]
+
+
+def unreadable_owners(session: Session, secret_ids: list[str]) -> dict[str, str]:
+    """The items of secrets that cannot be read, each with why (what an operator repairs)."""
+    if not secret_ids:
+        return {}
+    query = select(ConfigSecret.item_name, ConfigSecret.id).where(ConfigSecret.id.in_(secret_ids))
+    return {
+        name: f"its secret {sid} holds a value the database driver cannot read (a time out of range?): repair the row"
+        for name, sid in session.execute(query).all()
+    }
+
+
 def live(secret: ConfigSecret, now: datetime) -> bool:
     starts, ends = secret.not_before, secret.expires_at
     return (starts is None or aware(starts) <= now) and (ends is None or aware(ends) > now)
@@ -75,13 +118,22 @@ def snapshot(
     last_change = int(session.scalar(LAST_CHANGE) or 0)  # (first: a change between reads is read again)
     at = int(session.scalar(VERSION) or 0)
     # Rows, not ORM objects: they have the same attributes, at a fraction of the cost.
-    stored = cast(list[ConfigItem], session.execute(ITEMS).all())
+    rows, bad_items = readable(session, ITEMS, ConfigItem.name)
+    stored = cast(list[ConfigItem], rows)
+    secret_rows, bad_secrets = readable(session, SECRETS, ConfigSecret.id)
     sealed: dict[str, list[ConfigSecret]] = {}
-    for secret in cast(list[ConfigSecret], session.execute(SECRETS).all()):
+    for secret in cast(list[ConfigSecret], secret_rows):
         sealed.setdefault(secret.item_name, []).append(secret)
+    unread = {name: "its row holds a value the database driver cannot read: repair the row" for name in bad_items}
+    unread |= unreadable_owners(session, bad_secrets)
     session.commit()
-    found, broken, boundaries, keys = [], [], [], {}
+    found: list[Item] = []
+    broken = sorted(unread.items())
+    boundaries: list[datetime] = []
+    keys: dict[str, tuple[Hashable, Item]] = {}
     for item in stored:
+        if item.name in unread:
+            continue
         mine = sealed.get(item.name, [])
         boundaries += [aware(e) for s in mine for e in (s.not_before, s.expires_at) if e is not None and aware(e) > now]
         key = _key(item, mine, now)
@@ -124,9 +176,15 @@ def changed_since(
         names.add(name)
     if len(rows) > MAX_CHANGED or at - version != len(rows):
         return None
-    stored = {i.name: i for i in cast(list[ConfigItem], session.execute(ITEMS.where(ConfigItem.name.in_(names))).all())}
+    try:
+        items = cast(list[ConfigItem], session.execute(ITEMS.where(ConfigItem.name.in_(names))).all())
+        secrets = cast(list[ConfigSecret], session.execute(SECRETS.where(ConfigSecret.item_name.in_(names))).all())
+    except UNREADABLE:  # a row the driver cannot read: the full read finds it and refuses it alone
+        session.rollback()
+        return None
+    stored = {i.name: i for i in items}
     sealed: dict[str, list[ConfigSecret]] = {}
-    for secret in cast(list[ConfigSecret], session.execute(SECRETS.where(ConfigSecret.item_name.in_(names))).all()):
+    for secret in secrets:
         sealed.setdefault(secret.item_name, []).append(secret)
     session.commit()
     found: dict[str, tuple[Hashable, Item] | None] = {}
@@ -177,9 +235,9 @@ def _opened(
     none_live = item.kind == ENDPOINT and not any(s.purpose == SIGNING and live(s, now) for s in ordered)
     for secret in ordered:
         if secret.purpose != SIGNING:
-            credentials[secret.purpose] = opened(keyring, item.name, secret)
+            credentials[secret.purpose] = opened(keyring, item, secret)
         elif live(secret, now) or none_live:
-            signing.append(opened(keyring, item.name, secret))
+            signing.append(opened(keyring, item, secret))
             ids.append(secret.id)
             windows.append((_seconds(secret.not_before), _seconds(secret.expires_at)))
     bounded = tuple(windows) if any(w != (None, None) for w in windows) else ()
@@ -203,7 +261,29 @@ def _table(item: ConfigItem) -> dict[str, Any]:
     return options
 
 
-def opened(keyring: Keyring | None, name: str, secret: ConfigSecret) -> str:
+def bound(item: ConfigItem, purpose: str) -> str:
+    """What ``item``'s secret of ``purpose`` is sealed bound to: where its credentials go, as its
+    clear options say now ("" for a signing secret, which is never sent)."""
+    return "" if purpose == SIGNING else bound_to(item.kind, _table(item))
+
+
+def opened(keyring: Keyring | None, item: ConfigItem, secret: ConfigSecret) -> str:
+    """``secret``'s value; ``UndecryptableError`` when its token is not ``item``'s, or ``item``'s
+    clear options now send the credential elsewhere than when it was sealed."""
     if keyring is None:  # sealed, and no key at all: the same one line as a key missing
         raise UnknownKeyError(key_id_of(secret.ciphertext))
-    return keyring.decrypt(secret.ciphertext, table=TABLE, owner=name, secret_id=secret.id).decode()
+    return keyring.decrypt(
+        secret.ciphertext,
+        table=TABLE,
+        owner=item.name,
+        secret_id=secret.id,
+        purpose=secret.purpose,
+        bound=bound(item, secret.purpose),
+    ).decode()
+
+
+def sealed(keyring: Keyring, item: ConfigItem, secret_id: str, purpose: str, plain: bytes) -> str:
+    """The token of ``plain`` as ``item``'s secret ``secret_id`` of ``purpose`` (``opened``'s inverse)."""
+    return keyring.encrypt(
+        plain, table=TABLE, owner=item.name, secret_id=secret_id, purpose=purpose, bound=bound(item, purpose)
+    )

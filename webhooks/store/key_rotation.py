@@ -12,13 +12,15 @@ from __future__ import annotations
 
 from collections import Counter
 from datetime import datetime
+from typing import cast
 
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
-from webhooks.config_tables import ConfigChange, ConfigSecret
+from webhooks.config_tables import ConfigChange, ConfigItem, ConfigSecret
 from webhooks.keys import Keyring, UndecryptableError, UnknownKeyError, key_id_of
-from webhooks.store.config_items import TABLE, missing_key
+from webhooks.store.config_items import missing_key
+from webhooks.store.config_snapshot import opened, sealed
 
 BATCH = 100  # rows a transaction: short enough that no writer waits on it
 
@@ -39,25 +41,29 @@ def rotate(session: Session, keyring: Keyring, *, who: str, now: datetime, batch
         raise UnknownKeyError(kid)
     rotated, left, after = 0, 0, ""
     while True:
-        query = select(ConfigSecret.id, ConfigSecret.item_name, ConfigSecret.ciphertext)
-        rows = session.execute(query.where(ConfigSecret.id > after).order_by(ConfigSecret.id).limit(batch)).all()
+        query = select(ConfigSecret.__table__).where(ConfigSecret.id > after).order_by(ConfigSecret.id).limit(batch)
+        rows = cast(list[ConfigSecret], session.execute(query).all())  # rows, not ORM objects
         if not rows:
             session.commit()
             break
-        for secret_id, owner, token in rows:
-            if not keyring.needs_rotation(token):
+        owners = {s.item_name for s in rows}
+        items = session.execute(select(ConfigItem.__table__).where(ConfigItem.name.in_(owners))).all()
+        by_name = {i.name: cast(ConfigItem, i) for i in items}
+        for secret in rows:
+            secret_id, token, item = secret.id, secret.ciphertext, by_name.get(secret.item_name)
+            if item is None or not keyring.needs_rotation(token):
                 continue
             try:
-                plain = keyring.decrypt(token, table=TABLE, owner=owner, secret_id=secret_id)
+                plain = opened(keyring, item, secret).encode()
             except UndecryptableError:
                 left += 1
                 continue
-            fresh = keyring.encrypt(plain, table=TABLE, owner=owner, secret_id=secret_id)
+            fresh = sealed(keyring, item, secret_id, secret.purpose, plain)  # v2: bound to where it goes
             match = (ConfigSecret.id == secret_id) & (ConfigSecret.ciphertext == token)
             done = session.execute(update(ConfigSecret).where(match).values(ciphertext=fresh))
             rotated += getattr(done, "rowcount", 0)
         session.commit()
-        after = rows[-1][0]
+        after = rows[-1].id
     shown = {"rotated": rotated, "left": left, "counts": dict(counts(session))}
     audit = ConfigChange(
         at=now,

@@ -146,7 +146,24 @@ class Worker(ScopedWorker):
         claim's short lease frees the event)."""
         if self.get_state() == WorkerStatus.BUSY and threading.current_thread() is threading.main_thread():
             _arm(self, self.runtime.settings.stop_timeout)
+        _stopping()
         super().request_stop(signum, frame)  # type: ignore[no-untyped-call]  # RQ's, unannotated
+
+
+_asked: list[float] = []  # when this process was first asked to stop (monotonic): the window's start
+ON_STOP: list[Callable[[], None]] = []  # told at once (the forwarder leases nothing more)
+
+
+def _stopping() -> None:
+    if not _asked:
+        _asked.append(time.monotonic())
+    for told in ON_STOP:
+        told()
+
+
+def _window_left(timeout: float) -> float:
+    """What is left of the stop's window (``WEBHOOKS_STOP_TIMEOUT`` from the first request)."""
+    return timeout if not _asked else max(0.0, _asked[0] + timeout - time.monotonic())
 
 
 INTERRUPT_SIGNAL = signal.SIGUSR1  # raises ``claims.Interrupted`` in the job's (the main) thread
@@ -227,6 +244,7 @@ def run(settings: Settings, *, burst: bool = False) -> bool:
     started again until a stop is requested."""
     # Every import before the stop handler: a SIGTERM raising inside an import can be swallowed
     # (psycopg tries its implementations under ``except Exception``), and the worker would not stop.
+    _asked.clear()  # this run's window starts at its own stop
     rt = Runtime(settings)
     rt.start_config()
     handlers.load(settings.handler_modules)
@@ -247,6 +265,7 @@ def run(settings: Settings, *, burst: bool = False) -> bool:
             thread.start()
             if forwarder is not None:
                 forwarder.start()
+                ON_STOP.append(forwarder.halt)
         # Jobs run in this process: forking per job costs ~13 ms. A killed worker's job is found by
         # the sweeper (its row is `processing` and no transaction holds it) and run again.
         with rt.store.keep():  # one connection for this loop's events, not one per event
@@ -261,7 +280,10 @@ def run(settings: Settings, *, burst: bool = False) -> bool:
         return False
     finally:  # a clean stop leaves RQ's scheduler lock to the next worker (Ticker.release)
         if forwarder is not None:
-            forwarder.stop()
+            # Sends under way share the stop's window with the job; past it they are interrupted.
+            forwarder.stop(timeout=_window_left(settings.stop_timeout) if not burst else 10.0)
+            if forwarder.halt in ON_STOP:
+                ON_STOP.remove(forwarder.halt)
         ticker.stopped.set()
         if thread.is_alive():
             thread.join(timeout=10)
@@ -316,6 +338,7 @@ class _Stop:
 
     def _handle(self, signum: int, frame: object) -> None:
         self.requested = True
+        _stopping()
         raise StopRequested
 
 
