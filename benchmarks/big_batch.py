@@ -60,7 +60,7 @@ def child(database_url: str, tiny: bool) -> dict[str, Any]:
     from cryptography.hazmat.primitives.asymmetric import ec
 
     from webhooks import create_app, providers
-    from webhooks.revisions import upgrade
+    from webhooks.tables.revisions import upgrade
 
     key = ec.generate_private_key(ec.SECP256R1())
     public = base64.b64encode(

@@ -35,7 +35,7 @@ propagation to a process is the time of the first poll answer from it reporting 
 was current before the answer came back: the process that served the call reloads before
 answering), and minus the time of the commit's notice (what a process's own watcher waits for). The
 worker process has no HTTP, so it is not measured here; its watcher is the same code
-(``webhooks.store.config_watch``). Goals (#32): start-up < 2 s filled, ingest filled ≥ 0.9 × empty,
+(``webhooks.runtime.watch``). Goals (#32): start-up < 2 s filled, ingest filled ≥ 0.9 × empty,
 propagation p99 ≤ 1 s.
 """
 
@@ -106,8 +106,8 @@ def environment(work: Path, db: str) -> dict[str, str]:
 # ----- fill ------------------------------------------------------------------------------------
 def fill(db: str, endpoints: int, destinations: int) -> float:
     """Write the items in one transaction (``config_items.batch``); the seconds it took."""
-    from webhooks.keys import Keyring
-    from webhooks.store import config_items as store
+    from webhooks.configuration.keys import Keyring
+    from webhooks.store.configuration import items as store
 
     keyring = Keyring.parse(KEYS)
     engine = sa.create_engine(db)
@@ -149,8 +149,8 @@ def one_change_seconds(env: dict[str, str], name: str) -> dict[str, float]:
     answer), then one change written by the store and ``reload_config`` alone (what every other
     process does on the notice). Seconds of each."""
     import webhooks
-    from webhooks.keys import Keyring
-    from webhooks.store import config_items as store
+    from webhooks.configuration.keys import Keyring
+    from webhooks.store.configuration import items as store
 
     app = webhooks.create_app(env)
     rt = app.extensions["webhooks"]
@@ -404,7 +404,7 @@ class Listener(threading.Thread):
     def run(self) -> None:
         import psycopg
 
-        from webhooks.store.config_items import CHANNEL
+        from webhooks.store.configuration.items import CHANNEL
 
         with psycopg.connect(self.url, autocommit=True) as conn:
             conn.execute(f"LISTEN {CHANNEL}")

@@ -36,7 +36,7 @@ from common import REDIS, ROOT, SECRET, scratch_database, signed_events, workdir
 from flask import Flask
 
 from webhooks import create_app
-from webhooks.revisions import upgrade
+from webhooks.tables.revisions import upgrade
 
 BASELINE = Flask("baseline")
 

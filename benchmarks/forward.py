@@ -152,7 +152,7 @@ def forwarding(
     from webhooks.providers.base import Request
     from webhooks.receiver.receive import verify
     from webhooks.receiver.rows import event_rows
-    from webhooks.store import config_watch
+    from webhooks.runtime import watch as config_watch
 
     with target(kind, work, env) as dest, scratch_database() as db:
         config = work / "forward.toml"

@@ -39,7 +39,7 @@ from cryptography.x509.oid import NameOID
 from webhooks import create_app, providers
 from webhooks.errors import VerificationError
 from webhooks.providers import paypal_certs
-from webhooks.revisions import upgrade
+from webhooks.tables.revisions import upgrade
 
 GOAL = 20.0
 HOST = "hooks.example.com"

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from webhooks import providers
-from webhooks.config import Settings
+from webhooks.configuration.settings import Settings
 from webhooks.providers.base import ObjectRef
 from webhooks.storable import storable_json, storable_key
 

@@ -1,12 +1,12 @@
-"""Alembic environment: metadata from ``webhooks.schema``, URL from ``webhooks.config``."""
+"""Alembic environment: metadata from ``webhooks.tables``, URL from ``webhooks.configuration.settings``."""
 
 from __future__ import annotations
 
 from alembic import context
 
-from webhooks import config
+from webhooks.configuration import settings as config
 from webhooks.engines import make_engine
-from webhooks.schema import METADATA
+from webhooks.tables import METADATA
 
 url = context.config.attributes.get("url") or config.load().database_url
 engine = make_engine(url)

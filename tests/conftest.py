@@ -83,7 +83,7 @@ def _rq_workers_leave_signals_to_pytest() -> Iterator[None]:
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
     yield
-    from webhooks.store import config_watch
+    from webhooks.runtime import watch as config_watch
 
     config_watch.stop_all()  # a test's runtimes end with it: no watcher tries its dropped database
     for signum, handler in SIGNAL_HANDLERS.items():

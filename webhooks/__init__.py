@@ -51,7 +51,7 @@ _prefer_installed()
 if TYPE_CHECKING:
     from flask import Flask
 
-    from webhooks.config import Settings
+    from webhooks.configuration.settings import Settings
     from webhooks.runtime import Runtime
     from webhooks.worker.handlers import HandlerEvent, on
 
@@ -64,7 +64,7 @@ def create_app(config: Mapping[str, Any] | Settings | None = None) -> Flask:
     from flask import Flask
 
     from webhooks import admin
-    from webhooks.config import Settings, load
+    from webhooks.configuration.settings import Settings, load
     from webhooks.receiver import receive
     from webhooks.runtime import Runtime
     from webhooks.service import health

@@ -93,7 +93,7 @@ def forwarded(destination: str, outcome: str, seconds: float) -> None:
 
 def process_exited(pid: int) -> None:
     """gunicorn's ``child_exit``: drop the live-only samples of a process that is gone."""
-    from webhooks import config
+    from webhooks.configuration import settings as config
 
     if config.metrics_dir():
         from prometheus_client import multiprocess

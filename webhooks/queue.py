@@ -24,7 +24,7 @@ from rq.job import Job, JobStatus
 from rq.utils import get_call_string, now, utcformat
 
 from webhooks import providers
-from webhooks.config import Settings
+from webhooks.configuration.settings import Settings
 from webhooks.urls import sentinels
 
 JOB = "webhooks.jobs.process.process_event"  # by dotted path: the web side never imports jobs

@@ -1,6 +1,7 @@
 """OpenTelemetry traces from a provider's request to each forward, or nothing at all.
 
-Off unless ``Settings.tracing`` (``switched_on``, read by ``webhooks.config``: the standard ``OTEL_*`` variables) or a
+Off unless ``Settings.tracing`` (``switched_on``, read by ``webhooks.configuration.settings``: the
+standard ``OTEL_*`` variables) or a
 test's ``setup(exporter=...)`` turned it on; off, ``span`` and ``linked`` hand back one shared no-op
 after a check of the module flag ``ENABLED``, and the OpenTelemetry packages (the ``otel`` extra) are
 never imported. ``setup`` runs once per process (each process builds its runtime: web, worker and

@@ -1,6 +1,6 @@
 """The two service URLs of the environment, checked at start-up: ``DATABASE_URL`` and
 ``REDIS_URL`` (with Sentinel's form). Each mistake is one ``ConfigError`` saying what is wrong and
-what to write, never echoing a password; ``webhooks.config`` reads the variables, this checks them."""
+what to write, never echoing a password; ``webhooks.configuration.settings`` reads the variables, this checks them."""
 
 from __future__ import annotations
 

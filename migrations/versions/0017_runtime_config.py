@@ -6,7 +6,7 @@ Create Date: 2026-12-03 08:00:00
 
 ``config_items``: one row per endpoint or destination created through the admin API (the name is
 the primary key, so unique across both kinds); its options as JSON, never its credentials.
-``config_secrets``: each secret sealed by ``webhooks.keys`` (a token bound to its row) with its
+``config_secrets``: each secret sealed by ``webhooks.configuration.keys`` (a token bound to its row) with its
 fingerprint, validity window and last match; deleted with its item. ``config_changes``: the audit,
 secrets as fingerprints. ``config_version``: one row (id 1, version 0 here) that every change bumps
 in its transaction. New tables only: the downgrade drops them, and what they held goes with them.

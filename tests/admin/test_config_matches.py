@@ -15,7 +15,7 @@ from tests.admin.test_runtime_config import KEYS, OTHER, SECRET, SHOP, api, conf
 from tests.conftest import admin_headers, base_config, make_app, stripe_event, stripe_headers, wait_until
 from tests.support.processes import clean_env, gunicorn_cmd, one, running, wait_http
 from tests.support.servers import free_port
-from webhooks.receiver import matches
+from webhooks.receiver import last_matched as matches
 
 
 @pytest.fixture

@@ -272,7 +272,7 @@ def test_a_stored_credential_goes_only_where_its_kind_sends_it(kind: str, reques
 
 
 def test_the_files_api_base_is_pinned_too() -> None:
-    from webhooks import config as webhooks_config
+    from webhooks.configuration import settings as webhooks_config
     from webhooks.errors import ConfigError
 
     for table in CREDENTIALED.values():
@@ -326,7 +326,7 @@ def test_stored_secrets_are_bounded_and_the_audit_holds_what_changed(request: py
     (the longest-expired go first); each audit row holds the secrets its change touched."""
     import json
 
-    from webhooks.store.config_items import MAX_STORED
+    from webhooks.store.configuration.items import MAX_STORED
 
     app = make_app(config(request, "sqlite"))
     client = app.test_client()

@@ -16,7 +16,7 @@ from flask import Flask
 from flask.testing import FlaskClient
 
 from tests.conftest import admin_headers, base_config, make_app, stripe_event, stripe_headers, wait_until
-from webhooks import tokens
+from webhooks.admin import tokens
 from webhooks.runtime import Runtime
 
 KEYS = "k1:" + base64.b64encode(b"1" * 32).decode()

@@ -15,7 +15,7 @@ from flask.testing import FlaskClient
 
 from tests.conftest import admin_headers, base_config, free_port, make_app
 from webhooks.admin.throttle import FREE, MAX_CLIENTS, REFILL, LoginThrottle
-from webhooks.clients import client_key
+from webhooks.receiver.clients import client_key
 
 ATTACKER, OPERATOR = "203.0.113.7", "198.51.100.9"
 WRONG = {"Authorization": "Basic " + base64.b64encode(b"admin:guess").decode()}

@@ -14,7 +14,7 @@ from flask import Flask
 from flask.testing import FlaskClient
 
 from tests.conftest import admin_headers, base_config, drain, make_app, rows, runtime, stripe_event, stripe_headers
-from webhooks import tokens
+from webhooks.admin import tokens
 from webhooks.admin.throttle import FREE
 from webhooks.service.cli import main
 

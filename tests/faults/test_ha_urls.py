@@ -25,7 +25,8 @@ from tests.conftest import (
     wait_until,
 )
 from tests.faults.services import Redis
-from webhooks import config, urls
+from webhooks import urls
+from webhooks.configuration import settings as config
 from webhooks.errors import ConfigError
 from webhooks.queue import job_id
 

@@ -28,7 +28,7 @@ from tests.conftest import (
     wait_until,
 )
 from tests.support import brokers, destination, servers
-from webhooks import config
+from webhooks.configuration import settings as config
 from webhooks.errors import ConfigError
 from webhooks.forward.dispatcher import Forwarder
 from webhooks.forward.dispatcher import drain as drain_forwarder

@@ -261,7 +261,7 @@ def test_a_silent_broker_never_holds_an_attempt_past_its_deadline() -> None:
     import time
     from datetime import UTC, datetime
 
-    from webhooks import config as webhooks_config
+    from webhooks.configuration import settings as webhooks_config
     from webhooks.forward.deliveries import LEASE_MARGIN
     from webhooks.forward.jetstream import NatsPublisher
     from webhooks.forward.leases import Lease

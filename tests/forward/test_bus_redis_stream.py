@@ -36,7 +36,7 @@ from tests.forward.conftest import (
     wait_settled,
 )
 from tests.support import destination, servers
-from webhooks.destinations import KINDS
+from webhooks.configuration.destinations import KINDS
 from webhooks.errors import ConfigError
 from webhooks.forward.kinds import PUBLISHERS
 from webhooks.forward.signing import message_id

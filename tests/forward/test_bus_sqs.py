@@ -41,8 +41,9 @@ from tests.forward.conftest import (
     wait_settled,
 )
 from tests.support import brokers, destination, servers
-from webhooks import config, guard, tracing
-from webhooks.destinations import Sqs
+from webhooks import guard, tracing
+from webhooks.configuration import settings as config
+from webhooks.configuration.destinations import Sqs
 from webhooks.forward import deliveries, sqs
 from webhooks.forward.leases import Lease
 from webhooks.forward.signing import Message, message_id

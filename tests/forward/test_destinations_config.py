@@ -9,8 +9,9 @@ from typing import Any
 import pytest
 
 from tests.support.destination import SECRET, SECRET_2
-from webhooks import config, guard
-from webhooks.destinations import DEFAULT_SCHEDULE
+from webhooks import guard
+from webhooks.configuration import settings as config
+from webhooks.configuration.destinations import DEFAULT_SCHEDULE
 from webhooks.errors import ConfigError
 
 

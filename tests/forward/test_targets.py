@@ -12,7 +12,7 @@ import pytest
 from tests.conftest import STRIPE_SECRET, drain, rows, stripe_event, wait_until
 from tests.forward.conftest import Script, forwarding, forwarding_app, post, serving, wait_settled
 from tests.support import destination
-from webhooks import config
+from webhooks.configuration import settings as config
 from webhooks.errors import ConfigError
 from webhooks.forward.signing import message_id
 

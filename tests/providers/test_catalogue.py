@@ -21,7 +21,7 @@ from tests.conftest import ADMIN_PASSWORD, PAYLOADS, free_port, wait_until
 from tests.support.catalogue import SENT, endpoints
 from tests.support.templates import migrated
 from webhooks import create_app, providers
-from webhooks.config import load
+from webhooks.configuration.settings import load
 from webhooks.service.cli import main
 
 SIGNATURE_HEADERS = {

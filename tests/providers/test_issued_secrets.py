@@ -8,8 +8,8 @@ from datetime import UTC, datetime
 
 import standardwebhooks
 
-from webhooks.destinations import MIN_KEY_BYTES
-from webhooks.destinations import key as destination_key
+from webhooks.configuration.destinations import MIN_KEY_BYTES
+from webhooks.configuration.destinations import key as destination_key
 from webhooks.providers import PROVIDERS
 from webhooks.providers.base import Endpoint, Request
 from webhooks.providers.generic import GenericHmac

@@ -20,7 +20,7 @@ import pytest
 
 import webhooks.providers
 from tests.conftest import admin_headers, base_config, drain, make_app, rows, runtime
-from webhooks import config
+from webhooks.configuration import settings as config
 from webhooks.providers import PROVIDERS
 from webhooks.store import purge
 from webhooks.worker import reconcile

@@ -9,7 +9,7 @@ from urllib.parse import parse_qs, unquote, urlencode
 import pytest
 from twilio.request_validator import RequestValidator
 
-from webhooks.config import load
+from webhooks.configuration.settings import load
 from webhooks.errors import ConfigError, VerificationError
 from webhooks.providers.base import Endpoint, Request
 from webhooks.providers.twilio import Twilio, json_url

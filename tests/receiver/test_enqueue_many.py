@@ -9,7 +9,7 @@ import json
 import pytest
 from rq.job import Job
 
-from webhooks import config
+from webhooks.configuration import settings as config
 from webhooks.queue import JOB, JobQueue, job_id
 
 EVENTS = [("stripe", "evt_1"), ("stripe", "evt_" + "x" * 200), ("github", "dlv\u00e9'\"\\"), ("stripe", "evt_2")]

@@ -13,7 +13,7 @@ import redis
 from flask import Flask
 
 from tests.conftest import base_config, free_port, make_app, rows, stripe_event, stripe_headers, wait_until
-from webhooks.config import UNSIGNED_RATE_LIMIT, UNSIGNED_SENDER_RATE_LIMIT
+from webhooks.configuration.settings import UNSIGNED_RATE_LIMIT, UNSIGNED_SENDER_RATE_LIMIT
 from webhooks.receiver import ratelimit
 
 RATE = 5

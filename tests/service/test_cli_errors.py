@@ -9,8 +9,8 @@ import pytest
 from click.testing import CliRunner
 
 from tests.conftest import free_port
-from webhooks import revisions
 from webhooks.service.cli import explain, main
+from webhooks.tables import revisions
 
 
 @pytest.fixture(autouse=True)

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from webhooks.config import UNSIGNED_RATE_LIMIT, UNSIGNED_SENDER_RATE_LIMIT, load
+from webhooks.configuration.settings import UNSIGNED_RATE_LIMIT, UNSIGNED_SENDER_RATE_LIMIT, load
 from webhooks.errors import ConfigError
 
 

@@ -19,8 +19,8 @@ from sqlalchemy.orm import Session
 from tests.admin.test_runtime_config import api
 from tests.conftest import base_config, make_app
 from tests.support.templates import migrated
-from webhooks.keys import Keyring
-from webhooks.store import config_items as store
+from webhooks.configuration.keys import Keyring
+from webhooks.store.configuration import items as store
 
 KEYS = "k1:" + base64.b64encode(b"1" * 32).decode()
 KEYRING = Keyring([("k1", b"1" * 32)])

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from webhooks.config import load
+from webhooks.configuration.settings import load
 from webhooks.errors import ConfigError
 from webhooks.service.cli import main
 

@@ -1,6 +1,6 @@
 """A stored credential is sealed bound to where it is sent (#37, finding 5): the AES-GCM associated
 data of a ``v2`` token holds its purpose and its item's clear options that say which host receives
-it (``webhooks.live_config.WHERE``), so an edit of those options in the database, with no key at
+it (``webhooks.configuration.live.WHERE``), so an edit of those options in the database, with no key at
 all, leaves the credential unopenable: every process refuses the item and says why, and the
 credential never goes to the new host. ``v1`` tokens, written before (by ``eea6681``), still open
 and are sealed again as ``v2`` by ``webhooks keys rotate`` or their item's next write."""
@@ -20,13 +20,13 @@ from tests.conftest import base_config, make_app
 from tests.service.test_config_cli import session
 from tests.service.test_keys_cli import keys
 from tests.support.templates import migrated
-from webhooks.config_tables import ConfigItem, ConfigSecret, ConfigVersion
-from webhooks.keys import Keyring
-from webhooks.store import config_items as store
+from webhooks.configuration.keys import Keyring
+from webhooks.store.configuration import items as store
+from webhooks.tables.configuration import ConfigItem, ConfigSecret, ConfigVersion
 
 OLD_KEY = "test-old:" + base64.b64encode(bytes(range(32))).decode()
 RING = Keyring.parse(OLD_KEY)
-# Sealed by eea6681's webhooks/keys.py (format v1: bound to the row only) under OLD_KEY, for the
+# Sealed by eea6681's webhooks/configuration/keys.py (format v1: bound to the row only) under OLD_KEY, for the
 # endpoint 'stripe-eu': its API key and its signing secret.
 V1_API_KEY = (
     "sec_0123456789abcdef",

@@ -12,8 +12,8 @@ import pytest
 from click.testing import CliRunner
 
 from tests.conftest import free_port, wait_until
-from webhooks import revisions
 from webhooks.service.cli import main
+from webhooks.tables import revisions
 
 
 def run(tmp_path: Path, *args: str, database_url: str) -> tuple[int, list[str]]:

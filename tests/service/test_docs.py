@@ -20,7 +20,8 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
-from webhooks import config, guard
+from webhooks import guard
+from webhooks.configuration import settings as config
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"
@@ -211,7 +212,7 @@ def test_a_revision_named_as_the_head_is_found(text: str, named: list[str]) -> N
 
 
 def test_every_revision_the_docs_name_as_the_head_is_the_head() -> None:
-    from webhooks import revisions
+    from webhooks.tables import revisions
 
     pages = [ROOT / "README.md", *DOCS.rglob("*.md"), *(ROOT / "examples").rglob("*.md")]
     named = {str(p.relative_to(ROOT)): revisions_named_as_head(p.read_text()) for p in pages}

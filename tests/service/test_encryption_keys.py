@@ -1,4 +1,4 @@
-"""``WEBHOOKS_ENCRYPTION_KEYS`` (#32): read by ``webhooks.config`` into ``Settings.keyring``; with no
+"""``WEBHOOKS_ENCRYPTION_KEYS`` (#32): read by ``webhooks.configuration.settings`` into ``Settings.keyring``; with no
 variable, a SQLite database's key file (``<database file>.key``) when ``webhooks serve`` made one;
 ``WEBHOOKS_SECRET_*`` placeholders are not misspelt variables."""
 
@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from webhooks import encryption
-from webhooks.config import load, unknown_variables
+from webhooks.configuration import encryption
+from webhooks.configuration.settings import load, unknown_variables
 from webhooks.errors import ConfigError
 
 KEY = base64.b64encode(b"k" * 32).decode()

@@ -128,7 +128,7 @@ def test_the_worker_class_is_gthreads() -> None:
 def test_the_stop_window_is_under_the_platforms_kill() -> None:
     """The restarts issue: gunicorn's graceful_timeout was 30 s, Heroku's kill time itself; it is
     ``WEBHOOKS_STOP_TIMEOUT`` (25 s by default, a whole number of seconds for gunicorn)."""
-    from webhooks import config
+    from webhooks.configuration import settings as config
     from webhooks.service import gunicorn_conf
 
     assert config.load({}).stop_timeout == 25

@@ -10,8 +10,9 @@ from alembic import command
 
 from tests.conftest import base_config, free_port, make_app
 from tests.faults.services import Redis
-from webhooks import create_app, revisions
+from webhooks import create_app
 from webhooks.service.cli import alembic_config
+from webhooks.tables import revisions
 
 
 def test_healthz_needs_no_auth_and_no_database(tmp_path: Path) -> None:

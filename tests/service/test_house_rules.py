@@ -1,5 +1,5 @@
 """Two house rules read from the source: no module of ``webhooks/`` or ``jobs/`` passes
-``MAX_LINES`` lines, and ``webhooks.config`` is the only module that reads the environment
+``MAX_LINES`` lines, and ``webhooks.configuration.settings`` is the only module that reads the environment
 (``os.environ``, ``os.getenv``, ``os.environb``). Setting a variable (``os.environ[NAME] = …``, as
 ``process_setup`` must for ``PROMETHEUS_MULTIPROC_DIR`` before ``prometheus_client`` is imported)
 is not a read. Each check is a function of source text, proved on a planted example."""
@@ -12,7 +12,7 @@ from pathlib import Path
 from tests.conftest import ROOT
 
 MAX_LINES = 400
-READER = ROOT / "webhooks" / "config.py"
+READER = ROOT / "webhooks" / "configuration" / "settings.py"
 
 
 def sources() -> list[Path]:
@@ -98,3 +98,14 @@ def test_each_way_of_reading_the_environment_is_seen() -> None:
     ]
     assert [bool(environment_reads(source)) for source in planted] == [True] * len(planted)
     assert environment_reads("import os\nos.environ['X'] = '1'\n") == []  # setting is not reading
+
+
+TOP_LEVEL_LIMIT = 16  # the maintainers' issue (#39): what is left at the top is the foundation's plumbing
+NOT_COUNTED = {"__init__.py", "__main__.py", "gunicorn_conf.py"}  # the package, and two operator-facing names
+
+
+def test_the_package_top_level_stays_small() -> None:
+    """Ideas live in packages (``configuration``, ``tables``, the stages); the top level of
+    ``webhooks`` holds at most ``TOP_LEVEL_LIMIT`` modules."""
+    top = sorted(p.name for p in (ROOT / "webhooks").glob("*.py") if p.name not in NOT_COUNTED)
+    assert len(top) <= TOP_LEVEL_LIMIT, top

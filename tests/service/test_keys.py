@@ -1,4 +1,4 @@
-"""``webhooks.keys``: tokens bound to their row and key, precise key errors without key material,
+"""``webhooks.configuration.keys``: tokens bound to their row and key, precise key errors without key material,
 fingerprints that are keyed, the embedded default's key file, and generated secrets the kinds accept."""
 
 from __future__ import annotations
@@ -12,14 +12,14 @@ from pathlib import Path
 
 import pytest
 
-from webhooks.errors import ConfigError
-from webhooks.keys import (
+from webhooks.configuration.keys import (
     Keyring,
     UndecryptableError,
     UnknownKeyError,
     key_id_of,
     load_or_create_key_file,
 )
+from webhooks.errors import ConfigError
 
 KEY_A = bytes(range(32))
 KEY_B = bytes(range(100, 132))

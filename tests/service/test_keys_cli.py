@@ -16,8 +16,8 @@ from tests.admin.test_runtime_config import api, deliver
 from tests.conftest import base_config, make_app
 from tests.service.test_config_cli import session
 from tests.support.templates import migrated
-from webhooks.keys import Keyring, key_id_of
-from webhooks.store import config_items as store
+from webhooks.configuration.keys import Keyring, key_id_of
+from webhooks.store.configuration import items as store
 
 OLD = "k1:" + base64.b64encode(b"1" * 32).decode()
 NEW = "k2:" + base64.b64encode(b"2" * 32).decode()

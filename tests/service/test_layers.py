@@ -2,10 +2,13 @@
 
 Each module belongs to one layer, lowest first:
 
-- ``foundation``: the top-level modules of ``webhooks`` (configuration, models, engines, errors,
-  vocabulary, the queue, the metrics' counters, …) and ``webhooks.providers``;
-- ``store``: events in the database (``webhooks.store``);
-- ``runtime``: ``webhooks.runtime``, which binds the configuration to a store and a queue;
+- ``foundation``: the top-level modules of ``webhooks`` (engines, errors, vocabulary, the queue,
+  the metrics' counters, …), runtime configuration (``webhooks.configuration``), every table
+  (``webhooks.tables``) and ``webhooks.providers``;
+- ``store``: events in the database (``webhooks.store``) and the configuration's queries
+  (``webhooks.store.configuration``);
+- ``runtime``: ``webhooks.runtime``, which binds the configuration to a store and a queue, and its
+  configuration watcher (``webhooks.runtime.watch``);
 - the stages, each above the ones it may use: ``forward``, ``receiver``, ``worker``, ``admin``;
 - ``jobs``: the RQ job functions and the migrations (``webhooks.jobs``, ``webhooks.migrations``);
 - ``app``: the app factory (the package ``webhooks`` itself: ``create_app``, ``on``);
@@ -25,6 +28,7 @@ from tests.service.test_import_graph import graph, imports, modules
 
 LAYERS = ("foundation", "store", "runtime", "forward", "receiver", "worker", "admin", "jobs", "app", "service")
 STAGES = {"store", "forward", "receiver", "worker", "admin", "service"}  # folders of ``webhooks``
+FOUNDATION = {"providers", "configuration", "tables"}  # folders of the foundation
 ENTRY_POINTS = {"webhooks.__main__", "webhooks.gunicorn_conf"}  # documented names, one-line shims
 APP = "webhooks"
 
@@ -35,7 +39,7 @@ def layer(module: str) -> str:
         return "app"
     if module in ENTRY_POINTS:
         return "service"
-    if module == "webhooks.runtime":
+    if parts[1] == "runtime":
         return "runtime"
     if parts[1] in STAGES:
         return parts[1]
@@ -59,7 +63,7 @@ def upward(g: dict[str, set[str]], top: dict[str, set[str]]) -> list[str]:
 def test_every_module_has_a_layer_and_every_stage_folder_is_one() -> None:
     known = modules()
     folders = {name.split(".")[1] for name in known if name.count(".") >= 2}
-    assert folders - {"jobs", "migrations", "providers"} == STAGES
+    assert folders - {"jobs", "migrations", "runtime", *FOUNDATION} == STAGES
     assert {layer(name) for name in known} == set(LAYERS)
 
 
@@ -84,7 +88,7 @@ def test_a_planted_upward_import_is_found(tmp_path: Path) -> None:
     known = modules()
     for module, planted in (
         ("webhooks.store.base", "from webhooks.receiver.receive import deliver"),
-        ("webhooks.config", "from webhooks.worker import handlers"),
+        ("webhooks.configuration.settings", "from webhooks.worker import handlers"),
         ("webhooks.forward.client", "from webhooks.admin import api"),
     ):
         copy = tmp_path / f"{module}.py"

@@ -16,9 +16,9 @@ from flask import Flask
 
 from tests.conftest import admin_headers, base_config, make_app, stripe_event, stripe_headers, wait_until
 from webhooks import metrics
-from webhooks.config_tables import ConfigItem
 from webhooks.runtime import Runtime
-from webhooks.store import config_items as store
+from webhooks.store.configuration import items as store
+from webhooks.tables.configuration import ConfigItem
 
 KEYS = "k1:" + base64.b64encode(b"1" * 32).decode()
 SECRET = "whsec_live_secret_for_shop_eu"
@@ -109,8 +109,8 @@ def test_a_row_made_invalid_keeps_the_configuration_in_effect_and_is_said_once(
 
 def test_a_secret_under_a_key_not_configured_stops_start_up_naming_the_key(sqlite_url: str) -> None:
     from webhooks import create_app
-    from webhooks.config import load
-    from webhooks.keys import UnknownKeyError
+    from webhooks.configuration.keys import UnknownKeyError
+    from webhooks.configuration.settings import load
     from webhooks.service.process_setup import missing_key_problem
 
     app = make_app(base_config(sqlite_url, WEBHOOKS_ENCRYPTION_KEYS=KEYS))

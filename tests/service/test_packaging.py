@@ -107,7 +107,7 @@ def test_the_wheel_leaves_jobs_and_migrations_to_the_application(tmp_path: Path)
 def test_the_editable_install_maps_the_checkouts_jobs_and_migrations(tmp_path: Path) -> None:
     probe = (
         "import json, webhooks.jobs.worker, webhooks.jobs.process, webhooks.migrations, webhooks.worker.loop\n"
-        "from webhooks.revisions import migrations_dir\n"
+        "from webhooks.tables.revisions import migrations_dir\n"
         "assert webhooks.jobs.worker.Worker is webhooks.worker.loop.Worker\n"
         "print(json.dumps([webhooks.jobs.process.__file__, webhooks.migrations.__file__, str(migrations_dir())]))"
     )

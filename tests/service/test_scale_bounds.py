@@ -11,7 +11,7 @@ from flask import Flask
 
 from tests.conftest import admin_headers, base_config, make_app, stripe_event, stripe_headers
 from webhooks import metrics
-from webhooks.config import Settings
+from webhooks.configuration.settings import Settings
 from webhooks.receiver import quarantine
 
 KEYS = "k1:" + base64.b64encode(b"1" * 32).decode()

@@ -28,7 +28,7 @@ from rq.scheduler import RQScheduler
 from tests.conftest import STRIPE_SECRET, free_port, wait_until
 from tests.support.processes import BIN, clean_env, running, wait_http
 from tests.support.templates import migrated
-from webhooks import config
+from webhooks.configuration import settings as config
 from webhooks.service.cli import main
 from webhooks.service.process_setup import MULTIPROC, prepare_metrics_dir
 
@@ -38,7 +38,7 @@ def test_a_misspelt_variable_is_named_with_the_closest_known_one(tmp_path: Path)
     result = CliRunner().invoke(main, ["db", "upgrade"], env=env)
     assert result.exit_code == 0, result.output
     assert (
-        "WARNING webhooks.config: unknown environment variable WEBHOOKS_MAX_ATTEMPT is ignored"
+        "WARNING webhooks.configuration.settings: unknown environment variable WEBHOOKS_MAX_ATTEMPT is ignored"
         " (did you mean WEBHOOKS_MAX_ATTEMPTS?)"
     ) in result.output
 
@@ -179,7 +179,7 @@ def test_a_cleanly_stopped_worker_leaves_the_scheduler_lock_to_the_next(tmp_path
 
 
 def test_a_password_from_the_environment_is_never_printed() -> None:
-    from webhooks.config import Settings
+    from webhooks.configuration.settings import Settings
     from webhooks.service.serving import banner
 
     text = banner(Settings(admin_password="s3cret-from-env"), ["http://127.0.0.1:8000"], None)
@@ -195,7 +195,7 @@ def test_the_banner_counts_the_databases_endpoints(tmp_path: Path) -> None:
     """Seams finding 8: the banner said "none configured" beside endpoints created at runtime."""
     from tests.admin.test_runtime_config import KEYS, SHOP, api
     from tests.conftest import base_config, make_app
-    from webhooks.config import Settings
+    from webhooks.configuration.settings import Settings
     from webhooks.service.process_setup import stored_endpoints
     from webhooks.service.serving import banner
 

@@ -22,7 +22,7 @@ from tests import conftest
 from tests.conftest import ROOT, STRIPE_SECRET, drain, free_port, stripe_event, stripe_headers, wait_until
 from tests.service.test_safe_servers import processes_in
 from tests.support.processes import clean_env, gunicorn_cmd, running, wait_http
-from webhooks import config
+from webhooks.configuration import settings as config
 from webhooks.service.cli import upgrade
 
 HERE = "tests/service/test_suite_isolation.py"

@@ -9,7 +9,7 @@ import pytest
 
 import webhooks
 from webhooks.errors import PayloadError, VerificationError
-from webhooks.models import STATUSES
+from webhooks.tables.events import STATUSES
 from webhooks.vocabulary import Reason, Status
 
 ROOT = Path(webhooks.__file__).parent

@@ -1,4 +1,4 @@
-"""``webhooks.store.config_items`` (#32) on both databases: each change is one transaction with
+"""``webhooks.store.configuration.items`` (#32) on both databases: each change is one transaction with
 its audit row and a version bump; secrets are sealed (fingerprints in the audit, never values);
 the store refuses a taken name, the last live secret and a sixth live one; a snapshot opens the
 live secrets and fails closed, naming the key id, on a key not configured."""
@@ -13,10 +13,10 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 from tests.support.templates import migrated
-from webhooks.config_tables import ConfigSecret
-from webhooks.keys import Keyring, UnknownKeyError
-from webhooks.store import config_items as store
-from webhooks.store.config_items import ConfigItemError
+from webhooks.configuration.keys import Keyring, UnknownKeyError
+from webhooks.store.configuration import items as store
+from webhooks.store.configuration.items import ConfigItemError
+from webhooks.tables.configuration import ConfigSecret
 
 NOW = datetime(2026, 12, 1, tzinfo=UTC)
 KEYRING = Keyring([("k1", b"1" * 32)])

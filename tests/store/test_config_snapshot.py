@@ -15,10 +15,12 @@ import pytest
 from sqlalchemy.orm import Session
 
 from tests.store.test_config_items import KEYRING, NOW, OTHER, SECRET, session  # noqa: F401 (fixture)
-from webhooks import config, destinations, live_config
-from webhooks.config import Settings
+from webhooks.configuration import destinations
+from webhooks.configuration import live as live_config
+from webhooks.configuration import settings as config
+from webhooks.configuration.settings import Settings
 from webhooks.errors import ConfigError
-from webhooks.store import config_items as store
+from webhooks.store.configuration import items as store
 
 
 def built(items: Any, cache: dict[str, Any]) -> Settings:
@@ -41,7 +43,7 @@ def test_an_unchanged_item_is_neither_opened_nor_built_again(session: Session) -
         return real(keyring, name, secret)
 
     monkey = pytest.MonkeyPatch()
-    monkey.setattr("webhooks.store.config_snapshot.opened", counting)
+    monkey.setattr("webhooks.store.configuration.snapshot.opened", counting)
     try:
         again = store.snapshot(session, KEYRING, now=NOW, previous=first.keys)
         assert opened == [] and [a is b for a, b in zip(first.items, again.items, strict=True)] == [True] * 3
@@ -89,7 +91,7 @@ def test_a_change_to_one_endpoint_is_read_alone_and_a_gap_reads_everything(sqlit
     import sqlalchemy as sa
 
     from tests.conftest import base_config, make_app
-    from webhooks.store import config_snapshot
+    from webhooks.store.configuration import snapshot as config_snapshot
 
     keys = "k1:" + base64.b64encode(b"1" * 32).decode()
     app = make_app(base_config(sqlite_url, WEBHOOKS_ENCRYPTION_KEYS=keys))

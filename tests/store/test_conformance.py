@@ -22,10 +22,10 @@ from tests.receiver.test_group_commit import pending, queued_jobs, store_as_one_
 from tests.worker.test_processing import deliver_stripe
 from webhooks.admin.replay import ReplayError, replay_one
 from webhooks.jobs.process import process_event, work
-from webhooks.models import Event
 from webhooks.queue import job_id
 from webhooks.runtime import Runtime
 from webhooks.store import sqlite as sqlite_store
+from webhooks.tables.events import Event
 from webhooks.timestamps import aware
 from webhooks.vocabulary import Reason
 from webhooks.worker import claims

@@ -309,7 +309,7 @@ def test_0013_from_a_populated_0012_keeps_every_row_and_every_dedup(db: str, req
     import sqlalchemy as sa
     from sqlalchemy.exc import IntegrityError
 
-    from webhooks.schema import METADATA
+    from webhooks.tables import METADATA
 
     url = request.getfixturevalue(db)
     at = datetime(2024, 1, 1, tzinfo=UTC)

@@ -13,8 +13,8 @@ import sqlalchemy as sa
 
 from tests.support import servers, templates
 from tests.support.templates import migrated
-from webhooks import revisions
 from webhooks.service.cli import upgrade
+from webhooks.tables import revisions
 
 
 def no_upgrade(url: str, revision: str = "head") -> None:

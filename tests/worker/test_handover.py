@@ -11,7 +11,7 @@ from flask import Flask
 
 from tests.conftest import base_config, drain, make_app, rows, runtime, stripe_event, stripe_headers
 from webhooks.admin.replay import replay_one
-from webhooks.models import Event
+from webhooks.tables.events import Event
 from webhooks.worker.handover import LOOKBACK, LOOKBACK_EVERY, Handover
 
 

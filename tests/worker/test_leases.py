@@ -170,7 +170,7 @@ def test_a_dead_holders_events_are_free_within_ninety_seconds_by_default() -> No
     swept every 60 s, so a SIGKILLed worker held its events five and a half minutes. A lease is at
     most 60 s (renewed every third of it while its holder lives), whatever the job timeout, and the
     sweep runs every 15 s by default: lease + interval stay under 90 s."""
-    from webhooks import config as webhooks_config
+    from webhooks.configuration import settings as webhooks_config
 
     settings = webhooks_config.load({})
     for timeout in (10, 300, 3600):

@@ -20,7 +20,7 @@ from click.testing import CliRunner
 from flask import Flask
 
 from tests.conftest import PAYLOADS, STRIPE_SECRET, admin_headers, base_config, drain, make_app, rows, stripe_headers
-from webhooks import config
+from webhooks.configuration import settings as config
 from webhooks.errors import ConfigError
 from webhooks.service.cli import main
 

@@ -28,7 +28,7 @@ from rq.job import Job
 from rq.worker import WorkerStatus
 
 import webhooks.queue as queue_module
-from webhooks import config
+from webhooks.configuration import settings as config
 from webhooks.queue import JobQueue, job_id, retry_intervals
 from webhooks.worker.loop import PromptWorker, ScopedWorker
 

@@ -7,7 +7,7 @@ from decimal import Decimal
 
 from webhooks import providers
 from webhooks.errors import PayloadError
-from webhooks.models import Event
+from webhooks.tables.events import Event
 
 MAX_PARSED = 256 * 1024  # a bigger payload is not parsed for a list cell (its page shows it all)
 # ISO 4217 minor units that are not 2 (the currencies the providers list).

@@ -19,7 +19,7 @@ from webhooks.admin.auth import check_api_auth, runtime, who
 from webhooks.admin.destinations import deliveries_of
 from webhooks.admin.queries import FilterError, iso
 from webhooks.admin.replay import PENDING, ReplayError, replay_matching, replay_one
-from webhooks.models import Attempt, Event, Object, Replay
+from webhooks.tables.events import Attempt, Event, Object, Replay
 from webhooks.vocabulary import DeliveryStatus, Status
 
 bp = Blueprint("admin_api", __name__, url_prefix="/admin/api")

@@ -1,6 +1,6 @@
 """Who may use the console: HTTP Basic (user ``admin``, ``WEBHOOKS_ADMIN_PASSWORD``; 404 when
 unset) on the pages, the API and ``/metrics``; on ``/admin/api`` also a named token
-(``Authorization: Bearer wht_…``, ``webhooks.tokens``), which works with no password set. A
+(``Authorization: Bearer wht_…``, ``webhooks.admin.tokens``), which works with no password set. A
 request's ``g.admin_who`` is the token's name or ``admin``: the audit's ``who`` (``who()``). An
 unknown or revoked token is 401, a read-only token's POST, PATCH or DELETE 403 ``read_only``.
 
@@ -20,11 +20,11 @@ from datetime import UTC, datetime
 from flask import abort, current_app, g, jsonify, render_template, request
 from werkzeug.wrappers import Response
 
-from webhooks import tokens
+from webhooks.admin import tokens
 from webhooks.admin.csrf import changes_state
 from webhooks.admin.throttle import LoginThrottle
-from webhooks.clients import sender
 from webhooks.metrics import ADMIN_AUTH_FAILURES
+from webhooks.receiver.clients import sender
 from webhooks.receiver.quarantine import basic_credentials
 from webhooks.runtime import Runtime
 from webhooks.vocabulary import Reason

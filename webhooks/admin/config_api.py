@@ -6,7 +6,7 @@ The file owns what it defines: those are listed (``"source": "file"``) and every
 is 409 ``managed_by_file``. A table is validated by the file's own rules (400 ``invalid_config``
 naming the ``field``); the store refuses the rest (409 ``exists``, ``last_secret``,
 ``too_many_secrets``, ``no_encryption_key``; 404 ``not_found``). After each change this process
-reloads at once; the others within a second (``webhooks.store.config_watch``). A secret's value
+reloads at once; the others within a second (``webhooks.runtime.watch``). A secret's value
 is in one answer only: the one that generated it.
 """
 
@@ -24,19 +24,19 @@ from werkzeug.wrappers import Response
 from webhooks.admin import config_json
 from webhooks.admin.auth import runtime, who
 from webhooks.admin.queries import iso, parse_id, parse_limit
-from webhooks.config_tables import ConfigSecret
-from webhooks.destinations import new_secret
+from webhooks.configuration.destinations import new_secret
+from webhooks.configuration.live import DESTINATION, ENDPOINT, check, field_of
 from webhooks.errors import ConfigError
-from webhooks.live_config import DESTINATION, ENDPOINT, check, field_of
 from webhooks.providers import PROVIDERS
 from webhooks.providers.api import is_local_base
-from webhooks.store import config_items as store
-from webhooks.store.config_items import ConfigItemError
+from webhooks.store.configuration import items as store
+from webhooks.store.configuration.items import ConfigItemError
+from webhooks.tables.configuration import ConfigSecret
 
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
 MAX_GRACE = 604_800  # seconds a rotated-out secret may keep signing: a week
 DEFAULT_GRACE = 86_400
-log = logging.getLogger("webhooks.config")
+log = logging.getLogger("webhooks.configuration.settings")
 KINDS = {"endpoints": ENDPOINT, "destinations": DESTINATION}
 Answer = Response | tuple[Response, int] | tuple[str, int]
 

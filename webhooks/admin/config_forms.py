@@ -19,11 +19,11 @@ from webhooks.admin import config_api as ops
 from webhooks.admin import config_json, toml_text
 from webhooks.admin.auth import runtime
 from webhooks.admin.config_api import InvalidError
-from webhooks.config_tables import SIGNING, ConfigItem
-from webhooks.live_config import CREDENTIALS, DESTINATION, ENDPOINT, URL, secret_url
+from webhooks.configuration.live import CREDENTIALS, DESTINATION, ENDPOINT, URL, secret_url
 from webhooks.providers import PROVIDERS
-from webhooks.store import config_items as store
-from webhooks.store.config_items import ConfigItemError
+from webhooks.store.configuration import items as store
+from webhooks.store.configuration.items import ConfigItemError
+from webhooks.tables.configuration import SIGNING, ConfigItem
 
 PLURAL = {ENDPOINT: "endpoints", DESTINATION: "destinations"}
 FIELDS = frozenset({"name", "label", "provider", "secrets", "options", "value", "not_before", "expires_at"})

@@ -1,7 +1,7 @@
 """Runtime configuration as the admin API shows it (#32): endpoints and destinations from the file
 and the database, their secrets as fingerprints, and the audit's rows. Never a secret's value: a
 credential option is a secret row, a destination URL's query string and userinfo are shown
-redacted (``webhooks.destinations.redacted``), and the file's secrets are not listed at all."""
+redacted (``webhooks.configuration.destinations.redacted``), and the file's secrets are not listed at all."""
 
 from __future__ import annotations
 
@@ -10,11 +10,11 @@ from datetime import UTC, datetime
 from typing import Any
 
 from webhooks.admin.queries import iso
-from webhooks.config_tables import SIGNING, ConfigChange, ConfigItem, ConfigSecret
-from webhooks.live_config import CREDENTIALS
+from webhooks.configuration.live import CREDENTIALS
 from webhooks.providers.base import Endpoint
 from webhooks.runtime import Runtime
-from webhooks.store.config_snapshot import live as live_now
+from webhooks.store.configuration.snapshot import live as live_now
+from webhooks.tables.configuration import SIGNING, ConfigChange, ConfigItem, ConfigSecret
 
 
 def secret_json(secret: ConfigSecret) -> dict[str, Any]:

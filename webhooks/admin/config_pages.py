@@ -18,8 +18,8 @@ from werkzeug.wrappers import Response
 from webhooks.admin import config_json, csrf, queries
 from webhooks.admin.auth import runtime
 from webhooks.admin.pages import CSP
-from webhooks.live_config import ENDPOINT
-from webhooks.store import config_items as store
+from webhooks.configuration.live import ENDPOINT
+from webhooks.store.configuration import items as store
 
 CHANGES_PAGE = 50
 COPY_CSP = CSP.replace("default-src 'none';", "default-src 'none'; script-src 'self';")

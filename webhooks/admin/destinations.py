@@ -3,7 +3,7 @@ deliveries of removed destinations: ``?removed=1``, adopt, fail), the console's
 ``/admin/destinations`` page, and an event's deliveries for its detail.
 
 Every configured destination is listed, sent to or not, with its ``kind`` and ``target`` (the URL
-with its credentials and query string redacted, ``webhooks.destinations.redacted``; ``url`` too for
+with its credentials and query string redacted, ``webhooks.configuration.destinations.redacted``; ``url`` too for
 an HTTP one, the same text: the guard refuses ``user:password@`` there); its secrets, a bus's
 credentials and an HTTP URL's query never leave the configuration, the file's or the database's.
 Creating, changing, deleting and rotating one is ``config_api.py``'s. A pause or resume is logged
@@ -26,15 +26,15 @@ from webhooks import tracing
 from webhooks.admin import config_json
 from webhooks.admin.auth import runtime, who
 from webhooks.admin.queries import iso, storable
-from webhooks.destinations import Destination
+from webhooks.configuration.destinations import Destination
 from webhooks.forward import deliveries
 from webhooks.forward.backlog import Backlog, Held, backlogs, held
 from webhooks.forward.dispatcher import nudge
 from webhooks.forward.held import adopt, fail_held
-from webhooks.forward_tables import Delivery, DeliveryAttempt
-from webhooks.models import COUNT_CAP
-from webhooks.store import config_items as store
+from webhooks.store.configuration import items as store
 from webhooks.store.sql import audit_record
+from webhooks.tables.events import COUNT_CAP
+from webhooks.tables.forwarding import Delivery, DeliveryAttempt
 
 log = logging.getLogger(__name__)
 MAX_REASON = 500  # characters of an operator's reason (pause, adopt, fail)

@@ -17,7 +17,7 @@ from sqlalchemy import Select, and_, or_, select, text, true, tuple_
 from webhooks import providers
 from webhooks.admin.auth import runtime
 from webhooks.admin.queries import FilterError, iso
-from webhooks.models import GAP_WHERE, Object
+from webhooks.tables.events import GAP_WHERE, Object
 
 PAGE_SIZE = 100
 

@@ -17,7 +17,7 @@ from sqlalchemy import Integer, cast, func, select
 from sqlalchemy.orm import Session
 from sqlalchemy.sql.elements import ColumnElement
 
-from webhooks.models import Attempt, Event, Rejection, unfinished
+from webhooks.tables.events import Attempt, Event, Rejection, unfinished
 from webhooks.timestamps import aware
 from webhooks.vocabulary import JOB_ERROR, Status
 

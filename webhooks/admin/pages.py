@@ -23,7 +23,7 @@ from webhooks.admin.auth import check_auth, runtime, who
 from webhooks.admin.destinations import deliveries_of
 from webhooks.admin.queries import FilterError, Filters
 from webhooks.admin.replay import BULK_LIMIT, ReplayError, matching_count, replay_matching, replay_one
-from webhooks.models import STATUSES, Attempt, Event, Object, Replay
+from webhooks.tables.events import STATUSES, Attempt, Event, Object, Replay
 from webhooks.timestamps import aware
 from webhooks.vocabulary import Status
 

@@ -9,9 +9,9 @@ from flask import Blueprint, abort, redirect, render_template, request, url_for
 from webhooks.admin.auth import runtime
 from webhooks.admin.queries import rejections_query
 from webhooks.errors import VerificationError
-from webhooks.models import Rejection
 from webhooks.receiver import quarantine
 from webhooks.receiver.receive import accept
+from webhooks.tables.events import Rejection
 
 PAGE_SIZE = 100
 COUNTS_PAGE = 100  # endpoints per page of counts: old databases may hold thousands

@@ -23,9 +23,9 @@ from sqlalchemy.orm import Session, undefer
 from sqlalchemy.sql.elements import ColumnElement
 
 from webhooks.errors import WebhooksError
-from webhooks.models import COUNT_CAP as COUNT_CAP  # the console's cap, defined beside the tables
-from webhooks.models import STATUSES, Attempt, Body, Event, Object, Rejection, Replay, capped_count
 from webhooks.storable import is_storable
+from webhooks.tables.events import COUNT_CAP as COUNT_CAP  # the console's cap, defined beside the tables
+from webhooks.tables.events import STATUSES, Attempt, Body, Event, Object, Rejection, Replay, capped_count
 from webhooks.timestamps import aware
 
 REJECTED = "rejected"  # the key of the recent rejections' count beside the status counts (no status)

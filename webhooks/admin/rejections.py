@@ -10,9 +10,9 @@ from webhooks.admin.api import _error
 from webhooks.admin.auth import runtime
 from webhooks.admin.queries import iso, parse_limit, rejections_query
 from webhooks.errors import UnavailableError, VerificationError
-from webhooks.models import Rejection
 from webhooks.receiver import quarantine
 from webhooks.receiver.receive import accept
+from webhooks.tables.events import Rejection
 
 COUNTS_PAGE = 100  # endpoints per page of counts
 

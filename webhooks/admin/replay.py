@@ -22,11 +22,11 @@ from sqlalchemy import func, select
 from webhooks.admin import resend
 from webhooks.admin.queries import Filters, conditions, storable
 from webhooks.errors import WebhooksError
-from webhooks.forward_tables import Delivery
-from webhooks.models import Event
 from webhooks.receiver import outbox
 from webhooks.runtime import Runtime
 from webhooks.store.transitions import REPLAY
+from webhooks.tables.events import Event
+from webhooks.tables.forwarding import Delivery
 
 log = logging.getLogger(__name__)
 NO_REASON = "(no reason given)"

@@ -19,11 +19,11 @@ from sqlalchemy import and_, exists, or_
 
 from webhooks.forward import deliveries
 from webhooks.forward.dispatcher import nudge
-from webhooks.forward_tables import Delivery
-from webhooks.models import Event
 from webhooks.runtime import Runtime
 from webhooks.store import Key
 from webhooks.store.sql import audit_record
+from webhooks.tables.events import Event
+from webhooks.tables.forwarding import Delivery
 from webhooks.vocabulary import DeliveryStatus, Status
 
 

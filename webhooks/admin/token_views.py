@@ -11,7 +11,7 @@ from typing import Any
 
 from flask import Blueprint, jsonify, render_template
 
-from webhooks import tokens
+from webhooks.admin import tokens
 from webhooks.admin.auth import runtime
 from webhooks.admin.queries import iso
 

@@ -20,10 +20,10 @@ from typing import Any
 
 from sqlalchemy import func, literal, select, union_all
 
-from webhooks.destinations import Destination
+from webhooks.configuration.destinations import Destination
 from webhooks.forward.held import held as held_deliveries
-from webhooks.forward_tables import Delivery, DestinationState
-from webhooks.models import capped_count
+from webhooks.tables.events import capped_count
+from webhooks.tables.forwarding import Delivery, DestinationState
 from webhooks.timestamps import aware
 from webhooks.vocabulary import DeliveryStatus
 

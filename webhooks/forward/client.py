@@ -28,7 +28,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, cast
 
-from webhooks.destinations import redacted
+from webhooks.configuration.destinations import redacted
 from webhooks.guard import Refused, Resolver, resolve_within, system_resolver, vet
 
 RESPONSE_LIMIT = 64 * 1024

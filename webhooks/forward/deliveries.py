@@ -29,12 +29,12 @@ from typing import Any
 from sqlalchemy import and_, exists, func, or_, select, text, tuple_, update
 from sqlalchemy.orm import Session, aliased, sessionmaker
 
-from webhooks.destinations import Destination
+from webhooks.configuration.destinations import Destination
 from webhooks.engines import upsert
 from webhooks.forward.leases import Lease
 from webhooks.forward.signing import Message, message_id
-from webhooks.forward_tables import Delivery, DeliveryAttempt, DestinationState, ForwardedObject
-from webhooks.models import Event
+from webhooks.tables.events import Event
+from webhooks.tables.forwarding import Delivery, DeliveryAttempt, DestinationState, ForwardedObject
 from webhooks.timestamps import aware
 from webhooks.vocabulary import DeliveryStatus, Outcome, Status
 

@@ -25,7 +25,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
 from webhooks import metrics, tracing
-from webhooks.destinations import Destination
+from webhooks.configuration.destinations import Destination
 from webhooks.forward import deliveries, settle
 from webhooks.forward.leases import Lease, Result
 from webhooks.guard import Resolver, system_resolver

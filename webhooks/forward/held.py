@@ -13,8 +13,8 @@ from typing import Any
 from sqlalchemy import and_, or_, select, update
 from sqlalchemy.orm import Session
 
-from webhooks.destinations import Destination
-from webhooks.forward_tables import Delivery
+from webhooks.configuration.destinations import Destination
+from webhooks.tables.forwarding import Delivery
 from webhooks.vocabulary import DeliveryStatus
 
 PENDING = DeliveryStatus.PENDING

@@ -5,7 +5,7 @@ A ``Publisher`` takes one lease and the signed headers (``signing.headers``) and
 it as a ``Result``: delivered (a 2xx, or a bus's acknowledgement), or why not. It never raises for
 the destination's sake (a broker or service that is down is a failed attempt); ``Lane`` turns a bug
 into a failed attempt too. ``PUBLISHERS`` is the registry: kind → how to build its sender, one for
-each kind ``webhooks.destinations.KINDS`` accepts.
+each kind ``webhooks.configuration.destinations.KINDS`` accepts.
 
 - ``http``: a POST over a connection the guard vetted (``client.Sender``); ``Retry-After`` kept.
 - ``redis-stream``: ``XADD`` (``redis_stream.RedisStreamPublisher``).
@@ -23,7 +23,7 @@ from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Protocol
 
-from webhooks.destinations import Destination
+from webhooks.configuration.destinations import Destination
 from webhooks.forward import client
 from webhooks.forward.leases import Lease, Result
 from webhooks.guard import Resolver
@@ -98,5 +98,5 @@ PUBLISHERS: dict[str, Callable[[Destination, Resolver], Publisher]] = {
 
 
 def publisher(destination: Destination, resolver: Resolver) -> Publisher:
-    """The sender of ``destination``'s kind (every kind ``webhooks.destinations.KINDS`` accepts has one)."""
+    """The sender of ``destination``'s kind (every kind ``configuration.destinations.KINDS`` accepts has one)."""
     return PUBLISHERS[destination.kind](destination, resolver)

@@ -31,7 +31,7 @@ import pika
 import pika.exceptions
 from pika.adapters.blocking_connection import BlockingChannel
 
-from webhooks.destinations import Destination, RabbitMQ
+from webhooks.configuration.destinations import Destination, RabbitMQ
 from webhooks.forward.leases import Lease, Result
 from webhooks.guard import Refused, Resolver, resolve_within, vet
 

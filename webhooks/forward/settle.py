@@ -15,12 +15,12 @@ from datetime import datetime, timedelta
 from sqlalchemy import select, tuple_
 from sqlalchemy.orm import Session, sessionmaker
 
-from webhooks.destinations import MAX_PROBE_SECONDS, Destination
+from webhooks.configuration.destinations import MAX_PROBE_SECONDS, Destination
 from webhooks.engines import upsert
 from webhooks.forward.deliveries import EXCERPT, MAX_THROTTLE_SECONDS, PENDING, object_key, state_of
 from webhooks.forward.leases import Lease, Result
-from webhooks.forward_tables import Delivery, DeliveryAttempt, DestinationState, ForwardedObject
 from webhooks.storable import storable_text
+from webhooks.tables.forwarding import Delivery, DeliveryAttempt, DestinationState, ForwardedObject
 from webhooks.vocabulary import DeliveryStatus, Outcome
 
 

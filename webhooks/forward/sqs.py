@@ -39,7 +39,7 @@ from typing import Any
 
 import botocore.exceptions
 
-from webhooks.destinations import Destination, Sqs
+from webhooks.configuration.destinations import Destination, Sqs
 from webhooks.forward.leases import Lease, Result
 from webhooks.guard import Refused, Resolver, resolve_within, vet
 

@@ -16,12 +16,12 @@ from sqlalchemy.orm import Session, sessionmaker
 from werkzeug.datastructures import Authorization
 
 from webhooks import providers
-from webhooks.config import Settings
+from webhooks.configuration.settings import Settings
 from webhooks.errors import ConfigError, VerificationError
-from webhooks.models import Rejection, RejectionCount
 from webhooks.providers.base import Endpoint, Verified
 from webhooks.storable import redact, storable_text
 from webhooks.store.rejections import count_rejection
+from webhooks.tables.events import Rejection, RejectionCount
 from webhooks.timestamps import aware
 from webhooks.vocabulary import Reason
 

@@ -16,10 +16,11 @@ from sqlalchemy.exc import SQLAlchemyError
 from werkzeug.http import HTTP_STATUS_CODES
 from werkzeug.wsgi import get_content_length, get_host, get_input_stream
 
-from webhooks import clients, metrics, providers, tracing
+from webhooks import metrics, providers, tracing
 from webhooks.errors import PayloadError, UnavailableError, VerificationError
 from webhooks.providers.base import Endpoint, Request, Verified
-from webhooks.receiver import batch, matches, quarantine, rows
+from webhooks.receiver import batch, clients, quarantine, rows
+from webhooks.receiver import last_matched as matches
 from webhooks.receiver.ratelimit import RateLimits
 from webhooks.receiver.request_headers import environ_headers
 from webhooks.runtime import Runtime

@@ -15,7 +15,7 @@ import click
 from webhooks.service.process_setup import version
 
 if TYPE_CHECKING:
-    from webhooks.config import Settings
+    from webhooks.configuration.settings import Settings
 
 # Commands that live in other modules load on first use: `webhooks --help` imports neither
 # SQLAlchemy, Flask nor the providers (name → (module, attribute, one-line help)).
@@ -86,7 +86,7 @@ def explain(exc: Exception) -> str | None:
     import redis
     from sqlalchemy.exc import DBAPIError, NoSuchTableError
 
-    from webhooks import config
+    from webhooks.configuration import settings as config
     from webhooks.errors import ConfigError
 
     if isinstance(exc, ConfigError):
@@ -113,8 +113,8 @@ def explain(exc: Exception) -> str | None:
 
 
 def _schema_problem(url: str) -> str | None:
-    from webhooks import revisions
     from webhooks.engines import make_engine
+    from webhooks.tables import revisions
 
     engine = make_engine(url)
     try:
@@ -124,13 +124,13 @@ def _schema_problem(url: str) -> str | None:
 
 
 def alembic_config(url: str) -> Any:
-    from webhooks.revisions import alembic_config
+    from webhooks.tables.revisions import alembic_config
 
     return alembic_config(url)
 
 
 def upgrade(url: str, revision: str = "head") -> None:
-    from webhooks.revisions import upgrade
+    from webhooks.tables.revisions import upgrade
 
     upgrade(url, revision)
 
@@ -138,7 +138,7 @@ def upgrade(url: str, revision: str = "head") -> None:
 def load_settings() -> Settings:
     """The configuration, or the command's one-line ``configuration: …`` error (every command
     loads it here)."""
-    from webhooks import config
+    from webhooks.configuration import settings as config
     from webhooks.errors import ConfigError
 
     try:
@@ -163,7 +163,7 @@ def main() -> None:
     A failure prints one line saying what failed and what to do; WEBHOOKS_LOG_LEVEL=DEBUG adds the
     traceback.
     """
-    from webhooks.config import log_options
+    from webhooks.configuration.settings import log_options
     from webhooks.service.process_setup import configure_logging, warn_unknown_variables
 
     level, fmt = log_options()
@@ -172,7 +172,7 @@ def main() -> None:
 
 
 def _default_port() -> str:
-    from webhooks import config
+    from webhooks.configuration import settings as config
 
     return config.port()
 
@@ -195,7 +195,7 @@ def serve(host: str, port: int) -> None:
     prepare_metrics_dir()
     from gunicorn.app.base import BaseApplication  # type: ignore[import-untyped]
 
-    from webhooks import encryption
+    from webhooks.configuration import encryption
     from webhooks.service import gunicorn_conf, serving
     from webhooks.worker import handlers
 
@@ -312,7 +312,7 @@ def worker(burst: bool) -> None:
 
     prepare_metrics_dir()  # before the jobs import prometheus_client: the web's /metrics adds these up
 
-    from webhooks import revisions
+    from webhooks.tables import revisions
     from webhooks.worker.loop import run
 
     settings = load_settings()
@@ -347,7 +347,7 @@ def db_upgrade(revision: str) -> None:
     settings = load_settings()
     upgrade(settings.database_url, revision)
     click.echo(f"database at {revision}")
-    from webhooks import config
+    from webhooks.configuration import settings as config
 
     manager = config.process_manager()
     if manager.startswith("release"):
@@ -365,8 +365,8 @@ def db_current() -> None:
     """Print the database's revision and the head; exit 1 if behind."""
     from sqlalchemy.exc import SQLAlchemyError
 
-    from webhooks import revisions
     from webhooks.engines import make_engine
+    from webhooks.tables import revisions
 
     settings = load_settings()
     engine = make_engine(settings.database_url)

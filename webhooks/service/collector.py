@@ -13,7 +13,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from webhooks import config
+from webhooks.configuration import settings as config
 from webhooks.metrics import (
     ADMIN_AUTH_FAILURES,
     ATTEMPTS,
@@ -35,7 +35,7 @@ from webhooks.vocabulary import Status
 if TYPE_CHECKING:
     from prometheus_client import Metric
 
-    from webhooks.destinations import Destination
+    from webhooks.configuration.destinations import Destination
     from webhooks.forward.backlog import Backlog, Held
 
 log = logging.getLogger("webhooks.metrics")
@@ -46,7 +46,7 @@ def failed_query() -> Any:
     a scrape costs the same with ten failed events or ten million (an alert fires on any)."""
     from sqlalchemy import literal, select
 
-    from webhooks.models import Event, capped_count
+    from webhooks.tables.events import Event, capped_count
 
     return capped_count(select(literal(1)).where(Event.status == Status.FAILED))
 
@@ -57,7 +57,7 @@ def waiting_query() -> Any:
     to the worker process, whose queue is in its own memory)."""
     from sqlalchemy import literal, select
 
-    from webhooks.models import Event, capped_count
+    from webhooks.tables.events import Event, capped_count
 
     return capped_count(select(literal(1)).where(Event.status == Status.QUEUED))
 
@@ -67,7 +67,7 @@ def oldest_query() -> Any:
     ``ix_events_status_feed`` (an ``IN`` over the statuses would read every pending row)."""
     from sqlalchemy import func, select, union_all
 
-    from webhooks.models import Event
+    from webhooks.tables.events import Event
 
     firsts = union_all(*(select(func.min(Event.received_at).label("at")).where(Event.status == s) for s in PENDING))
     found = firsts.subquery()
@@ -88,7 +88,7 @@ class ServiceCollector(Collector):
         from sqlalchemy.exc import SQLAlchemyError
 
         from webhooks.forward.backlog import backlogs, held
-        from webhooks.models import COUNT_CAP
+        from webhooks.tables.events import COUNT_CAP
 
         up = GaugeMetricFamily("webhooks_up", "1 when the database or Redis answered this scrape", labels=["service"])
         waiting: int | None = None

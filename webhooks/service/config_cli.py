@@ -2,7 +2,7 @@
 database's endpoints and destinations kept as a file in git.
 
 FILE has the ``[endpoints.*]`` and ``[destinations.*]`` tables of ``webhooks.toml`` (plus an
-optional ``label``); its ``env:NAME`` values are read through ``webhooks.config.variable``, the
+optional ``label``); its ``env:NAME`` values are read through ``webhooks.configuration.settings.variable``, the
 one reader of the environment. FILE is an input to this command, not the deployment's
 configuration, so it is read here; the deployment's own file is ``config.load()``'s, and its items
 are never touched: a FILE item of the same name is an error naming it. Validation is the file's
@@ -24,14 +24,15 @@ from typing import Any
 import click
 from sqlalchemy.orm import Session
 
-from webhooks import config, guard
-from webhooks.config import Settings
-from webhooks.config_tables import SIGNING, ConfigSecret
+from webhooks import guard
+from webhooks.configuration import settings as config
+from webhooks.configuration.live import DESTINATION, ENDPOINT, check, merged
+from webhooks.configuration.settings import Settings
 from webhooks.errors import ConfigError, WebhooksError
-from webhooks.live_config import DESTINATION, ENDPOINT, check, merged
-from webhooks.store import config_items as store
-from webhooks.store import config_plan
-from webhooks.store.config_plan import Wanted
+from webhooks.store.configuration import items as store
+from webhooks.store.configuration import plan as config_plan
+from webhooks.store.configuration.plan import Wanted
+from webhooks.tables.configuration import SIGNING, ConfigSecret
 
 SECTIONS = {"endpoints": ENDPOINT, "destinations": DESTINATION}
 BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")

@@ -18,9 +18,9 @@ from webhooks.admin.api import attempt_json, detail, object_json, summary
 from webhooks.admin.destinations import deliveries_of
 from webhooks.admin.queries import FilterError
 from webhooks.admin.replay import ReplayError, replay_matching, replay_one
-from webhooks.models import STATUSES, Event
 from webhooks.runtime import Runtime
 from webhooks.service.cli import load_settings
+from webhooks.tables.events import STATUSES, Event
 
 NOT_QUEUED = "Redis is unavailable: the sweeper queues this replay when Redis is back"
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from webhooks import config
+from webhooks.configuration import settings as config
 
 # gunicorn reads every public name of the module it is given (``webhooks.gunicorn_conf`` re-exports
 # these): only its settings and hooks, never a name it would take for one (``config`` is a setting).
@@ -67,7 +67,7 @@ logger_class = "webhooks.service.gunicorn_worker.RootLogger"
 
 
 def on_starting(server: Any) -> None:
-    from webhooks import config, revisions
+    from webhooks.configuration import settings as config
     from webhooks.errors import ConfigError
     from webhooks.service.process_setup import (
         configure_logging,
@@ -75,6 +75,7 @@ def on_starting(server: Any) -> None:
         prepare_metrics_dir,
         warn_unknown_variables,
     )
+    from webhooks.tables import revisions
 
     prepare_metrics_dir()  # before any worker imports prometheus_client
     try:

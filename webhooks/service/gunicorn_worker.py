@@ -166,7 +166,7 @@ class RootLogger(glogging.Logger):  # type: ignore[misc]  # gunicorn ships no ty
     def setup(self, cfg: Any) -> None:
         super().setup(cfg)
         if not logging.getLogger().handlers:  # before on_starting: gunicorn's first lines are ours too
-            from webhooks import config
+            from webhooks.configuration import settings as config
             from webhooks.errors import ConfigError
             from webhooks.service.process_setup import configure_logging
 

@@ -9,11 +9,11 @@ from __future__ import annotations
 from flask import Blueprint, Flask, Response, current_app, jsonify
 from werkzeug.wrappers import Response as BaseResponse
 
-from webhooks import revisions
 from webhooks.admin.auth import check_auth
 from webhooks.runtime import Runtime
 from webhooks.service import collector
 from webhooks.service.process_setup import version
+from webhooks.tables import revisions
 
 bp = Blueprint("health", __name__)
 

@@ -1,5 +1,5 @@
 """``webhooks keys status|rotate`` (#32): stored secrets per encryption key, and their
-re-encryption under the first key of ``WEBHOOKS_ENCRYPTION_KEYS`` (``webhooks.store.key_rotation``).
+re-encryption under the first key of ``WEBHOOKS_ENCRYPTION_KEYS`` (``webhooks.store.configuration.key_rotation``).
 
 The rotation runbook: put the new key first in ``WEBHOOKS_ENCRYPTION_KEYS`` on every process, run
 ``webhooks keys rotate``, then ``webhooks keys status`` until the old key counts 0; remove it then.
@@ -14,7 +14,7 @@ import click
 from webhooks.service.cli import load_settings
 from webhooks.service.config_cli import session_for, who
 from webhooks.service.events_cli import table
-from webhooks.store import key_rotation
+from webhooks.store.configuration import key_rotation
 
 
 @click.group("keys")

@@ -116,10 +116,10 @@ def configure_logging(level: str, fmt: str | None, stream: Any = None) -> None:
 
 def warn_unknown_variables() -> None:
     """Log one warning per misspelt ``WEBHOOKS_*`` variable (after ``configure_logging``)."""
-    from webhooks.config import unknown_variables
+    from webhooks.configuration.settings import unknown_variables
 
     for warning in unknown_variables():
-        logging.getLogger("webhooks.config").warning("%s", warning)
+        logging.getLogger("webhooks.configuration.settings").warning("%s", warning)
 
 
 def admin_password_file(database_url: str) -> Path:
@@ -170,8 +170,8 @@ def prepare_metrics_dir(directory: str | None = None) -> str:
     add up or delete each other's samples), created if missing; the files of processes that are
     gone are removed, so a deployment start begins from the live processes' samples.
     """
-    from webhooks import config
-    from webhooks.config import deployment
+    from webhooks.configuration import settings as config
+    from webhooks.configuration.settings import deployment
 
     default = Path(tempfile.gettempdir()) / f"webhooks-metrics-{os.getuid()}-{deployment()}"
     path = Path(directory or config.metrics_dir() or default)
@@ -233,7 +233,7 @@ def bind_problem(host: str, port: int) -> str | None:
 def key_file_missing(database_url: str) -> str | None:
     """One line when the database's key file is absent but the database holds sealed secrets (a
     database restored without its key): ``serve`` must not make a new key and start as if empty."""
-    from webhooks import encryption
+    from webhooks.configuration import encryption
 
     path = encryption.key_file(database_url)
     if path is None or path.is_file() or not path.with_name(path.name.removesuffix(".key")).is_file():
@@ -253,7 +253,7 @@ def sealed_count(database_url: str) -> int:
     """How many sealed secrets the database holds (0 when it has no such table yet, or is down)."""
     from sqlalchemy import func, select
 
-    from webhooks.config_tables import ConfigSecret
+    from webhooks.tables.configuration import ConfigSecret
 
     return _count(database_url, select(func.count()).select_from(ConfigSecret))
 
@@ -262,7 +262,7 @@ def stored_endpoints(database_url: str) -> int:
     """How many endpoints the database holds (created at runtime; 0 when it cannot say)."""
     from sqlalchemy import func, select
 
-    from webhooks.config_tables import ConfigItem
+    from webhooks.tables.configuration import ConfigItem
 
     return _count(database_url, select(func.count()).select_from(ConfigItem).where(ConfigItem.kind == "endpoint"))
 
@@ -288,9 +288,9 @@ def missing_key_problem(settings: Any) -> str | None:
     ``WEBHOOKS_ENCRYPTION_KEYS`` (or the key file) lacks: the process must not start."""
     from sqlalchemy.exc import SQLAlchemyError
 
+    from webhooks.configuration.keys import UnknownKeyError
     from webhooks.engines import make_engine
-    from webhooks.keys import UnknownKeyError
-    from webhooks.store.config_items import missing_key
+    from webhooks.store.configuration.items import missing_key
 
     engine = make_engine(settings.database_url)
     try:

@@ -7,8 +7,8 @@ from typing import Any
 import click
 
 from webhooks.errors import ConfigError
-from webhooks.models import COUNT_CAP
 from webhooks.store.purge import Plan, PurgeRefusedError, parse_age, purge
+from webhooks.tables.events import COUNT_CAP
 
 
 @click.command("purge")
@@ -36,7 +36,7 @@ def purge_command(
     force: bool,
 ) -> None:
     """Delete old finished events, in batches (never unfinished ones), leaving tombstones."""
-    from webhooks import config
+    from webhooks.configuration import settings as config
     from webhooks.engines import make_engine, make_sessionmaker
 
     try:

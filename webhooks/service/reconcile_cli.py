@@ -21,7 +21,7 @@ from webhooks.worker.reconcile import endpoint_of, reconcile
 @click.option("--undelivered", is_flag=True, help="Only events Stripe has not delivered (delivery_success=false).")
 def reconcile_command(endpoint: str, since: str, undelivered: bool) -> None:
     """Store and process the Stripe events ENDPOINT missed (from Stripe's event log)."""
-    from webhooks import config
+    from webhooks.configuration import settings as config
 
     try:
         start = int(time.time() - parse_age(since).total_seconds())

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import click
 
-from webhooks import config, outbound, providers
+from webhooks import outbound, providers
+from webhooks.configuration import settings as config
 from webhooks.providers.base import Endpoint
 from webhooks.service.cli import load_settings
 
@@ -62,7 +63,7 @@ def stored(settings: config.Settings, name: str, secret: str | None) -> Endpoint
     from webhooks.engines import make_engine
     from webhooks.errors import ConfigError
     from webhooks.runtime import Runtime
-    from webhooks.store import config_items
+    from webhooks.store.configuration import items as config_items
 
     url = make_url(settings.database_url)
     if url.get_backend_name() == "sqlite" and not (url.database and Path(url.database).is_file()):

@@ -26,7 +26,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
-from webhooks.config import Settings
+from webhooks.configuration.settings import Settings
 from webhooks.service import process_setup
 
 log = logging.getLogger("webhooks.serving")  # the name the docs and log filters know
@@ -128,7 +128,7 @@ LOCK_WAIT = 20.0  # seconds the worker process waits for its predecessor's lock 
 
 def lock_path(database_url: str) -> Path | None:
     """``<database file>.serve-lock`` for a SQLite file (what makes ``serve`` its only server)."""
-    from webhooks import encryption
+    from webhooks.configuration import encryption
 
     key = encryption.key_file(database_url)  # ``<database file>.key``: the same place
     return None if key is None else key.with_name(key.name.removesuffix(".key") + ".serve-lock")

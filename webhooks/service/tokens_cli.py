@@ -1,4 +1,4 @@
-"""``webhooks tokens create|list|revoke``: the named tokens of the admin API (``webhooks.tokens``).
+"""``webhooks tokens create|list|revoke``: the named tokens of the admin API (``webhooks.admin.tokens``).
 
 They use the database ``DATABASE_URL`` names, like the service; a token is live on every process
 at its next request (each request looks its token up).
@@ -14,7 +14,7 @@ from datetime import UTC, datetime
 import click
 from sqlalchemy.orm import Session
 
-from webhooks import tokens
+from webhooks.admin import tokens
 from webhooks.admin.token_views import token_json
 from webhooks.engines import make_engine, make_sessionmaker
 from webhooks.service.cli import load_settings

@@ -16,7 +16,7 @@ from sqlalchemy import insert
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
-from webhooks.models import Attempt
+from webhooks.tables.events import Attempt
 
 log = logging.getLogger(__name__)
 _ADD = insert(Attempt.__table__)  # type: ignore[arg-type]  # a Table: a plain Core INSERT

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from sqlalchemy import Connection, select
 
-from webhooks.models import Body
+from webhooks.tables.events import Body
 
 
 def kept(conn: Connection, endpoint: str, digest: str) -> bool:

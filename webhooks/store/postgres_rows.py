@@ -10,9 +10,9 @@ from typing import Any
 from sqlalchemy import JSON, Engine, Table
 from sqlalchemy.exc import DBAPIError
 
-from webhooks.models import Body, Event
 from webhooks.store.base import CHUNK_ROWS, Bodies, Key, Rows
 from webhooks.store.sql_rows import stored
+from webhooks.tables.events import Body, Event
 
 log = logging.getLogger(__name__)
 MAX_CACHED = 64  # statement texts kept per row count up to this (a batch's usual sizes)

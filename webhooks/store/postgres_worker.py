@@ -33,12 +33,12 @@ from sqlalchemy import Column, String, Table
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.orm import Session, sessionmaker
 
-from webhooks.models import Attempt, Object
 from webhooks.storable import storable_key
 from webhooks.store.base import Claimed, Seen, Work
 from webhooks.store.pgwire import BEGIN, COMMIT, Statement, Step, Wire
 from webhooks.store.sql import CLAIMED, EVENTS
 from webhooks.store.transitions import CLAIM, MARK, Move, values
+from webhooks.tables.events import Attempt, Object
 from webhooks.vocabulary import Status
 
 OBJECTS: Table = Object.__table__  # type: ignore[assignment]  # a Table (mypy sees a FromClause)

@@ -29,11 +29,11 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from webhooks.engines import upsert
 from webhooks.errors import ConfigError, WebhooksError
-from webhooks.forward_tables import Delivery, DeliveryAttempt
-from webhooks.models import Attempt, Body, Duplicate, Event, Tombstone, capped_count
 from webhooks.providers import PROVIDERS
 from webhooks.providers.base import Provider, duration_seconds
 from webhooks.store import recent
+from webhooks.tables.events import Attempt, Body, Duplicate, Event, Tombstone, capped_count
+from webhooks.tables.forwarding import Delivery, DeliveryAttempt
 from webhooks.vocabulary import DeliveryStatus, Status
 
 # Each kind's retry horizon is its provider class's ``retry_horizon``; a kind no longer

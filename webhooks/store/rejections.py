@@ -8,7 +8,7 @@ from datetime import datetime
 from sqlalchemy.orm import Session
 
 from webhooks.engines import upsert
-from webhooks.models import RejectionCount
+from webhooks.tables.events import RejectionCount
 
 
 def count_rejection(session: Session, endpoint: str, reason: str, now: datetime) -> None:

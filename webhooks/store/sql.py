@@ -15,12 +15,12 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
 from webhooks.engines import deferred, make_sessionmaker
-from webhooks.models import Attempt, Event, Replay, Tombstone, unfinished
 from webhooks.store import attempts
 from webhooks.store.base import Claimed, Inserts, Key
 from webhooks.store.rejections import count_rejection
 from webhooks.store.sql_rows import SqlInserts
 from webhooks.store.transitions import ABANDON, FAIL, INTERRUPT, LEAVE, MARK, RENEW, REPLAY, REQUEUE, Move, values
+from webhooks.tables.events import Attempt, Event, Replay, Tombstone, unfinished
 from webhooks.vocabulary import INTERRUPTED, DeliveryStatus, Reason, Status
 
 log = logging.getLogger(__name__)
@@ -269,7 +269,7 @@ class SqlStore:
         return True
 
     def release_claims(self) -> int:
-        from webhooks.forward_tables import Delivery
+        from webhooks.tables.forwarding import Delivery
 
         with self.sessions.begin() as session:
             found: Any = session.execute(

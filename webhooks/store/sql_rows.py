@@ -11,9 +11,9 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.exc import SQLAlchemyError
 
 from webhooks.engines import upsert
-from webhooks.models import Body, Event
 from webhooks.store.base import CHUNK_ROWS, Bodies, Key, Rows
 from webhooks.store.transitions import STORE, values
+from webhooks.tables.events import Body, Event
 from webhooks.vocabulary import Status
 
 log = logging.getLogger(__name__)

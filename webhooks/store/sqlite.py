@@ -11,10 +11,10 @@ from typing import Any
 from sqlalchemy import Engine, select
 
 from webhooks.engines import deferred, sqlite_lock
-from webhooks.models import Event, unfinished
 from webhooks.store import sqlite_worker
 from webhooks.store.base import Claimed, Key, Work
 from webhooks.store.sql import SqlStore, lease_over
+from webhooks.tables.events import Event, unfinished
 from webhooks.timestamps import aware
 from webhooks.vocabulary import Status
 

@@ -21,13 +21,13 @@ from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 
 from webhooks.engines import is_busy, upsert
-from webhooks.models import Event, Object
 from webhooks.providers.base import ObjectRef
 from webhooks.storable import storable_key
 from webhooks.store import attempts
 from webhooks.store.base import Claimed, Fold, Prepared, Seen, Work
 from webhooks.store.sql import CLAIMED, bound, under_claim
 from webhooks.store.transitions import CLAIM, MARK, values
+from webhooks.tables.events import Event, Object
 from webhooks.vocabulary import Status
 
 # The statements every event runs, built once (building them cost more than running them).

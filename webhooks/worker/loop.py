@@ -24,8 +24,9 @@ from rq.job import Job
 from rq.scheduler import RQScheduler
 from rq.worker import WorkerStatus
 
-from webhooks import config, lanes, runtime, urls
-from webhooks.config import Settings
+from webhooks import lanes, runtime, urls
+from webhooks.configuration import settings as config
+from webhooks.configuration.settings import Settings
 from webhooks.forward.dispatcher import Forwarder, drain
 from webhooks.queue import LANES, JobQueue
 from webhooks.runtime import Runtime

@@ -17,10 +17,10 @@ from typing import cast
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
-from webhooks.config_tables import ConfigChange, ConfigItem, ConfigSecret
-from webhooks.keys import Keyring, UndecryptableError, UnknownKeyError, key_id_of
-from webhooks.store.config_items import missing_key
-from webhooks.store.config_snapshot import opened, sealed
+from webhooks.configuration.keys import Keyring, UndecryptableError, UnknownKeyError, key_id_of
+from webhooks.store.configuration.items import missing_key
+from webhooks.store.configuration.snapshot import opened, sealed
+from webhooks.tables.configuration import ConfigChange, ConfigItem, ConfigSecret
 
 BATCH = 100  # rows a transaction: short enough that no writer waits on it
 

@@ -1,8 +1,8 @@
 """The tables: ``events`` (one row per provider event), ``bodies`` (the raw body of a delivery that
 carried several events, kept once), ``tombstones`` (the ids and replay keys of purged events),
 ``objects`` (latest state per object), ``attempts`` (one row per processing attempt) and
-``replays`` (the console's audit log). Forwarding's tables are in ``webhooks.forward_tables``,
-on the same metadata (``webhooks.schema``)."""
+``replays`` (the console's audit log). Forwarding's tables are in ``webhooks.tables.forwarding``,
+on the same metadata (``webhooks.tables``)."""
 
 from __future__ import annotations
 

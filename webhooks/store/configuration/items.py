@@ -4,7 +4,7 @@ the audit of every change and the version every process watches.
 Each write is one transaction: the change itself, one ``config_changes`` row (secrets only as
 fingerprints) and the bump of ``config_version``; on PostgreSQL the same transaction notifies
 ``CHANNEL`` (delivered at commit), so every process reloads within a second of the commit.
-Validation is the caller's (``webhooks.live_config.check``, the file's rules); the store refuses
+Validation is the caller's (``webhooks.configuration.live.check``, the file's rules); the store refuses
 only what the table says: a taken name, a missing item or secret, the last live secret, a sixth.
 """
 
@@ -21,17 +21,17 @@ from sqlalchemy import update as sql_update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from webhooks.config_tables import SIGNING, ConfigChange, ConfigItem, ConfigSecret, ConfigVersion
+from webhooks.configuration.keys import Keyring, key_id_of
+from webhooks.configuration.live import ENDPOINT, split
 from webhooks.errors import WebhooksError
-from webhooks.keys import Keyring, key_id_of
-from webhooks.live_config import ENDPOINT, split
-from webhooks.store.config_snapshot import TABLE as TABLE
-from webhooks.store.config_snapshot import Snapshot as Snapshot  # the read every process keeps: there
-from webhooks.store.config_snapshot import live as live
-from webhooks.store.config_snapshot import opened as opened
-from webhooks.store.config_snapshot import opened_table as opened_table
-from webhooks.store.config_snapshot import readable, sealed
-from webhooks.store.config_snapshot import snapshot as snapshot
+from webhooks.store.configuration.snapshot import TABLE as TABLE
+from webhooks.store.configuration.snapshot import Snapshot as Snapshot  # the read every process keeps: there
+from webhooks.store.configuration.snapshot import live as live
+from webhooks.store.configuration.snapshot import opened as opened
+from webhooks.store.configuration.snapshot import opened_table as opened_table
+from webhooks.store.configuration.snapshot import readable, sealed
+from webhooks.store.configuration.snapshot import snapshot as snapshot
+from webhooks.tables.configuration import SIGNING, ConfigChange, ConfigItem, ConfigSecret, ConfigVersion
 from webhooks.timestamps import aware
 from webhooks.vocabulary import Reason
 

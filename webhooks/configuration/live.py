@@ -3,7 +3,7 @@
 An item is its TOML table as JSON. ``split`` takes the credentials out of it (the signing
 ``secrets``, the options in ``CREDENTIALS``, a destination URL with a query string or userinfo):
 those are sealed in ``config_secrets``, the rest is ``config_items.options``. ``check`` validates a
-table with the file's builders (``webhooks.config``): one wording, one set of rules. ``merged``
+table with the file's builders (``webhooks.configuration.settings``): one wording, one set of rules. ``merged``
 lays the database's items over the file's ``Settings``: the file wins, names are unique across
 both kinds, and an item that fails validation is skipped (reported to ``skipped``), never fatal.
 Values ``env:NAME`` are the file's: an item from the API may not read the process's environment.
@@ -18,9 +18,10 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 from urllib.parse import urlsplit
 
-from webhooks import config, guard
-from webhooks.config import Settings
-from webhooks.destinations import forwards, redacted
+from webhooks import guard
+from webhooks.configuration import settings as config
+from webhooks.configuration.destinations import forwards, redacted
+from webhooks.configuration.settings import Settings
 from webhooks.errors import ConfigError
 
 ENDPOINT = "endpoint"
@@ -141,7 +142,7 @@ def merged(
     the database keeps that one, so a bad row never takes down what worked ("its last valid
     configuration stays"); a new one is left out. ``built`` (name → the item and what was built
     from it, updated here) keeps what an unchanged item built last time: the same ``Item`` object
-    (``webhooks.store.config_snapshot``) is not validated again. ``broken``: (name, why) of the
+    (``webhooks.store.configuration.snapshot``) is not validated again. ``broken``: (name, why) of the
     items whose secrets did not open: refused the same way."""
     endpoints, destinations, forward = dict(file.endpoints), dict(file.destinations), dict(file.forwards)
     ordered = sorted(items, key=lambda item: (item.kind != DESTINATION, item.name))

@@ -4,7 +4,7 @@ live secrets opened, read again on every change.
 With 10 000 endpoints a change must still reach every process within a second, so a read is
 cheap where nothing changed: the rows come as plain tuples (no ORM objects), and an item whose row
 and secrets are what they were (``Snapshot.keys``, passed back as ``previous``) is the same
-``Item`` object as before, its secrets not decrypted again; ``webhooks.live_config.merged`` then
+``Item`` object as before, its secrets not decrypted again; ``webhooks.configuration.live.merged`` then
 keeps the endpoint or destination it built from that object.
 """
 
@@ -20,9 +20,9 @@ from sqlalchemy import Select, func, select
 from sqlalchemy.exc import DataError
 from sqlalchemy.orm import Session
 
-from webhooks.config_tables import SIGNING, ConfigChange, ConfigItem, ConfigSecret, ConfigVersion
-from webhooks.keys import Keyring, UndecryptableError, UnknownKeyError, key_id_of
-from webhooks.live_config import ENDPOINT, Item, bound_to, joined
+from webhooks.configuration.keys import Keyring, UndecryptableError, UnknownKeyError, key_id_of
+from webhooks.configuration.live import ENDPOINT, Item, bound_to, joined
+from webhooks.tables.configuration import SIGNING, ConfigChange, ConfigItem, ConfigSecret, ConfigVersion
 from webhooks.timestamps import aware
 
 log = logging.getLogger(__name__)

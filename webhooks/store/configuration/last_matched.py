@@ -1,5 +1,5 @@
 """``config_secrets.last_matched_at``'s writes: when each database secret last verified a delivery,
-set in one statement per flush (``webhooks.receiver.matches`` notes them in memory)."""
+set in one statement per flush (``webhooks.receiver.last_matched`` notes them in memory)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from datetime import datetime
 
 from sqlalchemy import Connection, Table, bindparam, or_, update
 
-from webhooks.config_tables import ConfigSecret
+from webhooks.tables.configuration import ConfigSecret
 
 SECRETS: Table = ConfigSecret.__table__  # type: ignore[assignment]
 # Only ever moves forward: two processes flushing in either order leave the later time, and a

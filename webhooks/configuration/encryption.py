@@ -3,7 +3,7 @@ it is set, else the key file ``webhooks serve`` keeps beside its SQLite database
 (``<database file>.key``), which every other command run against that database finds; else none
 (the admin API then refuses to store a secret: 409 ``no_encryption_key``).
 
-``webhooks.config`` passes the variable's value in; only ``webhooks serve`` creates the file.
+``webhooks.configuration.settings`` passes the variable's value in; only ``webhooks serve`` creates the file.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from pathlib import Path
 
 from sqlalchemy.engine import make_url
 
-from webhooks.keys import Keyring, load_or_create_key_file
+from webhooks.configuration.keys import Keyring, load_or_create_key_file
 
 
 def key_file(database_url: str) -> Path | None:

@@ -2,7 +2,7 @@
 and that change made in one transaction through ``config_items`` (each step audited).
 
 The caller passes the tables resolved (no ``env:`` value left) and validated by the file's rules
-(``webhooks.live_config.check``), and has refused the names the deployment's own file owns. A plan
+(``webhooks.configuration.live.check``), and has refused the names the deployment's own file owns. A plan
 shows secrets only as fingerprints: a stored one's, or the keyring's of a value still to store.
 """
 
@@ -15,11 +15,11 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
-from webhooks.config_tables import SIGNING, ConfigItem, ConfigSecret
-from webhooks.keys import Keyring
-from webhooks.live_config import DESTINATION, ENDPOINT, split
-from webhooks.store import config_items as store
-from webhooks.store.config_items import ConfigItemError
+from webhooks.configuration.keys import Keyring
+from webhooks.configuration.live import DESTINATION, ENDPOINT, split
+from webhooks.store.configuration import items as store
+from webhooks.store.configuration.items import ConfigItemError
+from webhooks.tables.configuration import SIGNING, ConfigItem, ConfigSecret
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """Forwarding's tables: ``deliveries`` (one per event and destination), ``delivery_attempts``,
 ``destinations`` (each one's circuit, pause and rate budget) and ``forwarded_objects`` (the newest
-version an ordered destination received per object). On ``webhooks.models.Base``'s metadata, beside
-the events' tables (``webhooks.schema`` gathers both)."""
+version an ordered destination received per object). On ``webhooks.tables.events.Base``'s metadata, beside
+the events' tables (``webhooks.tables`` gathers both)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from datetime import datetime
 from sqlalchemy import BigInteger, Boolean, CheckConstraint, DateTime, Float, Index, Integer, String, Text, text
 from sqlalchemy.orm import Mapped, mapped_column
 
-from webhooks.models import DELIVERY_STATUSES, Base, Ident, Name, Timestamp
+from webhooks.tables.events import DELIVERY_STATUSES, Base, Ident, Name, Timestamp
 
 DELIVERY_CHECK = "status IN (" + ", ".join(f"'{s}'" for s in DELIVERY_STATUSES) + ")"
 

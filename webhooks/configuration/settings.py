@@ -20,12 +20,13 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from webhooks import encryption, providers, tracing
-from webhooks.destinations import Destination, destination, forwards, known_keys
+from webhooks import providers, tracing
+from webhooks.configuration import encryption
+from webhooks.configuration.destinations import Destination, destination, forwards, known_keys
+from webhooks.configuration.keys import VARIABLE as ENCRYPTION_KEYS
+from webhooks.configuration.keys import Keyring
 from webhooks.errors import ConfigError
 from webhooks.guard import Resolver
-from webhooks.keys import VARIABLE as ENCRYPTION_KEYS
-from webhooks.keys import Keyring
 from webhooks.providers import shorthands
 from webhooks.providers.base import Endpoint
 from webhooks.urls import checked_database_url, database_url, redis_url

@@ -24,7 +24,7 @@ from webhooks import providers
 from webhooks.providers.base import Endpoint, Verified
 from webhooks.receiver.rows import matched_secret
 from webhooks.runtime import Runtime
-from webhooks.store import secret_matches
+from webhooks.store.configuration import last_matched as secret_matches
 
 log = logging.getLogger("webhooks.matches")
 

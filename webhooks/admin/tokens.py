@@ -22,13 +22,13 @@ import re
 import secrets
 from datetime import datetime, timedelta
 
-from sqlalchemy import Boolean, DateTime, String, Text, or_, select, update
+from sqlalchemy import or_, select, update
 from sqlalchemy.exc import OperationalError
-from sqlalchemy.orm import Mapped, Session, mapped_column
+from sqlalchemy.orm import Session
 
 from webhooks.engines import is_busy
 from webhooks.errors import WebhooksError
-from webhooks.models import Base
+from webhooks.tables.tokens import Token as Token  # the table, with the others
 from webhooks.timestamps import aware
 
 log = logging.getLogger(__name__)
@@ -41,19 +41,6 @@ CLI = "cli:"  # the CLI's names in the audit trail: cli:<login>
 
 class TokenError(WebhooksError):
     """A token that cannot be created or revoked as asked; the message is one line for a person."""
-
-
-class Token(Base):
-    """``api_tokens``: one named token, by its hash."""
-
-    __tablename__ = "api_tokens"
-
-    name: Mapped[str] = mapped_column(Text, primary_key=True)
-    token_hash: Mapped[str] = mapped_column(String(64), unique=True)  # sha256 hex; never the token
-    read_only: Mapped[bool] = mapped_column(Boolean)
-    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
-    last_used_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
-    revoked_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
 
 
 def digest(token: str) -> str:

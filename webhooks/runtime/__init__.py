@@ -1,8 +1,8 @@
 """The live parts built from ``Settings``: engine, sessions, queue. One per app or worker.
 
 ``settings`` is the current snapshot: the file's settings with the database's endpoints and
-destinations laid over them (``webhooks.live_config``), swapped whole for a new immutable one
-when the configuration changes (``start_config``: within a second, ``webhooks.store.config_watch``).
+destinations laid over them (``webhooks.configuration.live``), swapped whole for a new immutable one
+when the configuration changes (``start_config``: within a second, ``webhooks.runtime.watch``).
 Everything reads ``rt.settings`` when it needs it, never a copy taken at start.
 
 Each app and each worker owns its runtime; none is process-wide. Jobs take plain ids, so they find
@@ -25,16 +25,18 @@ from sqlalchemy import Engine
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
-from webhooks import live_config, metrics, tracing
-from webhooks.config import Settings
+from webhooks import metrics, tracing
+from webhooks.configuration import live as live_config
+from webhooks.configuration.live import Item
+from webhooks.configuration.settings import Settings
 from webhooks.engines import deferred, make_engine, make_sessionmaker, sqlite_lock
 from webhooks.errors import NoRuntimeError
 from webhooks.lanes import Lanes
-from webhooks.live_config import Item
 from webhooks.queue import JobQueue
-from webhooks.store import Store, config_items, open_store
-from webhooks.store.config_snapshot import changed_since
-from webhooks.store.config_watch import Watcher
+from webhooks.runtime.watch import Watcher
+from webhooks.store import Store, open_store
+from webhooks.store.configuration import items as config_items
+from webhooks.store.configuration.snapshot import changed_since
 
 log = logging.getLogger(__name__)
 _current: ContextVar[Runtime | None] = ContextVar("webhooks_runtime", default=None)
@@ -202,7 +204,7 @@ def current() -> Runtime:
     global _plain
     with _plain_lock:
         if _plain is None:
-            from webhooks import config
+            from webhooks.configuration import settings as config
 
             if not config.variable("REDIS_URL"):
                 raise NoRuntimeError(
@@ -210,7 +212,7 @@ def current() -> Runtime:
                     "webhooks.jobs.worker.Worker`), whose worker puts its runtime in scope for each job, or "
                     "with a plain `rq worker` where REDIS_URL and DATABASE_URL are set"
                 )
-            from webhooks import config
+            from webhooks.configuration import settings as config
 
             _plain = Runtime(config.load())
             log.info("a plain rq worker: the runtime was built from the environment")

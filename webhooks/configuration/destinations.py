@@ -255,7 +255,7 @@ def kind_of(name: str, raw: Mapping[str, Any]) -> Kind:
 
 
 def known_keys(name: str, raw: Mapping[str, Any]) -> set[str]:
-    """The keys a ``[destinations.<name>]`` table of its kind may have (``webhooks.config`` refuses the rest)."""
+    """The keys a ``[destinations.<name>]`` table of its kind may have (``configuration.settings`` refuses the rest)."""
     return {*COMMON, *kind_of(name, raw).options}
 
 
@@ -326,7 +326,7 @@ BUSES: dict[str, Callable[[str, Mapping[str, Any], str], BusOptions]] = {
 
 
 def destination(name: str, raw: Mapping[str, Any], resolve: Any, resolver: guard.Resolver | None = None) -> Destination:
-    """Validate one ``[destinations.<name>]`` table (its keys checked by ``webhooks.config`` against
+    """Validate one ``[destinations.<name>]`` table (its keys checked by ``webhooks.configuration.settings`` against
     ``known_keys``: one wording for a typo); ``resolve(value, where)`` turns ``env:NAME`` values into theirs."""
     where = f"destination {name!r}"
     kind = kind_of(name, raw)

@@ -1,6 +1,6 @@
 """Runtime configuration's tables (#32): endpoints and destinations created through the admin API,
-their secrets (encrypted, ``webhooks.keys``), the audit of every change, and the one-row version
-counter every process watches. On ``webhooks.models.Base``'s metadata (``webhooks.schema``).
+their secrets (encrypted, ``webhooks.configuration.keys``), the audit of every change, and the one-row version
+counter every process watches. On ``webhooks.tables.events.Base``'s metadata (``webhooks.tables``).
 
 No column holds a plaintext secret: ``config_items.options`` carries every option but the
 credentials, which are ``config_secrets`` rows (a token bound to its row, and a fingerprint);
@@ -15,7 +15,7 @@ from typing import Any
 from sqlalchemy import BigInteger, CheckConstraint, DateTime, ForeignKey, Index, Integer, String, Text
 from sqlalchemy.orm import Mapped, mapped_column
 
-from webhooks.models import Base, Json, Name, Timestamp
+from webhooks.tables.events import Base, Json, Name, Timestamp
 
 ITEM_KINDS = ("endpoint", "destination")
 SIGNING = "signing"  # a secret's purpose: a signing secret (else the name of the credential option)
