@@ -30,7 +30,7 @@ from hypothesis import HealthCheck, settings
 from rq.worker import base as rq_base
 
 from tests import sample_handlers
-from tests.support import environment, servers, templates
+from tests.support import environment, lanes, servers, templates
 from tests.support.templates import migrated
 from webhooks import create_app
 from webhooks.runtime import Runtime
@@ -94,12 +94,16 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """The slow tests (servers, processes, real time) run one at a time in one of xdist's
-    processes (``--dist loadgroup``): three of them at once on two cores starved each other's
-    deadlines; the fast ones spread over every process."""
-    for item in items:
-        if item.get_closest_marker("slow"):
-            item.add_marker(pytest.mark.xdist_group("slow"))
+    """The slow tests (servers, processes, real time) run in ``lanes.LANES`` lanes, one test at a
+    time each (``--dist loadgroup``; tests/support/lanes.py); the fast ones spread over every process."""
+    slow = [item for item in items if item.get_closest_marker("slow")]
+    lane = lanes.assign(_module(item) for item in slow)
+    for item in slow:
+        item.add_marker(pytest.mark.xdist_group(f"slow-{lane[_module(item)]}"))
+
+
+def _module(item: pytest.Item) -> str:
+    return Path(str(item.fspath)).relative_to(Path(__file__).parent.parent).as_posix()
 
 
 @pytest.hookimpl(hookwrapper=True)

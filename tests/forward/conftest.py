@@ -105,6 +105,13 @@ def statuses(app: Flask, dest: str | None = None) -> dict[str, str]:
     }
 
 
+def retried_while_down(app: Flask, probes: int = 2) -> None:
+    """Until a destination that is down has been tried on its schedule, opened its circuit, and
+    failed ``probes`` of the circuit's probes: the outage tests' "down for a while", as an event."""
+    failed = "SELECT count(*) FROM delivery_attempts WHERE outcome = 'probe_failed'"
+    wait_until(lambda: rows(app, failed)[0][0] >= probes, timeout=120, interval=0.1)
+
+
 def wait_settled(app: Flask, count: int, timeout: float = 60) -> None:
     """Until ``count`` deliveries exist and none is pending."""
     wait_until(lambda: len(s := statuses(app)) == count and "pending" not in s.values(), timeout=timeout, interval=0.1)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import base64
 import getpass
+import logging
 import threading
 from datetime import UTC, datetime
 
@@ -30,7 +31,17 @@ def keys(url: str, value: str, *args: str) -> Result:
     from webhooks.service.cli import main
 
     env = {"DATABASE_URL": url, "WEBHOOKS_ENCRYPTION_KEYS": value, "WEBHOOKS_CONFIG": "", "REDIS_URL": ""}
-    return CliRunner().invoke(main, ["keys", *args], env=env)
+    # An RQ worker thread of an earlier test in this process, still winding down, logs at INFO
+    # into whatever stdout is at that moment: here, the command's captured output.
+    quiet = [logging.getLogger(name) for name in ("rq", "rq.worker", "rq.scheduler")]
+    levels = [log.level for log in quiet]
+    for log in quiet:
+        log.setLevel(logging.WARNING)
+    try:
+        return CliRunner().invoke(main, ["keys", *args], env=env)
+    finally:
+        for log, level in zip(quiet, levels, strict=True):
+            log.setLevel(level)
 
 
 def seed(url: str, count: int) -> None:

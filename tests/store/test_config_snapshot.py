@@ -38,9 +38,9 @@ def test_an_unchanged_item_is_neither_opened_nor_built_again(session: Session) -
     opened: list[str] = []
     real = store.opened
 
-    def counting(keyring: Any, name: str, secret: Any) -> str:
-        opened.append(name)
-        return real(keyring, name, secret)
+    def counting(keyring: Any, item: Any, secret: Any) -> str:
+        opened.append(item.name)
+        return real(keyring, item, secret)
 
     monkey = pytest.MonkeyPatch()
     monkey.setattr("webhooks.store.configuration.snapshot.opened", counting)
