@@ -30,7 +30,7 @@ from hypothesis import HealthCheck, settings
 from rq.worker import base as rq_base
 
 from tests import sample_handlers
-from tests.support import environment, lanes, servers, templates
+from tests.support import environment, lanes, servers, slow_check, templates
 from tests.support.templates import migrated
 from webhooks import create_app
 from webhooks.runtime import Runtime
@@ -96,10 +96,21 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """The slow tests (servers, processes, real time) run in ``lanes.LANES`` lanes, one test at a
     time each (``--dist loadgroup``; tests/support/lanes.py); the fast ones spread over every process."""
-    slow = [item for item in items if item.get_closest_marker("slow")]
+    found = slow_check.unmarked(
+        (item.path, getattr(item, "originalname", item.name), getattr(item, "fixturenames", ()), _slow(item))
+        for item in items
+        if isinstance(item, pytest.Function)
+    )
+    if found:
+        raise pytest.UsageError(f"these tests start a process or a server: mark them @pytest.mark.slow: {found}")
+    slow = [item for item in items if _slow(item)]
     lane = lanes.assign(_module(item) for item in slow)
     for item in slow:
         item.add_marker(pytest.mark.xdist_group(f"slow-{lane[_module(item)]}"))
+
+
+def _slow(item: pytest.Item) -> bool:
+    return item.get_closest_marker("slow") is not None
 
 
 def _module(item: pytest.Item) -> str:

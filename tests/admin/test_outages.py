@@ -73,6 +73,7 @@ def cli(app: Flask, redis_url: str, monkeypatch: pytest.MonkeyPatch, *args: str)
     return CliRunner().invoke(main, ["events", *args], catch_exceptions=False)
 
 
+@pytest.mark.slow
 def test_replays_while_redis_is_down_are_audited_then_swept_and_processed_once(
     outage_app: Flask,
     redis_server: Redis,
@@ -137,6 +138,7 @@ def test_replays_while_redis_is_down_are_audited_then_swept_and_processed_once(
     assert sweep(runtime(app), age=0) == 0
 
 
+@pytest.mark.slow
 def test_bulk_replay_is_all_or_nothing(outage_app: Flask, monkeypatch: pytest.MonkeyPatch) -> None:
     """An audit insert that fails leaves every row as it was: no replay without its record."""
     client = outage_app.test_client()
@@ -194,6 +196,7 @@ def test_database_down_pages_say_so(db_down_app: Flask) -> None:
         assert "The database is unavailable" in answer.get_data(as_text=True)
 
 
+@pytest.mark.slow
 def test_redis_down_answers_503_naming_redis(
     outage_app: Flask, redis_server: Redis, monkeypatch: pytest.MonkeyPatch
 ) -> None:

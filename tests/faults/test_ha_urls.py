@@ -70,6 +70,7 @@ def deliver(app: Flask, event_id: str) -> None:
     assert app.test_client().post("/webhooks/stripe", data=body, headers=stripe_headers(body)).status_code == 200
 
 
+@pytest.mark.slow
 def test_redis_through_sentinel_whose_first_sentinel_is_down(pg_url: str, sentinel: tuple[str, Redis]) -> None:
     url, server = sentinel
     app = make_app(base_config(pg_url, REDIS_URL=url))

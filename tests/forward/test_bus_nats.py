@@ -93,6 +93,7 @@ def messages(server: brokers.Broker, stream: str) -> list[tuple[dict[str, str], 
     return found
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("db", ["sqlite", "postgres"])
 def test_every_event_arrives_once_with_its_bytes_and_a_verifiable_signature(
     request: pytest.FixtureRequest, db: str, nats_server: brokers.Broker
@@ -122,6 +123,7 @@ def test_every_event_arrives_once_with_its_bytes_and_a_verifiable_signature(
     assert {response for response, _ in answers} == {f"{stream} {seq}" for seq in range(1, EVENTS + 1)}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("db", ["sqlite", "postgres"])
 def test_ordered_versions_arriving_shuffled_are_published_in_increasing_order(
     request: pytest.FixtureRequest, db: str, nats_server: brokers.Broker
@@ -142,6 +144,7 @@ def test_ordered_versions_arriving_shuffled_are_published_in_increasing_order(
     assert set(found.values()) <= {"delivered", "superseded"}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("db", ["sqlite", "postgres"])
 def test_a_resend_under_the_same_webhook_id_is_dropped_by_the_server(
     request: pytest.FixtureRequest, db: str, nats_server: brokers.Broker
@@ -160,6 +163,7 @@ def test_a_resend_under_the_same_webhook_id_is_dropped_by_the_server(
     assert [body for _, body in messages(nats_server, stream)] == [bus_event(1)]
 
 
+@pytest.mark.slow
 def test_no_stream_for_the_subject_is_a_failed_attempt(
     request: pytest.FixtureRequest, nats_server: brokers.Broker
 ) -> None:
@@ -172,6 +176,7 @@ def test_no_stream_for_the_subject_is_a_failed_attempt(
     assert error.startswith("refused: no stream holds subject 'nowhere.held'"), error
 
 
+@pytest.mark.slow
 def test_a_duplicate_window_shorter_than_lease_and_first_retry_is_warned_about(
     request: pytest.FixtureRequest, nats_server: brokers.Broker, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -83,6 +83,7 @@ def messages(server: brokers.Broker, queue: str) -> list[tuple[dict[str, str], b
     return found
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("db", ["sqlite", "postgres"])
 def test_every_event_arrives_once_with_its_bytes_and_a_verifiable_signature(
     request: pytest.FixtureRequest, db: str, rabbitmq: brokers.Broker
@@ -114,6 +115,7 @@ def test_every_event_arrives_once_with_its_bytes_and_a_verifiable_signature(
     }
 
 
+@pytest.mark.slow
 def test_the_routing_key_is_the_event_type_unless_configured(
     request: pytest.FixtureRequest, rabbitmq: brokers.Broker
 ) -> None:
@@ -132,6 +134,7 @@ def test_the_routing_key_is_the_event_type_unless_configured(
     assert len(messages(rabbitmq, f"q-{exchange}")) == 2
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("db", ["sqlite", "postgres"])
 def test_ordered_versions_arriving_shuffled_are_published_in_increasing_order(
     request: pytest.FixtureRequest, db: str, rabbitmq: brokers.Broker
@@ -155,6 +158,7 @@ def test_ordered_versions_arriving_shuffled_are_published_in_increasing_order(
     assert set(found.values()) <= {"delivered", "superseded"}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("db", ["sqlite", "postgres"])
 def test_a_message_no_queue_receives_is_a_failed_attempt_and_waits_pending(
     request: pytest.FixtureRequest, db: str, rabbitmq: brokers.Broker
@@ -173,6 +177,7 @@ def test_a_message_no_queue_receives_is_a_failed_attempt_and_waits_pending(
     assert last_error == error
 
 
+@pytest.mark.slow
 def test_a_missing_exchange_is_refused_and_waits_pending(
     request: pytest.FixtureRequest, rabbitmq: brokers.Broker
 ) -> None:
@@ -185,6 +190,7 @@ def test_a_missing_exchange_is_refused_and_waits_pending(
     assert error.startswith("refused: 404 NOT_FOUND"), error
 
 
+@pytest.mark.slow
 def test_a_broker_that_stops_answering_is_a_timeout_within_the_lease(
     request: pytest.FixtureRequest, rabbitmq: brokers.Broker
 ) -> None:
@@ -283,6 +289,7 @@ def test_credentials_are_allowed_in_the_url_and_shown_nowhere() -> None:
     assert "s3cret" not in repr(bus)
 
 
+@pytest.mark.slow
 def test_the_publisher_connects_to_the_address_the_guard_checked(
     request: pytest.FixtureRequest, rabbitmq: brokers.Broker
 ) -> None:

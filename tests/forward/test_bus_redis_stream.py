@@ -96,6 +96,7 @@ def verified_from_backlog(secret: str, fields: dict[bytes, bytes]) -> bytes:
     return fields[b"body"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("db", ["sqlite", "postgres"])
 def test_every_event_arrives_once_with_its_bytes_and_a_verifiable_signature(
     request: pytest.FixtureRequest, db: str, bus: servers.Redis
@@ -126,6 +127,7 @@ def test_every_event_arrives_once_with_its_bytes_and_a_verifiable_signature(
     assert {response for response, _ in answers} == stream_ids  # each attempt keeps the entry's id
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("db", ["sqlite", "postgres"])
 def test_ordered_versions_arriving_shuffled_are_added_in_increasing_order(
     request: pytest.FixtureRequest, db: str, bus: servers.Redis
@@ -246,6 +248,7 @@ def test_an_http_destination_is_kind_http_with_its_url_as_target() -> None:
     assert (http.destinations["bus"].kind, http.destinations["bus"].target) == ("http", "http://127.0.0.1:9/")
 
 
+@pytest.mark.slow
 def test_a_broker_name_resolving_to_loopback_is_refused_when_connecting(
     request: pytest.FixtureRequest, bus: servers.Redis
 ) -> None:
@@ -262,6 +265,7 @@ def test_a_broker_name_resolving_to_loopback_is_refused_when_connecting(
     assert not redis.Redis(port=bus.port).exists("rebound")
 
 
+@pytest.mark.slow
 def test_the_publisher_connects_to_the_address_the_guard_checked(
     request: pytest.FixtureRequest, bus: servers.Redis
 ) -> None:

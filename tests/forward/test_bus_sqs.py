@@ -102,6 +102,7 @@ def messages(server: brokers.Broker, queue_url: str) -> list[tuple[dict[str, str
     return found
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("db", ["sqlite", "postgres"])
 def test_every_event_arrives_once_with_its_bytes_and_a_verifiable_signature(
     request: pytest.FixtureRequest, db: str, moto_server: brokers.Broker
@@ -132,6 +133,7 @@ def test_every_event_arrives_once_with_its_bytes_and_a_verifiable_signature(
     assert len({response for response, _ in answers}) == EVENTS  # each attempt's answer: its MessageId
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("db", ["sqlite", "postgres"])
 def test_ordered_versions_arriving_shuffled_are_sent_in_increasing_order_to_a_fifo_queue(
     request: pytest.FixtureRequest, db: str, moto_server: brokers.Broker
@@ -156,6 +158,7 @@ def test_ordered_versions_arriving_shuffled_are_sent_in_increasing_order_to_a_fi
     assert set(found.values()) <= {"delivered", "superseded"}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("db", ["sqlite", "postgres"])
 def test_a_resend_within_the_fifo_deduplication_window_is_dropped_by_the_queue(
     request: pytest.FixtureRequest, db: str, moto_server: brokers.Broker
@@ -174,6 +177,7 @@ def test_a_resend_within_the_fifo_deduplication_window_is_dropped_by_the_queue(
     assert body == bus_event(1) and attributes["webhook-id"] == message_id("stripe", "evt_1", "bus")
 
 
+@pytest.mark.slow
 def test_a_traced_forward_sends_exactly_ten_attributes_the_tenth_its_traceparent(
     request: pytest.FixtureRequest, moto_server: brokers.Broker
 ) -> None:
@@ -196,6 +200,7 @@ def test_a_traced_forward_sends_exactly_ten_attributes_the_tenth_its_traceparent
     )
 
 
+@pytest.mark.slow
 def test_a_missing_queue_is_a_failed_attempt_and_waits_pending(
     request: pytest.FixtureRequest, moto_server: brokers.Broker
 ) -> None:

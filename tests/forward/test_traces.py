@@ -100,6 +100,7 @@ def test_one_event_forwarded_is_one_trace_from_the_request_to_the_forward(
             assert not any(secret in value for secret in secrets), (span.name, value)
 
 
+@pytest.mark.slow
 def test_a_forward_to_http_and_to_rabbitmq_is_one_trace(
     request: pytest.FixtureRequest,
     service: destination.Destination,

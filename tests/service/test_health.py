@@ -6,6 +6,7 @@ from __future__ import annotations
 from importlib import metadata
 from pathlib import Path
 
+import pytest
 from alembic import command
 
 from tests.conftest import base_config, free_port, make_app
@@ -48,6 +49,7 @@ def test_readyz_names_a_schema_behind_head(pg_url: str) -> None:
     )
 
 
+@pytest.mark.slow
 def test_readyz_names_redis_while_it_is_down_and_recovers(pg_url: str) -> None:
     redis = Redis()  # our own redis-server on a spare port: down until started
     app = make_app(base_config(pg_url, REDIS_URL=redis.url))

@@ -10,6 +10,7 @@ import signal
 import subprocess
 from collections.abc import Iterator
 
+import pytest
 import requests
 
 from tests.conftest import ADMIN_PASSWORD, ROOT, STRIPE_SECRET, free_port, stripe_event, stripe_headers, wait_until
@@ -38,6 +39,7 @@ def process_group(cmd: list[str], env: dict[str, str]) -> Iterator[subprocess.Po
             os.killpg(proc.pid, signal.SIGKILL)  # children that outlived honcho itself
 
 
+@pytest.mark.slow
 def test_honcho_start_runs_release_web_and_worker(pg_url: str, redis_url: str, tmp_path: object) -> None:
     # honcho gives each Procfile line the base port + 100 × its position: web is first, so
     # `honcho start -p 8000` (the README's local run) serves on 8000, not 8100.

@@ -39,6 +39,7 @@ allow_private = true
 """
 
 
+@pytest.mark.slow
 def test_a_web_process_started_in_the_root_sees_only_the_tests_configuration(tmp_path: Path) -> None:
     """Run as it is by the next test, from a copy of the tree with a developer's webhooks.toml."""
     assert config.load().endpoints == config.load({}).endpoints == {}  # no file, no shell shorthand

@@ -147,6 +147,7 @@ def toml(table: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+@pytest.mark.slow
 def test_a_flood_on_one_endpoint_leaves_another_endpoints_event_processed_postgres_redis(
     pg_url: str, redis_url: str, apis: Apis, tmp_path: Path
 ) -> None:
