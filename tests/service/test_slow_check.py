@@ -60,3 +60,19 @@ def test_every_way_of_starting_one_is_seen_and_a_plain_test_passes(tmp_path: Pat
     ]
     assert unmarked(tests) == sorted(f"test_planted.py::{name}" for _, name, _, _ in tests[:5])
     assert unmarked([(path, name, fixtures, True) for path, name, fixtures, _ in tests]) == []  # marked slow
+
+
+def test_every_module_using_a_session_broker_shares_its_lane() -> None:
+    """A module asking for a session broker outside ``lanes.TOGETHER`` would start a second one
+    in another lane (an Erlang VM for RabbitMQ): every such module is listed there."""
+    from tests.support.lanes import TOGETHER
+
+    root = Path(__file__).parent.parent
+    brokers = ("rabbitmq: brokers.Broker", "nats_server: brokers.Broker", "moto_server: brokers.Broker")
+    using = {
+        path.relative_to(root.parent).as_posix()
+        for path in root.rglob("test_*.py")
+        if path != Path(__file__) and any(b in path.read_text(encoding="utf-8") for b in brokers)
+    }
+    together = {module for group in TOGETHER for module in group}
+    assert using and using <= together, sorted(using - together)

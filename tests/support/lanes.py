@@ -20,13 +20,15 @@ from collections.abc import Iterable
 
 LANES = 2
 DEFAULT = 20.0
-# Modules that share a session-scoped broker: one lane starts it once for all of them.
+# Modules that share a session-scoped broker: one lane starts it once for all of them (each
+# module using the ``rabbitmq``, ``nats_server`` or ``moto_server`` fixture: a test checks).
 TOGETHER: tuple[tuple[str, ...], ...] = (
     (
         "tests/forward/test_bus_processes.py",
         "tests/forward/test_bus_rabbitmq.py",
         "tests/forward/test_bus_nats.py",
         "tests/forward/test_bus_sqs.py",
+        "tests/forward/test_traces.py",  # its RabbitMQ forward
     ),
 )
 WEIGHTS: dict[str, float] = {  # measured 2026-12-05 (junit times of a full run, setup included)
