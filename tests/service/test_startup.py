@@ -38,7 +38,7 @@ def test_a_misspelt_variable_is_named_with_the_closest_known_one(tmp_path: Path)
     result = CliRunner().invoke(main, ["db", "upgrade"], env=env)
     assert result.exit_code == 0, result.output
     assert (
-        "WARNING webhooks.configuration.settings: unknown environment variable WEBHOOKS_MAX_ATTEMPT is ignored"
+        "WARNING webhooks.config: unknown environment variable WEBHOOKS_MAX_ATTEMPT is ignored"
         " (did you mean WEBHOOKS_MAX_ATTEMPTS?)"
     ) in result.output
 

@@ -36,7 +36,7 @@ from webhooks.tables.configuration import ConfigSecret
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
 MAX_GRACE = 604_800  # seconds a rotated-out secret may keep signing: a week
 DEFAULT_GRACE = 86_400
-log = logging.getLogger("webhooks.configuration.settings")
+log = logging.getLogger("webhooks.config")  # the name log filters know (the module moved, #39)
 KINDS = {"endpoints": ENDPOINT, "destinations": DESTINATION}
 Answer = Response | tuple[Response, int] | tuple[str, int]
 

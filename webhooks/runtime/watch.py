@@ -23,7 +23,7 @@ from sqlalchemy import Engine
 
 from webhooks.store.configuration.items import CHANNEL
 
-log = logging.getLogger("webhooks.configuration.settings")
+log = logging.getLogger("webhooks.config")  # the name log filters know (the module moved, #39)
 SQL_VERSION = "SELECT version FROM config_version WHERE id = 1"  # ``config_items.VERSION``, as plain SQL
 POLL = 0.25  # seconds between SQLite's reads of the version; PostgreSQL's wait for a notice
 SAFETY = 5.0  # seconds between PostgreSQL's own reads of the version (a lost notice)

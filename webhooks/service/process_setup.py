@@ -119,7 +119,7 @@ def warn_unknown_variables() -> None:
     from webhooks.configuration.settings import unknown_variables
 
     for warning in unknown_variables():
-        logging.getLogger("webhooks.configuration.settings").warning("%s", warning)
+        logging.getLogger("webhooks.config").warning("%s", warning)
 
 
 def admin_password_file(database_url: str) -> Path:
