@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from alembic import command
 
-from tests.conftest import base_config, free_port, make_app
+from tests.conftest import base_config, free_port, make_app, rows, stripe_event, stripe_headers
 from tests.faults.services import Redis
 from webhooks import create_app
 from webhooks.service.cli import alembic_config
@@ -31,13 +31,14 @@ def test_readyz_on_the_embedded_default_checks_the_database_only(sqlite_url: str
 
 
 def test_readyz_names_an_unmigrated_database(sqlite_url: str) -> None:
-    response = create_app(base_config(sqlite_url)).test_client().get("/readyz")
-    assert response.status_code == 503
-    body = response.get_json()
-    assert body["status"] == "unavailable"
-    assert body["failed"] == {
-        "database": f"database schema never migrated, head is {revisions.head()}: run `webhooks db upgrade`"
-    }
+    for path in ("/readyz", "/readyz/receiving"):
+        response = create_app(base_config(sqlite_url)).test_client().get(path)
+        assert response.status_code == 503
+        body = response.get_json()
+        assert body["status"] == "unavailable"
+        assert body["failed"] == {
+            "database": f"database schema never migrated, head is {revisions.head()}: run `webhooks db upgrade`"
+        }
 
 
 def test_readyz_names_a_schema_behind_head(pg_url: str) -> None:
@@ -58,6 +59,13 @@ def test_readyz_names_redis_while_it_is_down_and_recovers(pg_url: str) -> None:
     assert down.status_code == 503
     assert set(down.get_json()["failed"]) == {"redis"}
     assert "Redis unreachable" in down.get_json()["failed"]["redis"]
+    # #40: what a load balancer asks (the Helm chart's readiness): receiving still works, so ready.
+    receiving = client.get("/readyz/receiving")
+    assert receiving.status_code == 200 and receiving.get_json()["status"] == "ready"
+    assert receiving.get_json()["checks"]["redis"] == down.get_json()["failed"]["redis"]
+    body = stripe_event("evt_while_redis_down")
+    assert client.post("/webhooks/stripe", data=body, headers=stripe_headers(body)).status_code == 200
+    assert rows(app, "SELECT status FROM events WHERE event_id = 'evt_while_redis_down'") == [("received",)]
     redis.start()
     try:
         up = client.get("/readyz")

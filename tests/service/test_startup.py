@@ -191,6 +191,21 @@ def test_a_password_from_the_environment_is_never_printed() -> None:
     assert text.splitlines()[2].startswith("  endpoints  none configured: set STRIPE_WEBHOOK_SECRET=")
 
 
+def test_the_banner_says_where_the_database_is_never_its_password(tmp_path: Path) -> None:
+    """#40: ``docker run … -v data:/data IMAGE`` prints where the database, its key file and the admin
+    password file are; a PostgreSQL URL is shown without its password."""
+    from webhooks.configuration.settings import Settings
+    from webhooks.service.serving import banner
+
+    sqlite = Settings(admin_password="x", database_url=f"sqlite:///{tmp_path / 'events.db'}?timeout=5")
+    assert banner(sqlite, ["http://0.0.0.0:8000"], None).splitlines()[-1] == (
+        f"  database   {tmp_path.resolve() / 'events.db'} (SQLite)"
+    )
+    postgres = Settings(admin_password="x", database_url="postgresql+psycopg://app:pg-s3cret@db:5432/webhooks")
+    text = banner(postgres, ["http://0.0.0.0:8000"], None)
+    assert text.splitlines()[-1] == "  database   postgresql+psycopg://***@db:5432/webhooks" and "pg-s3cret" not in text
+
+
 def test_the_banner_counts_the_databases_endpoints(tmp_path: Path) -> None:
     """Seams finding 8: the banner said "none configured" beside endpoints created at runtime."""
     from tests.admin.test_runtime_config import KEYS, SHOP, api

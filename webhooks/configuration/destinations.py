@@ -23,6 +23,7 @@ import binascii
 import fnmatch
 import functools
 import hashlib
+import importlib.util
 import urllib.parse
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
@@ -63,15 +64,18 @@ class Kind:
     schemes: tuple[str, ...]
     port: dict[str, int]
     credentials: bool = False
+    client: str = ""  # its client library's top module, from the extra named as the kind ('': always installed)
     url: str = "url"  # the option holding the destination's URL
 
 
 KINDS: dict[str, Kind] = {
     "http": Kind(("url",), ("http", "https"), {"http": 80, "https": 443}),
     "redis-stream": Kind(("url", "stream", "maxlen"), ("redis", "rediss"), {"redis": 6379, "rediss": 6379}, True),
-    "rabbitmq": Kind(("url", "exchange", "routing_key"), ("amqp", "amqps"), {"amqp": 5672, "amqps": 5671}, True),
-    "nats": Kind(("url", "subject", "stream"), ("nats", "tls"), {"nats": 4222, "tls": 4222}, True),
-    "sqs": Kind((*SQS_OPTIONS,), ("https", "http"), {"https": 443, "http": 80}, url="queue_url"),
+    "rabbitmq": Kind(
+        ("url", "exchange", "routing_key"), ("amqp", "amqps"), {"amqp": 5672, "amqps": 5671}, True, "pika"
+    ),
+    "nats": Kind(("url", "subject", "stream"), ("nats", "tls"), {"nats": 4222, "tls": 4222}, True, "nats"),
+    "sqs": Kind((*SQS_OPTIONS,), ("https", "http"), {"https": 443, "http": 80}, client="boto3", url="queue_url"),
 }
 FIELDS = tuple(dict.fromkeys([*COMMON, *(o for kind in KINDS.values() for o in kind.options)]))
 
@@ -251,6 +255,8 @@ def kind_of(name: str, raw: Mapping[str, Any]) -> Kind:
         others = [k for k, other in KINDS.items() if option in other.options]
         if others:
             raise ConfigError(f"{where}: {option} is an option of destination kind {others[0]}, not {value}")
+    if kind.client and importlib.util.find_spec(kind.client) is None:  # found, never imported here
+        raise ConfigError(f"{where}: kind {value} needs {kind.client}: pip install 'webhooks[{value}]'")
     return kind
 
 

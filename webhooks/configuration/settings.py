@@ -302,7 +302,7 @@ VARIABLES = (
     "WEBHOOKS_QUARANTINE_BYTES", "WEBHOOKS_QUARANTINE_DAYS", "WEBHOOKS_QUARANTINE_ROWS", "WEBHOOKS_QUEUE",
     "WEBHOOKS_READ_TIMEOUT_SECONDS", "WEBHOOKS_RETRY_BASE_SECONDS", "WEBHOOKS_RETRY_MAX_SECONDS",
     "WEBHOOKS_SWEEP_AGE", "WEBHOOKS_STOP_TIMEOUT", "WEBHOOKS_SWEEP_INTERVAL", "WEBHOOKS_TRUSTED_PROXIES",
-    "WEBHOOKS_TEST_CHROMIUM",
+    "WEBHOOKS_TEST_CHROMIUM", "WEBHOOKS_WORKER_PORT",
 )
 # fmt: on
 
@@ -350,6 +350,16 @@ def log_options(environ: Mapping[str, Any] | None = None) -> tuple[str, str | No
 def variable(name: str, default: str | None = None) -> str | None:
     """One environment variable, for what is read outside ``load`` (a process's own settings)."""
     return os.environ.get(name) or default
+
+
+def worker_port() -> int | None:
+    """``WEBHOOKS_WORKER_PORT``: where ``webhooks worker`` answers ``/healthz`` and ``/metrics`` (None: no listener)."""
+    value = (variable("WEBHOOKS_WORKER_PORT") or "").strip()
+    if not value:
+        return None
+    if not value.isdigit() or not 0 < int(value) < 65536:
+        raise ConfigError(f"WEBHOOKS_WORKER_PORT must be a port number (1-65535), not {value!r}")
+    return int(value)
 
 
 def port() -> str:

@@ -312,10 +312,13 @@ def worker(burst: bool) -> None:
 
     prepare_metrics_dir()  # before the jobs import prometheus_client: the web's /metrics adds these up
 
+    from webhooks.service import worker_probe
     from webhooks.tables import revisions
     from webhooks.worker.loop import run
 
     settings = load_settings()
+    if problem := worker_probe.problem():  # WEBHOOKS_WORKER_PORT: a port number, free
+        raise click.ClickException(problem)
     if not settings.redis_url:
         raise click.ClickException("REDIS_URL is not set (`webhooks serve` runs its own worker)")
     require_job()
@@ -323,7 +326,7 @@ def worker(burst: bool) -> None:
     revisions.wait_for_head(settings.database_url, logging.getLogger("webhooks.worker"))
     if problem := missing_key_problem(settings):  # a stored secret's key is not configured
         raise click.ClickException(f"configuration: {problem}")
-    run(settings, burst=burst)
+    run(settings, burst=burst, started=None if burst else worker_probe.start)  # its /healthz and /metrics
 
 
 def refuse_unreachable_redis(url: str) -> None:

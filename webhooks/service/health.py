@@ -1,7 +1,8 @@
 """Operations: probes without auth — ``GET /healthz`` (the process answers, its version and the
 runtime configuration version it holds, ``config_version``) and ``GET /readyz`` (it
 can take deliveries: the database answers at the head schema revision and, unless the queue is
-embedded, Redis answers; a failed check is a 503 whose JSON names each check and why) — and
+embedded, Redis answers; a failed check is a 503 whose JSON names each check and why), ``GET
+/readyz/receiving`` (what receiving alone needs: the database; Redis down is still ready) — and
 ``GET /metrics`` (Prometheus text format) behind the admin's HTTP Basic auth."""
 
 from __future__ import annotations
@@ -45,6 +46,17 @@ def readyz() -> tuple[Response, int]:
     failed = {name: why for name, why in found.items() if why != "ok"}
     if failed:
         return jsonify(status="unavailable", checks=found, failed=failed), 503
+    return jsonify(status="ready", checks=found), 200
+
+
+@bp.get("/readyz/receiving")
+def receiving() -> tuple[Response, int]:
+    """What taking deliveries needs, alone: the database at the head revision. With Redis down a
+    delivery is still stored (``received``) and the sweeper queues it later, so a load balancer's
+    readiness probe (the Helm chart's) keeps the pod in service; ``checks`` still says why Redis failed."""
+    found = checks(current_app.extensions["webhooks"])
+    if found["database"] != "ok":
+        return jsonify(status="unavailable", checks=found, failed={"database": found["database"]}), 503
     return jsonify(status="ready", checks=found), 200
 
 

@@ -206,4 +206,14 @@ def banner(settings: Settings, listeners: list[str], kept: Any, key_file: Any = 
     lines += [f"  {'forwards' if i == 0 else '':9}  {line}" for i, line in enumerate(forwards)]
     lines += [f"  {'to' if i == 0 else '':9}  {line}" for i, line in enumerate(destinations)]
     lines += [f"  keys       encryption key kept in {key_file} (back it up with the database)"] if key_file else []
+    lines.append(f"  database   {stored_in(settings.database_url)}")
     return "\n".join(lines)
+
+
+def stored_in(database_url: str) -> str:
+    """Where the events are, for the banner: a SQLite file's path, else the URL without its password."""
+    from webhooks.urls import redacted
+
+    if database_url.startswith("sqlite:///") and len(database_url) > len("sqlite:///"):
+        return f"{Path(database_url.removeprefix('sqlite:///').split('?')[0]).resolve()} (SQLite)"
+    return redacted(database_url)

@@ -73,6 +73,7 @@ class PromptWorker(SimpleWorker):
         if timeout is None or max_idle_time is not None:  # a burst, or RQ's own idle limit: as RQ does
             return super().dequeue_job_and_maintain_ttl(timeout, max_idle_time)
         while not self._stop_requested:
+            beat()
             found = super().dequeue_job_and_maintain_ttl(min(timeout, STOP_POLL), STOP_POLL)
             if found is not None:
                 return found
@@ -152,6 +153,13 @@ class Worker(ScopedWorker):
 
 
 _asked: list[float] = []  # when this process was first asked to stop (monotonic): the window's start
+BEAT = [time.monotonic()]  # when the loop last turned: the worker's /healthz (webhooks.service.worker_probe)
+
+
+def beat() -> None:
+    BEAT[0] = time.monotonic()
+
+
 ON_STOP: list[Callable[[], None]] = []  # told at once (the forwarder leases nothing more)
 
 
@@ -238,7 +246,7 @@ def unreachable(url: str, within: float = 3.0, now: Callable[[], float] = time.m
         client.close()
 
 
-def run(settings: Settings, *, burst: bool = False) -> bool:
+def run(settings: Settings, *, burst: bool = False, started: Callable[[Runtime], Any] | None = None) -> bool:
     """Work the queue until stopped (SIGTERM lets the current job finish within
     ``WEBHOOKS_STOP_TIMEOUT``, then interrupts it) or, with ``burst``,
     until it is empty. Survives Redis outages: RQ's loop gives up on some Redis errors, so it is
@@ -248,6 +256,8 @@ def run(settings: Settings, *, burst: bool = False) -> bool:
     _asked.clear()  # this run's window starts at its own stop
     rt = Runtime(settings)
     rt.start_config()
+    if started is not None:  # `webhooks worker`'s probe listener (WEBHOOKS_WORKER_PORT)
+        started(rt)
     handlers.load(settings.handler_modules)
     handlers.announce(settings.handler_modules)
     ticker = Ticker(rt.queue, tick(rt), settings.sweep_interval)
@@ -302,6 +312,7 @@ def _work(rt: Runtime, burst: bool, stop: _Stop) -> bool:
             result = bool(worker.work(burst=burst))
         except (redis.RedisError, OSError) as exc:
             log.warning("worker: Redis unavailable (%s); retrying in 2 s", exc.__class__.__name__)
+            beat()  # waiting for Redis is not a stall: a restart would not bring it back
             result = False
         # An idle worker stops without a stop request; a signal leaves one.
         if burst or stop.requested or (worker is not None and worker.stopping()):
