@@ -9,6 +9,7 @@ import os
 import signal
 import subprocess
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 import requests
@@ -67,3 +68,38 @@ def test_honcho_start_runs_release_web_and_worker(pg_url: str, redis_url: str, t
         except AssertionError:
             os.killpg(honcho.pid, signal.SIGTERM)
             raise AssertionError(honcho.communicate(timeout=60)[0][-6000:]) from None
+
+
+@pytest.mark.slow
+def test_the_release_step_waits_for_a_database_still_starting(tmp_path: Path) -> None:
+    """#40: compose and a Helm hook start the release step beside PostgreSQL; ``db upgrade --wait``
+    waits for it to answer (bounded) instead of failing on its first refused connection."""
+    from tests.faults.services import Postgres
+
+    server = Postgres()  # initialised, not yet started
+    env = clean_env(DATABASE_URL=server.url, WEBHOOKS_LOG_LEVEL="WARNING")
+    log = tmp_path / "release.log"
+    with log.open("w") as sink:
+        release = subprocess.Popen(
+            [str(BIN / "webhooks"), "db", "upgrade", "--wait", "120"], env=env, cwd=tmp_path,
+            stdout=subprocess.PIPE, stderr=sink, text=True,
+        )  # fmt: skip
+    said = "waiting for the database: database not answering (OperationalError)"
+    try:
+        wait_until(lambda: release.poll() is not None or said in log.read_text(), timeout=60)
+        assert release.poll() is None, log.read_text()  # still waiting, not failed
+        server.start()
+        out, _ = release.communicate(timeout=120)
+        assert release.returncode == 0, log.read_text()
+        assert out.strip().splitlines()[-1] == "database at head"
+    finally:
+        release.kill()
+        server.stop()
+    gone = subprocess.run(
+        [str(BIN / "webhooks"), "db", "upgrade", "--wait", "1"], env=env, cwd=tmp_path, capture_output=True,
+        text=True, timeout=60,
+    )  # fmt: skip
+    assert gone.returncode == 1
+    assert gone.stderr.strip().splitlines()[-1] == (
+        "Error: database not answering (OperationalError) after 1 s: check DATABASE_URL and that the database runs"
+    )

@@ -345,9 +345,14 @@ def db() -> None:
 
 @db.command("upgrade")
 @click.argument("revision", default="head")
-def db_upgrade(revision: str) -> None:
+@click.option("--wait", type=click.FloatRange(0, 3600), default=0, help="Wait up to N seconds for the database.")
+def db_upgrade(revision: str, wait: float) -> None:
     """Apply migrations up to REVISION (default: head)."""
+    from webhooks.tables.revisions import wait_for_database
+
     settings = load_settings()
+    if wait and (problem := wait_for_database(settings.database_url, wait, logging.getLogger("webhooks.db"))):
+        raise click.ClickException(problem)
     upgrade(settings.database_url, revision)
     click.echo(f"database at {revision}")
     from webhooks.configuration import settings as config

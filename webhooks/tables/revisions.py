@@ -95,6 +95,29 @@ def wait_for_head(url: str, log: logging.Logger, *, interval: float = 2.0, every
         log.info("database ready at %s", head())
 
 
+def wait_for_database(url: str, within: float, log: logging.Logger, *, interval: float = 1.0) -> str | None:
+    """Wait up to ``within`` seconds for the database to answer (a container started beside it);
+    None once it does, else the one-line reason it still does not."""
+    from webhooks.engines import make_engine
+
+    engine, deadline, last = make_engine(url), time.monotonic() + within, None
+    try:
+        while True:
+            try:
+                with engine.connect():
+                    return None
+            except Exception as exc:  # refused, not yet accepting, a name not yet resolvable
+                reason = f"database not answering ({exc.__class__.__name__})"
+            if time.monotonic() >= deadline:
+                return f"{reason} after {within:g} s: check DATABASE_URL and that the database runs"
+            if reason != last:
+                log.warning("waiting for the database: %s", reason)
+                last = reason
+            time.sleep(interval)
+    finally:
+        engine.dispose()
+
+
 def _problem_quietly(engine: Engine) -> str | None:
     try:
         return problem(engine)
