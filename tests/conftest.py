@@ -93,6 +93,21 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
         pytest.exit(f"stopped by signal {STOP_SIGNALS[0]}", returncode=pytest.ExitCode.INTERRUPTED)
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--containers",
+        action="store_true",
+        help="run tests/containers (the image, compose and the chart under podman: .ci/run, after the README's command)",
+    )
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    """tests/containers only with ``--containers`` (#40: .ci/run runs them after the README's command)."""
+    if collection_path.name == "containers" and collection_path.parent == Path(__file__).parent:
+        return not config.getoption("--containers")
+    return None
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """The slow tests (servers, processes, real time) run in ``lanes.LANES`` lanes, one test at a
     time each (``--dist loadgroup``; tests/support/lanes.py); the fast ones spread over every process."""
