@@ -13,7 +13,6 @@ import shutil
 import time
 import uuid
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 

@@ -100,18 +100,21 @@ def test_the_image_is_labelled_checked_small_and_holds_nothing_it_need_not(podma
     assert found["Size"] <= MAX_SIZE, found["Size"]
     probe = (
         "command -v gcc cc pip pip3 || true; "
-        "python3 -c 'import importlib.util as u; print([m for m in (\"pika\", \"nats\", \"boto3\", \"pytest\") if u.find_spec(m)])'; "
+        'python3 -c \'import importlib.util as u; print([m for m in ("pika", "nats", "boto3", "pytest") if u.find_spec(m)])\'; '
         "ls /opt/webhooks/lib/python3.11/site-packages/webhooks/__pycache__ | grep -c 'cpython-311.pyc'; "
         "find / -xdev \\( -name '*.key' -o -name '*.admin-password' -o -name '*.db' -o -name 'webhooks.toml' \\) -print 2>/dev/null || true"
     )
-    out = podman("run", "--rm", "--no-healthcheck", "--read-only", "--user", "0", image, "sh", "-c", probe).stdout.splitlines()
+    out = podman(
+        "run", "--rm", "--no-healthcheck", "--read-only", "--user", "0", image, "sh", "-c", probe
+    ).stdout.splitlines()
     assert out[0] == "[]", out  # no compiler, no pip, no bus client, no test tool
     assert int(out[1]) > 5, out  # bytecode compiled at build
     assert out[2:] == [], out  # no key, password, database or endpoints file baked in
     sizes = podman("run", "--rm", "--no-healthcheck", image, "sh", "-c",
                    "du -s /opt/webhooks/lib/python3.11/site-packages/* | sort -n | tail -4; du -s /usr/lib/python3.11")  # fmt: skip
     REPORT.append(
-        "largest parts (KB): " + "; ".join(" ".join(Path(p).name for p in line.split()) for line in sizes.stdout.splitlines())
+        "largest parts (KB): "
+        + "; ".join(" ".join(Path(p).name for p in line.split()) for line in sizes.stdout.splitlines())
     )
 
 
@@ -125,7 +128,14 @@ def test_the_procfile_processes_from_the_image_process_an_event_and_the_worker_s
     env = {"DATABASE_URL": pg_url, "REDIS_URL": redis_url, "WEBHOOKS_ADMIN_PASSWORD": ADMIN_PASSWORD,
            "STRIPE_WEBHOOK_SECRET": STRIPE_SECRET, "PORT": str(web_port), "WEBHOOKS_WORKER_PORT": str(worker_port),
            "WEBHOOKS_STOP_TIMEOUT": "10", "WEB_CONCURRENCY": "2"}  # fmt: skip
-    flags = ["--network", "host", "--read-only", "--tmpfs", "/tmp", *(a for k, v in env.items() for a in ("-e", f"{k}={v}"))]
+    flags = [
+        "--network",
+        "host",
+        "--read-only",
+        "--tmpfs",
+        "/tmp",
+        *(a for k, v in env.items() for a in ("-e", f"{k}={v}")),
+    ]
     release = podman("run", "--rm", "--no-healthcheck", *flags, image, "sh", "-c", lines["release"], timeout=180)
     assert "database at head" in release.stdout, release.stdout + release.stderr
     web = podman.run_detached(*flags, image, "sh", "-c", f"exec {lines['web']}")
@@ -134,7 +144,9 @@ def test_the_procfile_processes_from_the_image_process_an_event_and_the_worker_s
     wait_http(f"{base}/readyz")
     wait_http(f"http://127.0.0.1:{worker_port}/healthz")
     body = stripe_event("evt_procfile_image")
-    assert requests.post(f"{base}/webhooks/stripe", data=body, headers=stripe_headers(body), timeout=30).status_code == 200
+    assert (
+        requests.post(f"{base}/webhooks/stripe", data=body, headers=stripe_headers(body), timeout=30).status_code == 200
+    )
     wait_until(lambda: processed(base, "evt_procfile_image", ADMIN_PASSWORD), timeout=60)
     metrics = requests.get(f"http://127.0.0.1:{worker_port}/metrics", auth=("admin", ADMIN_PASSWORD), timeout=10)
     assert 'webhooks_processing_attempts_total{endpoint="stripe",outcome="processed"} 1.0' in metrics.text

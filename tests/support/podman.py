@@ -65,7 +65,9 @@ class Podman:
     def __call__(self, *args: str, timeout: float = 300, check: bool = True) -> subprocess.CompletedProcess[str]:
         done = subprocess.run(["podman", *args], env=self.env, capture_output=True, text=True, timeout=timeout)
         if check and done.returncode != 0:
-            raise Failed(f"podman {' '.join(args)}: exit {done.returncode}\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
+            raise Failed(
+                f"podman {' '.join(args)}: exit {done.returncode}\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+            )
         return done
 
     def ids(self, kind: str, *filters: str) -> set[str]:
