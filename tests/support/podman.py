@@ -61,6 +61,7 @@ class Podman:
         conf.write_text(CONF)
         self.env = {**os.environ, "CONTAINERS_CONF": str(conf)}
         self.made: list[tuple[str, str]] = []  # (kind, id): container, pod, volume, image, secret
+        self.volumes = self.ids("volume")  # any other at the end was made by a test (anonymous ones too)
 
     def __call__(self, *args: str, timeout: float = 300, check: bool = True) -> subprocess.CompletedProcess[str]:
         done = subprocess.run(["podman", *args], env=self.env, capture_output=True, text=True, timeout=timeout)
@@ -80,6 +81,9 @@ class Podman:
     def remove(self) -> list[str]:
         """Remove what was made, newest first, by id; what could not be removed, in one line each."""
         left = []
+        self.made += [
+            ("volume", v) for v in sorted(self.ids("volume") - self.volumes) if ("volume", v) not in self.made
+        ]
         order = {"container": 0, "pod": 1, "secret": 2, "volume": 3, "image": 4}
         for kind, ident in sorted(reversed(self.made), key=lambda m: order[m[0]]):
             command = {"container": ("rm", "-f", "-v"), "pod": ("pod", "rm", "-f"), "volume": ("volume", "rm", "-f"),
