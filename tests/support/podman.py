@@ -61,7 +61,8 @@ class Podman:
         conf.write_text(CONF)
         self.env = {**os.environ, "CONTAINERS_CONF": str(conf)}
         self.made: list[tuple[str, str]] = []  # (kind, id): container, pod, volume, image, secret
-        self.volumes = self.ids("volume")  # any other at the end was made by a test (anonymous ones too)
+        # Any other at the end was made by a test: anonymous volumes, podman's pause image for pods.
+        self.volumes, self.images = self.ids("volume"), self.ids("image")
 
     def __call__(self, *args: str, timeout: float = 300, check: bool = True) -> subprocess.CompletedProcess[str]:
         done = subprocess.run(["podman", *args], env=self.env, capture_output=True, text=True, timeout=timeout)
@@ -76,7 +77,7 @@ class Podman:
         listing = {"container": ("ps", "-a", "-q", "--no-trunc"), "pod": ("pod", "ps", "-q", "--no-trunc"),
                    "volume": ("volume", "ls", "-q"), "image": ("images", "-q", "--no-trunc")}[kind]  # fmt: skip
         args = [*listing, *(f"--filter={f}" for f in filters)]
-        return set(self(*args).stdout.split())
+        return {ident.removeprefix("sha256:") for ident in self(*args).stdout.split()}
 
     def remove(self) -> list[str]:
         """Remove what was made, newest first, by id; what could not be removed, in one line each."""
