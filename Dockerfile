@@ -38,9 +38,10 @@ RUN set -eu; \
 # ---- runtime: Debian's python3 and the environment; no compiler, no pip, no secret ----
 FROM ${BASE}
 ARG VERSION=0.1.0
+ARG SOURCE=https://github.com/webhooks/webhooks
 LABEL org.opencontainers.image.title="webhooks" \
       org.opencontainers.image.description="A self-hosted receiver for payment and platform webhooks: verified, stored once, processed in order." \
-      org.opencontainers.image.source="https://github.com/webhooks/webhooks" \
+      org.opencontainers.image.source="${SOURCE}" \
       org.opencontainers.image.version="${VERSION}" \
       org.opencontainers.image.licenses="MIT"
 RUN apt-get update \
