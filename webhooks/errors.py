@@ -54,7 +54,12 @@ class PayloadError(VerificationError):
 
 
 class UnavailableError(WebhooksError):
-    """A backing service is down; the provider should retry later."""
+    """A backing service is down; the provider should retry later. ``detail``: what an operator must
+    do, when known (an unmigrated database: run ``webhooks db upgrade``), shown in the 503's body."""
+
+    def __init__(self, message: str, detail: str | None = None) -> None:
+        super().__init__(message)
+        self.detail = detail
 
 
 class NoRuntimeError(WebhooksError):

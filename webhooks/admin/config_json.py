@@ -53,7 +53,7 @@ def endpoint_json(
         assert live is not None
         options = file_options(live)
         provider, forward = live.kind, list(rt.settings.forwards.get(name, ()))
-    found = {"name": name, "provider": provider, "url": f"/webhooks/{name}", **stored_json(item, secrets)}
+    found = {"name": name, "provider": provider, "url": f"{_mounted()}/webhooks/{name}", **stored_json(item, secrets)}
     if item is None and live is not None:  # the file's secrets: no id, a fingerprint when a key is configured
         ring = rt.settings.keyring
         found["secrets"] = [file_secret(ring.fingerprint(s.encode()) if ring else None) for s in live.secrets]
@@ -152,3 +152,11 @@ def merge_patch(target: Any, patch: Any) -> Any:
         else:
             merged[key] = merge_patch(merged.get(key), value)
     return merged
+
+
+def _mounted() -> str:
+    """Where the app is mounted (WSGI's ``SCRIPT_NAME``: ``/hooks`` under ``Webhooks(app,
+    url_prefix="/hooks")``): the path to register with a provider begins with it."""
+    from flask import has_request_context, request
+
+    return request.script_root if has_request_context() else ""

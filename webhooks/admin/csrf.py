@@ -55,7 +55,14 @@ def set_cookie(response: Response) -> Response:
         token()
     nonce = g.get("csrf_new_nonce")
     if nonce:
-        response.set_cookie(COOKIE, nonce, path="/admin", httponly=True, samesite="Strict", secure=scheme() == "https")
+        response.set_cookie(
+            COOKIE,
+            nonce,
+            path=request.script_root + "/admin",
+            httponly=True,
+            samesite="Strict",
+            secure=scheme() == "https",
+        )
     return response
 
 

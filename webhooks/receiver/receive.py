@@ -24,6 +24,7 @@ from webhooks.receiver import last_matched as matches
 from webhooks.receiver.ratelimit import RateLimits
 from webhooks.receiver.request_headers import environ_headers
 from webhooks.runtime import Runtime
+from webhooks.tables import revisions
 from webhooks.vocabulary import Reason
 
 log = logging.getLogger("webhooks.receive")  # the name the docs and log filters know
@@ -193,8 +194,10 @@ def deliver(
                 new, replayed = done.new, done.replayed
         except SQLAlchemyError as exc:
             # Down, failing over, pool exhausted: nothing was acknowledged, the provider retries.
-            log.warning("store failed, answering 503: %s", exc.__class__.__name__)
-            raise UnavailableError("database unavailable") from exc
+            # A missing table or column is a schema never migrated or behind: say what to run.
+            schema = revisions.problem_quietly(rt.engine) if revisions.missing_schema(exc) else None
+            log.warning("store failed, answering 503: %s", schema or exc.__class__.__name__)
+            raise UnavailableError("database unavailable", schema) from exc
     return Delivery(verified, new, replayed)
 
 
@@ -245,9 +248,10 @@ def _handle(rt: Runtime, limits: RateLimits, endpoint_name: str, environ: dict[s
         kept = b"" if exc.reason in BODY_NOT_KEPT else body
         quarantine.record(rt, endpoint_name, exc, headers, kept, url)
         return _json(exc.status, {"error": exc.reason})
-    except UnavailableError:
+    except UnavailableError as exc:
         _account(label, started, "unavailable")
-        return _json(503, {"error": "unavailable"}, ("Retry-After", "30"))
+        said = {"detail": exc.detail} if exc.detail else {}
+        return _json(503, {"error": "unavailable", **said}, ("Retry-After", "30"))
     except Exception:
         # A bug of ours, not the sender's: nothing was acknowledged, so the provider retries
         # (never a 500 page); the traceback goes to the log.

@@ -74,6 +74,22 @@ def problem(engine: Engine) -> str | None:
     return f"database schema {found}, head is {want}: run `webhooks db upgrade`"
 
 
+def missing_schema(exc: BaseException) -> bool:
+    """Whether a database error is a table or column that is not there (SQLite's "no such table",
+    PostgreSQL's undefined table or column): a schema never migrated or behind, not an outage."""
+    text_of = str(getattr(exc, "orig", exc)).lower()
+    undefined = "does not exist" in text_of and ("relation" in text_of or "column" in text_of)
+    return "no such table" in text_of or "no such column" in text_of or undefined
+
+
+def problem_quietly(engine: Engine) -> str | None:
+    """``problem``, or None when even that fails (it is asked on a failure path)."""
+    try:
+        return problem(engine)
+    except Exception:
+        return None
+
+
 def wait_for_head(url: str, log: logging.Logger, *, interval: float = 2.0, every: float = 30.0) -> None:
     """Block until the database answers at the head revision, saying why it waits (when it starts
     waiting, then every ``every`` seconds): web and worker started beside the release step (or
