@@ -63,7 +63,7 @@ function setup(thread) thread:set('tid', threads); threads = threads + 1; table.
 function init(args) i = tid; nthreads = tonumber(args[1]) or 2 end
 request = function()
   local r = pick()
-  return wrk.format('POST', '/webhooks/stripe', {['Stripe-Signature']=r[1], ['Content-Type']='application/json'}, r[2])
+  return wrk.format('POST', nil, {['Stripe-Signature']=r[1], ['Content-Type']='application/json'}, r[2])
 end
 function done(summary, latency, requests)
   io.stderr:write(string.format('{"requests": %d, "duration_us": %d, "non2xx": %d, "errors": %d, '

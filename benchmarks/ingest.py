@@ -2,6 +2,7 @@
 
     .venv/bin/python benchmarks/ingest.py [--seconds 4] [--rounds 3] [--connections 16 64] [--json out.json]
     .venv/bin/python benchmarks/ingest.py --serve      # `webhooks serve` (SQLite, embedded queue)
+    .venv/bin/python benchmarks/ingest.py --mounted    # the receiver mounted in a user's Flask app (#41)
 
 Cases, each at every connection count: the baseline (a Flask view answering 200 under the same
 gunicorn config), first deliveries (verify, insert + commit, enqueue), duplicates (verify, an
@@ -39,6 +40,26 @@ from common import (  # the script's folder is on sys.path
     wrk,
 )
 
+MOUNTED_APP = """
+from flask import Flask, request
+
+from webhooks.service.embedding import Webhooks
+
+app = Flask("shop")
+
+
+@app.before_request
+def parse_every_body() -> None:
+    request.form  # a user's hook that reads every body: a delivery under the mount never reaches it
+
+
+@app.get("/")
+def home() -> str:
+    return "shop"
+
+
+Webhooks(app, url_prefix="/hooks")
+"""
 NEW_PER_SECOND = 6000  # more than the receiver takes: a run never wraps round to a stored event
 
 
@@ -71,6 +92,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3, help="baseline/case pairs per case (median reported)")
     parser.add_argument("--connections", type=int, nargs="+", default=[16, 64])
     parser.add_argument("--serve", action="store_true", help="measure `webhooks serve` instead of gunicorn")
+    parser.add_argument("--mounted", action="store_true", help="the receiver mounted in a Flask app of its own")
     parser.add_argument("--json", type=Path, help="write the results here")
     args = parser.parse_args()
     ensure_tools()
@@ -97,6 +119,11 @@ def main() -> None:
                     up=f"http://127.0.0.1:{port}/",
                 )
             )
+        elif args.mounted:  # Webhooks(app, url_prefix="/hooks") in a user's app, under the same gunicorn config
+            label = "mounted"
+            (work / "mounted_app.py").write_text(MOUNTED_APP)
+            servers.enter_context(gunicorn("mounted_app:app", env, port, work))
+            url = f"http://127.0.0.1:{port}/hooks/webhooks/stripe"
         else:
             label = "receiver"
             servers.enter_context(gunicorn("webhooks:create_app()", env, port))
