@@ -18,6 +18,7 @@ import yaml
 from tests.conftest import ADMIN_PASSWORD, STRIPE_SECRET, free_port, stripe_event, stripe_headers, wait_until
 from tests.containers.conftest import REPORT
 from tests.support.podman import ROOT, Podman, wait_http
+from tests.support.processes import event_status
 
 
 def render(values: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
@@ -73,24 +74,16 @@ def test_the_charts_web_and_worker_run_and_process_an_event(
     base = f"http://127.0.0.1:{web_port}"
     took = wait_http(f"{base}/readyz/receiving", timeout=90)
     REPORT.append(f"chart under podman kube play: web ready {took:.1f} s after kube play returned")
-    worker = requests.get(f"http://127.0.0.1:{wait_http_port(worker_port)}/healthz", timeout=10).json()
+    wait_http(f"http://127.0.0.1:{worker_port}/healthz")
+    worker = requests.get(f"http://127.0.0.1:{worker_port}/healthz", timeout=10).json()
     assert worker["status"] == "ok" and worker["process"] == "worker"
     body = stripe_event("evt_chart_pods")
     assert (
         requests.post(f"{base}/webhooks/stripe", data=body, headers=stripe_headers(body), timeout=30).status_code == 200
     )
 
-    def processed() -> bool:
-        events = requests.get(f"{base}/admin/api/events", auth=("admin", ADMIN_PASSWORD), timeout=10).json()["events"]
-        return any(e["event_id"] == "evt_chart_pods" and e["status"] == "processed" for e in events)
-
-    wait_until(processed, timeout=60)
+    wait_until(lambda: event_status(base, "stripe", "evt_chart_pods") == "processed", timeout=60)
     web_container = next(c for c in podman("ps", "--format", "{{.Names}}").stdout.split() if c.endswith("-web"))
     shown = podman.inspect(web_container)
     assert shown["HostConfig"]["ReadonlyRootfs"] is True
     assert podman("exec", web_container, "id", "-u").stdout.strip() == "10001"
-
-
-def wait_http_port(port: int) -> int:
-    wait_http(f"http://127.0.0.1:{port}/healthz", timeout=60)
-    return port

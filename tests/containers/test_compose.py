@@ -18,6 +18,7 @@ import requests
 from tests.conftest import STRIPE_SECRET, free_port, stripe_event, stripe_headers, wait_until
 from tests.containers.conftest import REPORT, needed
 from tests.support.podman import BASE, ROOT, Podman, wait_http
+from tests.support.processes import event_status
 
 POSTGRES = f"""\
 FROM {BASE}
@@ -101,11 +102,7 @@ def test_compose_brings_up_the_service_and_processes_an_event(
         answer = requests.post(f"{base}/webhooks/stripe", data=body, headers=stripe_headers(body), timeout=30)
         assert answer.status_code == 200, answer.text
 
-        def processed() -> bool:
-            events = requests.get(f"{base}/admin/api/events", auth=("admin", "admin-test-pw"), timeout=10).json()
-            return any(e["event_id"] == "evt_compose" and e["status"] == "processed" for e in events["events"])
-
-        wait_until(processed, timeout=90)
+        wait_until(lambda: event_status(base, "stripe", "evt_compose", "admin-test-pw") == "processed", timeout=90)
         states = {
             name: podman(
                 "inspect", "--format", "{{.State.Status}} {{.State.ExitCode}}", f"{project}_{name}_1"

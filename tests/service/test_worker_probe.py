@@ -50,6 +50,18 @@ def test_metrics_need_the_admin_password(probe: str) -> None:
     assert right.status_code == 200 and "webhooks_up" in right.text
 
 
+def test_guessing_the_password_on_the_worker_port_is_throttled_as_on_the_web(probe: str) -> None:
+    """The attack: guess the admin password on the worker's port, which has no gunicorn or proxy in
+    front. After the throttle's free tries every answer is 429, the right password too, until it refills."""
+    from webhooks.admin.throttle import FREE
+
+    answers = [requests.get(f"{probe}/metrics", auth=("admin", f"guess-{n}"), timeout=10) for n in range(FREE + 1)]
+    assert [a.status_code for a in answers] == [401] * FREE + [429]
+    assert answers[-1].json() == {"error": "login_throttled"} and int(answers[-1].headers["Retry-After"]) > 0
+    right = requests.get(f"{probe}/metrics", auth=("admin", ADMIN_PASSWORD), timeout=10)
+    assert right.status_code == 429 and "webhooks_up" not in right.text
+
+
 def test_a_bad_worker_port_stops_start_up_in_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("WEBHOOKS_WORKER_PORT", "http")
     assert worker_probe.problem() == "configuration: WEBHOOKS_WORKER_PORT must be a port number (1-65535), not 'http'"

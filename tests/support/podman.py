@@ -207,18 +207,17 @@ def _needed_by_debian(house: Path) -> list[str]:
 
 
 def wait_http(url: str, timeout: float = 60, auth: tuple[str, str] | None = None) -> float:
-    """Seconds until ``url`` answers 200 (polled), or an AssertionError at the deadline."""
+    """Seconds until ``url`` answers 200 (polled until ``timeout``)."""
     import requests
 
-    start = time.monotonic()
-    last: object = None
-    while time.monotonic() - start < timeout:
+    from tests.conftest import wait_until
+
+    def ok() -> bool:
         try:
-            answer = requests.get(url, timeout=5, auth=auth)
-            if answer.status_code == 200:
-                return time.monotonic() - start
-            last = answer.status_code
-        except requests.RequestException as exc:
-            last = exc.__class__.__name__
-        time.sleep(0.05)
-    raise AssertionError(f"{url} did not answer 200 within {timeout} s (last: {last})")
+            return requests.get(url, timeout=5, auth=auth).status_code == 200
+        except requests.RequestException:
+            return False
+
+    start = time.monotonic()
+    wait_until(ok, timeout=timeout)
+    return time.monotonic() - start

@@ -56,7 +56,18 @@ def check_auth() -> Response | None:
         abort(404)
     throttle: LoginThrottle = current_app.extensions["webhooks_login_throttle"]
     address = client()
-    given = request.headers.get("Authorization")
+    right, wait, last = password_check(throttle, address, request.headers.get("Authorization"), password)
+    if wait:
+        return _throttled(wait)
+    if right:
+        g.admin_who = WHO
+        return None
+    return _unauthorized(address, last, "Basic", "passwords")
+
+
+def password_check(throttle: LoginThrottle, address: str, given: str | None, password: str) -> tuple[bool, int, bool]:
+    """The admin password in an HTTP Basic ``Authorization`` value, under the login throttle (the web's
+    ``/metrics`` and console, the worker's ``/metrics``): (right, seconds to wait, last free try)."""
     right = hmac.compare_digest(basic_credentials(given), f"{WHO}:{password}".encode())
     if right or not given:  # no credentials yet (a browser's first request) is not a guess
         wait, last = throttle.wait(address), False
@@ -64,13 +75,9 @@ def check_auth() -> Response | None:
         wait, last = throttle.failed(address)
     if wait:
         ADMIN_AUTH_FAILURES.labels("throttled").inc()
-        return _throttled(wait)
-    if right:
-        g.admin_who = WHO
-        return None
-    if given:
+    elif given and not right:
         ADMIN_AUTH_FAILURES.labels("unauthorized").inc()
-    return _unauthorized(address, last, "Basic", "passwords")
+    return right and not wait, wait, last
 
 
 def check_api_auth() -> Response | None:

@@ -9,6 +9,8 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
+from flask import has_request_context, request
+
 from webhooks.admin.queries import iso
 from webhooks.configuration.live import CREDENTIALS
 from webhooks.providers.base import Endpoint
@@ -157,6 +159,4 @@ def merge_patch(target: Any, patch: Any) -> Any:
 def _mounted() -> str:
     """Where the app is mounted (WSGI's ``SCRIPT_NAME``: ``/hooks`` under ``Webhooks(app,
     url_prefix="/hooks")``): the path to register with a provider begins with it."""
-    from flask import has_request_context, request
-
     return request.script_root if has_request_context() else ""

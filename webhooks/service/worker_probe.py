@@ -7,16 +7,15 @@ probe and a scrape per worker pod; docs/deploy.md).
   may run (``WEBHOOKS_JOB_TIMEOUT``) plus a minute. A Redis outage is not a stall: restarting the
   worker would not bring Redis back.
 - ``GET /metrics``: what the web's ``/metrics`` shows, from this host's processes (the worker's own
-  counters: attempts, job errors, forwards), behind the same admin HTTP Basic auth; 404 when no admin
-  password is set, as on the web.
+  counters: attempts, job errors, forwards), behind the same admin HTTP Basic auth and login throttle
+  (429 ``login_throttled`` after 10 wrong passwords from one address, counted with the web's); 404
+  when no admin password is set, as on the web.
 
 It is a thread of the worker's own (the standard library's HTTP server), never in a job's way.
 """
 
 from __future__ import annotations
 
-import base64
-import hmac
 import json
 import logging
 import threading
@@ -24,22 +23,23 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from webhooks.admin.auth import password_check
+from webhooks.admin.throttle import LoginThrottle
 from webhooks.configuration import settings as config
 from webhooks.errors import ConfigError
 from webhooks.service import collector
 from webhooks.service.process_setup import bind_problem, version
+from webhooks.vocabulary import Reason
 from webhooks.worker import loop
 
 log = logging.getLogger("webhooks.worker")
 GRACE = 60.0  # seconds beyond the job timeout before a silent loop is called stalled
+HOST = "0.0.0.0"  # a pod's probe and scrape come from outside the container
 
 
 def age() -> float:
     """Seconds since the worker's loop last beat (``webhooks.worker.loop.beat``)."""
     return time.monotonic() - loop.BEAT[0]
-
-
-HOST = "0.0.0.0"  # a pod's probe and scrape come from outside the container
 
 
 def problem() -> str | None:
@@ -61,6 +61,8 @@ def start(rt: Any) -> ThreadingHTTPServer | None:
 def serve(rt: Any, port: int, host: str = HOST) -> ThreadingHTTPServer:
     """Start the listener on a daemon thread; the caller shuts it down (``server.shutdown()``)."""
     limit = rt.settings.job_timeout + GRACE
+    shared = rt.queue.connection if rt.settings.redis_url else None
+    throttle = LoginThrottle(shared, deployment=rt.settings.queue_name)
 
     class Handler(BaseHTTPRequestHandler):
         server_version = "webhooks-worker"
@@ -68,10 +70,10 @@ def serve(rt: Any, port: int, host: str = HOST) -> ThreadingHTTPServer:
         def do_GET(self) -> None:  # the standard library's name
             path = self.path.split("?", 1)[0]
             if path == "/healthz":
-                stalled = age() > limit
-                status = "stalled" if stalled else "ok"
-                self._json(503 if stalled else 200, {"status": status, "version": version(), "process": "worker",
-                                                     "beat_age_seconds": round(age(), 1)})  # fmt: skip
+                silent = age()
+                answer = {"status": "stalled" if silent > limit else "ok", "version": version(),
+                          "process": "worker", "beat_age_seconds": round(silent, 1)}  # fmt: skip
+                self._json(503 if silent > limit else 200, answer)
             elif path == "/metrics":
                 self._metrics()
             else:
@@ -82,25 +84,24 @@ def serve(rt: Any, port: int, host: str = HOST) -> ThreadingHTTPServer:
             if not password:
                 self._json(404, {"error": "not_found"})
                 return
-            given = (self.headers.get("Authorization") or "").removeprefix("Basic ").strip()
-            try:
-                credentials = base64.b64decode(given, validate=True)
-            except ValueError:
-                credentials = b""
-            if not hmac.compare_digest(credentials, f"admin:{password}".encode()):
-                self.send_response(401)
-                self.send_header("WWW-Authenticate", 'Basic realm="webhooks"')
-                self.send_header("Content-Length", "0")
-                self.end_headers()
-                return
-            body, content_type = collector.exposition(rt)
-            self._send(200, body, content_type)
+            # The web's check and throttle, its buckets shared through Redis: a guess here counts there.
+            right, wait, _ = password_check(
+                throttle, self.client_address[0], self.headers.get("Authorization"), password
+            )
+            if wait:
+                self._json(429, {"error": Reason.LOGIN_THROTTLED}, ("Retry-After", str(wait)))
+            elif not right:
+                self._json(401, {"error": "unauthorized"}, ("WWW-Authenticate", 'Basic realm="webhooks admin"'))
+            else:
+                self._send(200, *collector.exposition(rt))
 
-        def _json(self, status: int, value: dict[str, Any]) -> None:
-            self._send(status, json.dumps(value).encode(), "application/json")
+        def _json(self, status: int, value: dict[str, Any], *extra: tuple[str, str]) -> None:
+            self._send(status, json.dumps(value).encode(), "application/json", *extra)
 
-        def _send(self, status: int, body: bytes, content_type: str) -> None:
+        def _send(self, status: int, body: bytes, content_type: str, *extra: tuple[str, str]) -> None:
             self.send_response(status)
+            for name, value in extra:
+                self.send_header(name, value)
             self.send_header("Content-Type", content_type)
             self.send_header("Content-Length", str(len(body)))
             self.end_headers()

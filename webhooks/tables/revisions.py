@@ -82,14 +82,6 @@ def missing_schema(exc: BaseException) -> bool:
     return "no such table" in text_of or "no such column" in text_of or undefined
 
 
-def problem_quietly(engine: Engine) -> str | None:
-    """``problem``, or None when even that fails (it is asked on a failure path)."""
-    try:
-        return problem(engine)
-    except Exception:
-        return None
-
-
 def wait_for_head(url: str, log: logging.Logger, *, interval: float = 2.0, every: float = 30.0) -> None:
     """Block until the database answers at the head revision, saying why it waits (when it starts
     waiting, then every ``every`` seconds): web and worker started beside the release step (or
@@ -99,7 +91,7 @@ def wait_for_head(url: str, log: logging.Logger, *, interval: float = 2.0, every
     engine = make_engine(url)
     told, last = 0.0, None
     try:
-        while (problem := _problem_quietly(engine)) is not None:
+        while (problem := problem_quietly(engine)) is not None:
             now = time.monotonic()
             if problem != last or now - told >= every:
                 log.warning("waiting for the database: %s", problem)
@@ -134,7 +126,8 @@ def wait_for_database(url: str, within: float, log: logging.Logger, *, interval:
         engine.dispose()
 
 
-def _problem_quietly(engine: Engine) -> str | None:
+def problem_quietly(engine: Engine) -> str | None:
+    """``problem``, or a one-line reason when even asking fails (a database half-answering)."""
     try:
         return problem(engine)
     except Exception as exc:  # a database that half-answers while starting: keep waiting
