@@ -37,3 +37,31 @@ def test_http_and_redis_streams_need_no_extra(monkeypatch: pytest.MonkeyPatch) -
         monkeypatch.setitem(sys.modules, client, None)
     redis = {"kind": "redis-stream", "url": "redis://127.0.0.1:6390/0", "stream": "s"}
     assert load_bus(redis | {"secrets": [destination.SECRET], "allow_private": True}).destinations["bus"]
+
+
+@pytest.mark.parametrize("db", ["sqlite", "postgres"])
+def test_a_process_without_the_client_refuses_a_stored_bus_destination_alone(
+    db: str, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The seam with live configuration: a destination created through the admin API by a process
+    with the extra installed, read by a process (an image) without it. The second one's API refuses
+    new ones with the same line (400 invalid_config); its snapshot leaves the stored one out, and
+    every other item stays."""
+    from tests.admin.test_runtime_config import DEST_SECRET, SHOP, api, config
+    from tests.conftest import make_app
+
+    settings = config(request, db)
+    with_extra = make_app(settings)
+    body = {"name": "orders-mq", "secrets": [DEST_SECRET]} | {
+        k: v for k, v in table("rabbitmq").items() if k != "secrets"
+    }
+    assert api(with_extra.test_client(), "POST", "/destinations", body).status_code == 201
+    assert api(with_extra.test_client(), "POST", "/endpoints", SHOP).status_code == 201
+
+    monkeypatch.setitem(sys.modules, "pika", None)  # the other process: installed without webhooks[rabbitmq]
+    without = make_app(settings)
+    refused = api(without.test_client(), "POST", "/destinations", body | {"name": "orders-mq-2"})
+    assert refused.status_code == 400 and refused.get_json()["error"] == "invalid_config"
+    assert "pip install 'webhooks[rabbitmq]'" in str(refused.get_json()), refused.get_json()
+    live = without.extensions["webhooks"].settings
+    assert "orders-mq" not in live.destinations and "shop-eu" in live.endpoints
