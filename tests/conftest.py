@@ -36,6 +36,9 @@ from webhooks import create_app
 from webhooks.runtime import Runtime
 from webhooks.worker.loop import PromptWorker
 
+# pytester: tests/testing/test_user_project.py runs the handler-testing example as a project of its own.
+pytest_plugins = ["pytester"]
+
 ROOT = Path(__file__).resolve().parent.parent
 PAYLOADS = Path(__file__).resolve().parent / "payloads"
 # Servers the user named; unset (the default), the suite starts its own and never touches the machine's.

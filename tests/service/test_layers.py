@@ -13,7 +13,8 @@ Each module belongs to one layer, lowest first:
 - ``jobs``: the RQ job functions and the migrations (``webhooks.jobs``, ``webhooks.migrations``);
 - ``app``: the app factory (the package ``webhooks`` itself: ``create_app``, ``on``);
 - ``service``: the processes (``webhooks.service``, and the two entry-point names kept at the top
-  level: ``python -m webhooks`` and ``python:webhooks.gunicorn_conf``).
+  level: ``python -m webhooks`` and ``python:webhooks.gunicorn_conf``), and the application
+  developer's test kit (``webhooks.testing``, a pytest plugin that builds the whole app).
 
 A module imports only its own layer or lower ones; the one exception is the app factory's imports
 inside ``create_app`` (lazy: it loads the stages it wires on first use, the health routes among
@@ -37,7 +38,7 @@ def layer(module: str) -> str:
     parts = module.split(".")
     if module == APP:
         return "app"
-    if module in ENTRY_POINTS:
+    if module in ENTRY_POINTS or parts[1] == "testing":
         return "service"
     if parts[1] == "runtime":
         return "runtime"
@@ -63,7 +64,7 @@ def upward(g: dict[str, set[str]], top: dict[str, set[str]]) -> list[str]:
 def test_every_module_has_a_layer_and_every_stage_folder_is_one() -> None:
     known = modules()
     folders = {name.split(".")[1] for name in known if name.count(".") >= 2}
-    assert folders - {"jobs", "migrations", "runtime", *FOUNDATION} == STAGES
+    assert folders - {"jobs", "migrations", "runtime", "testing", *FOUNDATION} == STAGES
     assert {layer(name) for name in known} == set(LAYERS)
 
 

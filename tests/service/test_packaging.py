@@ -42,6 +42,9 @@ APP = textwrap.dedent("""
     import myapp.handlers
     assert myapp.handlers.SEEN == ["evt_pkg"], myapp.handlers.SEEN
     assert sys.modules["jobs"].APP_JOBS
+    from webhooks.testing import catalogue
+    assert str(catalogue.payload_dir()).startswith(sys.argv[1]) and len(catalogue.payload_names()) > 70
+    assert json.loads(catalogue.payload("payment_intent.succeeded__basic", "stripe"))["object"] == "event"
     print("ok")
 """)
 
@@ -58,6 +61,13 @@ def test_the_wheel_leaves_jobs_and_migrations_to_the_application(tmp_path: Path)
     names = zipfile.ZipFile(wheel).namelist()
     assert {n.split("/")[0] for n in names} == {"webhooks", wheel.name.split("-py3")[0] + ".dist-info"}
     assert "webhooks/jobs/process.py" in names and "webhooks/migrations/versions/0001_initial_schema.py" in names
+    # webhooks.testing offers the suite's payloads by name: a wheel has no tests/, so they ship in it.
+    payloads = {
+        f"webhooks/testing/payloads/{p.relative_to(ROOT / 'tests' / 'payloads')}"
+        for p in (ROOT / "tests" / "payloads").rglob("*")
+        if p.is_file()
+    }
+    assert len(payloads) > 70 and payloads <= set(names), sorted(payloads - set(names))[:5]
     assert "webhooks/migrations/script.py.mako" in names
     # Every module of the checkout is in the wheel (a subpackage missing from pyproject's list is not).
     checkout = {f"webhooks/{p.relative_to(ROOT / 'webhooks')}" for p in (ROOT / "webhooks").rglob("*.py")}

@@ -9,19 +9,15 @@ import contextlib
 import functools
 import json
 import time
-from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec, rsa
-from cryptography.x509.oid import NameOID
 from flask import Flask
 
 from tests.conftest import ADYEN_KEY, PAYLOADS, STRIPE_SECRET
 from tests.fake_apis import serve
 from webhooks import providers
-from webhooks.providers.plaid_jose import jwk_of
+from webhooks.testing import keys
+from webhooks.testing.keys import PLAID_KID
 
 PUBLIC_TWILIO = "https://hooks.example.com/twilio/inbound"
 HOST = "hooks.example.com"
@@ -91,49 +87,10 @@ def mailgun_api() -> str:
     return _RUNNING.enter_context(serve(route))
 
 
-def _pem_pair() -> tuple[str, str]:
-    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "messageverificationcerts.sandbox.paypal.com")])
-    now = datetime.now(UTC)
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - timedelta(days=1))
-        .not_valid_after(now + timedelta(days=30))
-        .sign(key, hashes.SHA256())
-    )
-    key_pem = key.private_bytes(
-        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
-    ).decode()
-    return cert.public_bytes(serialization.Encoding.PEM).decode(), key_pem
-
-
-def _ec_pair() -> tuple[str, str]:
-    key = ec.generate_private_key(ec.SECP256R1())
-    public = key.public_key().public_bytes(serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
-    private = key.private_bytes(
-        serialization.Encoding.DER, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
-    )
-    return base64.b64encode(public).decode(), base64.b64encode(private).decode()
-
-
-def _plaid_pair(kid: str) -> tuple[str, str]:
-    """A P-256 signing key (PEM) and its JWK as Plaid's key endpoint answers it (JSON)."""
-    key = ec.generate_private_key(ec.SECP256R1())
-    pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
-    return pem.decode(), json.dumps(jwk_of(key.public_key(), kid))
-
-
-PLAID_KID = "bfbd5111-8e33-4643-8ced-b2e642a72f3c"
-
-
 def endpoints() -> dict[str, dict[str, Any]]:
-    cert, key = _pem_pair()
-    sg_public, sg_private = _ec_pair()
-    plaid_key, plaid_jwk = _plaid_pair(PLAID_KID)
+    cert, key = keys.certificate()
+    sg_public, sg_private = keys.sendgrid_pair()
+    plaid_key, plaid_jwk = keys.plaid_pair(PLAID_KID)
     return {
         "stripe": {"secrets": ["whsec_old_one", STRIPE_SECRET]},
         "adyen": {"secrets": [ADYEN_KEY]},

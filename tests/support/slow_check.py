@@ -15,8 +15,11 @@ from functools import cache
 from pathlib import Path
 
 # Calls that start a process, by their dotted name as written: Popen and the suite's helpers
-# (tests/support/processes.py ``running``; tests/faults/conftest.py ``gunicorn`` and ``worker``).
-STARTS = frozenset({"subprocess.Popen", "Popen", "running", "processes.running", "gunicorn", "worker"})
+# (tests/support/processes.py ``running``; tests/faults/conftest.py ``gunicorn`` and ``worker``;
+# pytester's run of a project in a pytest process of its own).
+STARTS = frozenset(
+    {"subprocess.Popen", "Popen", "running", "processes.running", "gunicorn", "worker", "pytester.runpytest_subprocess"}
+)
 # A server the test makes itself: one of these constructed and started (``server.start()``).
 SERVER_CLASSES = frozenset({"Postgres", "Redis", "RabbitMQ", "NatsServer", "MotoServer"})
 SERVER_FIXTURES = frozenset({"postgres", "redis_server", "rabbitmq", "nats_server", "moto_server", "browser"})
