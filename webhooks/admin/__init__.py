@@ -21,6 +21,7 @@ def blueprints() -> tuple[Blueprint, Blueprint]:
         pages,
         quarantine_pages,
         rejections,
+        stream,
         token_views,
     )
 
@@ -32,10 +33,12 @@ def blueprints() -> tuple[Blueprint, Blueprint]:
     config_api.init_app(api.bp)
     config_pages.init_app(pages.bp)
     config_forms.init_app(pages.bp)
+    stream.init_app(api.bp)
     return api.bp, pages.bp
 
 
 def init_app(app: Flask) -> None:
+    from webhooks.admin.stream import listeners_max
     from webhooks.admin.throttle import LoginThrottle
     from webhooks.runtime import Runtime
 
@@ -45,3 +48,4 @@ def init_app(app: Flask) -> None:
     # Service-wide on a real Redis; per process on the embedded default (its fakeredis is this process's).
     connection = rt.queue.connection if rt.settings.redis_url else None
     app.extensions["webhooks_login_throttle"] = LoginThrottle(connection, deployment=rt.settings.queue_name)
+    app.extensions["webhooks_listeners_max"] = listeners_max()  # the event stream's cap, checked at start

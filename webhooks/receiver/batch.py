@@ -35,7 +35,7 @@ from webhooks.providers.base import Endpoint, Verified
 from webhooks.receiver import outbox
 from webhooks.receiver.duplicates import Duplicates
 from webhooks.runtime import Runtime
-from webhooks.store import bodies
+from webhooks.store import arrivals, bodies
 from webhooks.store.recent import Recent
 
 log = logging.getLogger("webhooks.batch")  # the name the docs and log filters know
@@ -137,6 +137,8 @@ class GroupCommit:
                 item.error = exc
         else:
             stored = [item for item in batch if item.new]
+            if stored:
+                arrivals.arrived()  # an open event stream in this process reads them at once
             self.duplicates.add(_duplicates(batch))
             self.recent.add(_confirmed(batch))
         for item in batch:

@@ -21,6 +21,7 @@ if TYPE_CHECKING:
 # SQLAlchemy, Flask nor the providers (name → (module, attribute, one-line help)).
 LAZY = {
     "send": ("webhooks.service.send", "send", "Sign PAYLOAD_FILE as ENDPOINT's provider would and POST it."),
+    "listen": ("webhooks.service.listen", "listen", "Post a deployed receiver's events to a local URL, live."),
     "events": ("webhooks.service.events_cli", "events", "List, show and replay stored events."),
     "tokens": ("webhooks.service.tokens_cli", "tokens_group", "Create, list and revoke the admin API's named tokens."),
     "config": (

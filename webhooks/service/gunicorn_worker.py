@@ -17,6 +17,7 @@ from __future__ import annotations
 import errno
 import logging
 import socket
+import sys
 import time
 from typing import Any
 
@@ -109,6 +110,14 @@ class DeadlineUnreader(SocketUnreader):  # type: ignore[misc]
 
 class DeadlineWorker(gthread.ThreadWorker):  # type: ignore[misc]
     """gthread, its connections reading against a deadline; see the module docstring."""
+
+    def handle_exit(self, sig: int, frame: Any) -> None:
+        """SIGTERM: stop as gthread does, and end the event stream's listeners now (each holds a
+        thread; its client resumes from its cursor), so the stop is not held to graceful_timeout."""
+        super().handle_exit(sig, frame)
+        stream = sys.modules.get("webhooks.admin.stream")  # imported with the app: no import here
+        if stream is not None:
+            stream.close_all()
 
     def accept(self, listener: socket.socket) -> None:
         """gthread's ``accept``, making a ``Conn`` instead of a ``TConn``."""

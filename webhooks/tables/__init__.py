@@ -1,6 +1,7 @@
 """Every table of the service on one metadata (what Alembic compares and the tests walk): the
 events' tables (``webhooks.tables.events``), forwarding's (``webhooks.tables.forwarding``), the API tokens
-(``webhooks.tables.tokens``) and runtime configuration's (``webhooks.tables.configuration``). A module that
+(``webhooks.tables.tokens``), runtime configuration's (``webhooks.tables.configuration``) and the
+stream's listeners (``webhooks.tables.listeners``). A module that
 declares tables on ``webhooks.tables.events.Base`` is imported here."""
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from sqlalchemy import MetaData
 from webhooks.tables import configuration as config_tables
 from webhooks.tables import events as models
 from webhooks.tables import forwarding as forward_tables
-from webhooks.tables import tokens
+from webhooks.tables import listeners, tokens
 
-TABLE_MODULES = (models, forward_tables, tokens, config_tables)
+TABLE_MODULES = (models, forward_tables, tokens, config_tables, listeners)
 METADATA: MetaData = models.Base.metadata
