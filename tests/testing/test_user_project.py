@@ -24,19 +24,19 @@ def documented_project() -> dict[str, str]:
     files = {}
     for block in re.findall(r"```(?:python|ini)\n(.*?)```", section, flags=re.S):
         first, _, _ = block.partition("\n")
-        if (first.startswith("# ") and "/" in first) or first.strip() in ("# pytest.ini",):
+        if re.fullmatch(r"# [\w/]+\.(py|ini)", first.strip()):
             files[first[2:].strip()] = block
     return files
 
 
 def test_the_documented_example_passes_as_a_project_of_its_own(pytester: pytest.Pytester) -> None:
     files = documented_project()
-    assert set(files) == {"pytest.ini", "myapp/__init__.py", "myapp/handlers.py", "tests/test_handlers.py"}
+    assert set(files) == {"pytest.ini", "myapp/__init__.py", "myapp/handlers.py", "test_handlers.py"}
     for path, text in files.items():
         target = pytester.path / path
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(text)
-    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "tests")
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "test_handlers.py")
     result.assert_outcomes(passed=2)
 
 

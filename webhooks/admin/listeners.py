@@ -200,7 +200,8 @@ def backlog(rt: Runtime, since: datetime, until: datetime, wanted: Wanted) -> It
             if not keys:
                 return
             after = (aware(keys[-1][2]), keys[-1][0], keys[-1][1])
-            yield read(session, rt, [(e, i) for e, i, _, t in keys if wanted.matches(e, t)])
+            page = read(session, rt, [(e, i) for e, i, _, t in keys if wanted.matches(e, t)])
+        yield page  # outside the session: no read transaction stays open while the client reads
         if len(keys) < PAGE:
             return
 

@@ -270,6 +270,7 @@ def listen(
     kept = State.load(state or default_state(receiver_url, forward_to))
     if since is not None:
         kept.cursor = None  # --since replays from there; the keys still keep a repeat from posting
+    kept.save()  # the local secret printed below stays the same for every later run
     tally = Tally()
     forwarder = Forwarder(forward_to, mode, kept, tally)
     click.echo(f"listening to {receiver_url} -> {forward_to} (--headers {mode}); Ctrl-C stops")
