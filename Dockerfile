@@ -22,6 +22,7 @@ COPY pyproject.toml README.md /src/
 COPY webhooks /src/webhooks
 COPY jobs /src/jobs
 COPY migrations /src/migrations
+COPY tests/payloads /src/tests/payloads
 ARG EXTRAS=""
 RUN set -eu; \
     python3 -m venv /opt/webhooks; \

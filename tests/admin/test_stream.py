@@ -91,7 +91,7 @@ def test_the_backlog_then_live_events_each_once_in_the_order_stored(any_app: Fla
         assert cursors == sorted(cursors)
         first = old[0]
         body = stripe_event("evt_old_0")
-        assert base64.b64decode(first["payload"]) == body == base64.b64decode(first["delivery"]["body"])
+        assert base64.b64decode(first["payload"]) == body and first["delivery"]["body"] is None  # the same bytes
         assert first["delivery"]["headers"]["Stripe-Signature"].startswith("t=")
         assert (first["kind"], first["type"], first["tolerance_seconds"]) == ("stripe", "payment_intent.succeeded", 300)
     finally:
@@ -221,5 +221,20 @@ def test_idle_listeners_cost_one_poll_a_second_and_rows_are_read_once(any_app: F
 def test_a_listener_too_far_behind_is_ended_to_resume_from_the_database(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(hubs, "QUEUE_MAX", 3)
     listener = hubs.Listener(hubs.Wanted())
-    listener.offer([{"endpoint": "e", "type": "t", "event_id": str(i), "cursor": ""} for i in range(5)])
+    listener.offer([hubs.Frame("e", str(i), "t", "", datetime.now(UTC), b"") for i in range(5)])
     assert listener.behind and len(listener.pending) == 3
+
+
+def test_the_cap_is_checked_at_start_and_never_passes_half_the_threads(monkeypatch: pytest.MonkeyPatch) -> None:
+    from webhooks.admin.stream import listeners_max
+    from webhooks.errors import ConfigError
+
+    monkeypatch.delenv("WEB_THREADS", raising=False)
+    monkeypatch.delenv("WEBHOOKS_LISTENERS_MAX", raising=False)
+    assert listeners_max() == 8
+    monkeypatch.setenv("WEB_THREADS", "4")  # two streams may hold two of the four threads, no more
+    assert listeners_max() == 2
+    for wrong in ("-1", "65", "many"):
+        monkeypatch.setenv("WEBHOOKS_LISTENERS_MAX", wrong)
+        with pytest.raises(ConfigError, match="WEBHOOKS_LISTENERS_MAX must be a whole number from 0 to 64"):
+            listeners_max()

@@ -33,7 +33,8 @@ def test_dockerignore_keeps_environments_databases_keys_and_test_output_out() ->
     lines = [line for line in (ROOT / ".dockerignore").read_text().splitlines() if line and not line.startswith("#")]
     assert lines[0] == "**"  # nothing is sent but what is named after it
     allowed = {line[1:].rstrip("/") for line in lines if line.startswith("!")}
-    assert allowed == {"pyproject.toml", "README.md", "webhooks", "jobs", "migrations"}
+    # tests/payloads: the payloads webhooks.testing ships in the wheel (pyproject's package-dir)
+    assert allowed == {"pyproject.toml", "README.md", "webhooks", "jobs", "migrations", "tests/payloads"}
     for kept_out in ("**/*.db", "**/*.key", "**/*.admin-password"):
         assert kept_out in lines
     copied = re.findall(r"^COPY (?!--from)(.+) /src/?", (ROOT / "Dockerfile").read_text(), re.MULTILINE)

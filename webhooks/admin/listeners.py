@@ -3,12 +3,14 @@ runtime and process polls the database for new events while anyone listens, read
 once and hands it to every ``Listener`` whose globs it matches.
 
 Cost. While no stream is open nothing runs. While streams are open, idle or not, the hub makes one
-poll a second (``IDLE_POLL``) however many there are, and is woken at once by an event this process
-stored (``webhooks.store.arrivals``); after a poll that found events it polls every ``BUSY_POLL``
-for ``BUSY_FOR`` seconds, so a steady flow stored by other processes arrives within that. A poll
-reads the keys of the rows received in the last ``OVERLAP`` (an insert may commit a moment after
-the time it carries, and web processes' clocks differ a little); only rows it has not seen are read
-whole, once, for every listener. A listener that resumes reads its own backlog once, then follows
+poll a second (``IDLE_POLL``) however many there are, and is woken by an event this process stored
+(``webhooks.store.arrivals``; at most one poll per ``MIN_GAP`` however often); after a poll that
+found events it polls every ``BUSY_POLL`` for ``BUSY_FOR`` seconds, so a steady flow stored by
+other processes arrives within that. On SQLite a poll reads the rows after the newest rowid seen
+(writers take turns: rowids grow in commit order). On PostgreSQL it reads the keys of the rows
+received in the last ``OVERLAP`` (an insert may commit a moment after the time it carries, and web
+processes' clocks differ a little) and only the rows it has not seen whole. Each row is read whole
+once, for every listener, and encoded once (``Frame``). A listener that resumes reads its own backlog once, then follows
 the hub; the keys it sent keep it from sending one twice.
 
 A listener more than ``QUEUE_MAX`` events behind is ended (``behind``): its client resumes from its
@@ -18,6 +20,7 @@ cursor and reads the backlog from the database at its own pace, holding no memor
 from __future__ import annotations
 
 import base64
+import json
 import threading
 import time
 import weakref
@@ -26,9 +29,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from fnmatch import fnmatchcase
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
-from sqlalchemy import and_, select, tuple_
+from sqlalchemy import and_, func, literal_column, select, tuple_
 from sqlalchemy.orm import Session
 
 from webhooks.store import arrivals
@@ -39,13 +42,30 @@ if TYPE_CHECKING:
     from webhooks.runtime import Runtime
 
 Key = tuple[str, str]
-OVERLAP = timedelta(seconds=5)
+ROWID: Any = literal_column("events.rowid")  # SQLite's own row number of ``events``
+OVERLAP = timedelta(seconds=2)
 IDLE_POLL = 1.0  # seconds between polls while streams are open and nothing arrives
 BUSY_POLL = 0.2  # ... while events arrive
 BUSY_FOR = 3.0  # seconds a found event keeps the hub polling at BUSY_POLL
+MIN_GAP = 0.1  # seconds between two polls however often this process's arrivals wake the hub
 PAGE = 500  # rows a read
 QUEUE_MAX = 10_000  # events a listener may be behind before it is ended (its client resumes)
 STOPPING = threading.Event()  # the process is stopping (SIGTERM): every stream ends at once
+
+
+class Frame(NamedTuple):
+    """One event as the stream sends it: its Server-Sent Events frame, encoded once for every
+    listener, and what listeners choose and order by."""
+
+    endpoint: str
+    event_id: str
+    type: str
+    cursor: str
+    at: datetime  # received_at
+    data: bytes
+
+
+ALL = ("*",)
 
 
 @dataclass(frozen=True)
@@ -56,8 +76,8 @@ class Wanted:
     types: tuple[str, ...] = ("*",)
 
     def matches(self, endpoint: str, event_type: str) -> bool:
-        return any(fnmatchcase(endpoint, g) for g in self.endpoints) and any(
-            fnmatchcase(event_type, g) for g in self.types
+        return (self.endpoints == ALL or any(fnmatchcase(endpoint, g) for g in self.endpoints)) and (
+            self.types == ALL or any(fnmatchcase(event_type, g) for g in self.types)
         )
 
 
@@ -65,31 +85,35 @@ class Wanted:
 class Listener:
     wanted: Wanted
     ready: threading.Event = field(default_factory=threading.Event)
-    pending: deque[dict[str, Any]] = field(default_factory=deque)
-    sent: dict[Key, datetime] = field(default_factory=dict)  # keys sent, by received_at (pruned)
+    pending: deque[Frame] = field(default_factory=deque)
+    sent: set[Key] = field(default_factory=set)  # keys sent lately (forgotten as time moves on)
+    order: deque[tuple[datetime, Key]] = field(default_factory=deque)  # ``sent``, oldest first
     behind: bool = False
 
-    def offer(self, messages: Iterable[dict[str, Any]]) -> None:
+    def offer(self, messages: Iterable[Frame]) -> None:
         for message in messages:
-            if self.wanted.matches(message["endpoint"], message["type"]):
+            if self.wanted.matches(message.endpoint, message.type):
                 if len(self.pending) >= QUEUE_MAX:
                     self.behind = True
                     break
                 self.pending.append(message)
         self.ready.set()
 
-    def fresh(self, messages: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
-        """Those of ``messages`` not sent yet, marked sent; old keys are forgotten as time moves on."""
+    def fresh(self, messages: Iterable[Frame]) -> list[Frame]:
+        """Those of ``messages`` not sent yet, marked sent; a key is forgotten once events received
+        ``2 × OVERLAP`` after it were sent (amortized O(1) a message: a busy stream sends thousands)."""
         out = []
         for message in messages:
-            key, at = (message["endpoint"], message["event_id"]), _at(message["cursor"])
+            key = (message.endpoint, message.event_id)
             if key in self.sent:
                 continue
-            self.sent[key] = at
+            self.sent.add(key)
+            self.order.append((message.at, key))
             out.append(message)
-        if len(self.sent) > 2 * PAGE and out:
-            horizon = _at(out[-1]["cursor"]) - 2 * OVERLAP
-            self.sent = {k: v for k, v in self.sent.items() if v >= horizon}
+        if out:
+            horizon = out[-1].at - 2 * OVERLAP
+            while self.order and self.order[0][0] < horizon:
+                self.sent.discard(self.order.popleft()[1])
         return out
 
 
@@ -106,13 +130,21 @@ class Hub:
         self.rows_read = 0  # whole rows read
         self._thread: threading.Thread | None = None
         self._high: datetime | None = None  # the newest received_at seen
-        self._seen: dict[Key, datetime] = {}
+        self._seen: set[Key] = set()  # PostgreSQL: the keys of the last ``2 × OVERLAP``
+        self._order: deque[tuple[datetime, Key]] = deque()  # ``_seen``, oldest first
+        self._rowid = 0  # SQLite: the newest rowid seen (one writer at a time: rowids grow in commit order)
+        self.sqlite = self.engine.dialect.name == "sqlite"
 
     def attach(self, listener: Listener) -> None:
         with self.lock:
             self.listeners.add(listener)
             if self._thread is None or not self._thread.is_alive():
-                self._high, self._seen = datetime.now(UTC), {}
+                self._high, self._seen, self._order = datetime.now(UTC), set(), deque()
+                if self.sqlite:  # from the newest row now: the stream's live part begins here
+                    with self.engine.connect() as conn:
+                        self._rowid = int(
+                            conn.execute(select(func.coalesce(func.max(ROWID), 0)).select_from(Event)).scalar_one()
+                        )
                 arrivals.follow(self.wake)
                 self._thread = threading.Thread(target=self._run, name="webhooks-stream-hub", daemon=True)
                 self._thread.start()
@@ -141,37 +173,70 @@ class Hub:
                     listener.offer(found)
             self.wake.wait(BUSY_POLL if time.monotonic() < busy_until else IDLE_POLL)
             self.wake.clear()
+            time.sleep(MIN_GAP)  # arrivals wake it per commit: at most one poll per MIN_GAP
 
-    def poll(self) -> list[dict[str, Any]]:
-        """The rows received since the last poll that this hub has not seen, whole, oldest first."""
+    def poll(self) -> list[Frame]:
+        """The rows received since the last poll that this hub has not seen and some listener
+        wants, whole, oldest first."""
         assert self._high is not None
         rt = self._rt()
         if rt is None:
             return []
+        with self.lock:
+            wanted = {listener.wanted for listener in self.listeners}
+        if self.sqlite:
+            return self._after_rowid(rt, wanted)
         since = self._high - OVERLAP
-        out: list[dict[str, Any]] = []
+        out: list[Frame] = []
         with Session(self.engine) as session:
             while True:
                 self.polls += 1
                 keys = session.execute(
-                    select(Event.endpoint, Event.event_id, Event.received_at)
+                    select(Event.endpoint, Event.event_id, Event.event_type, Event.received_at)
                     .where(Event.received_at >= since)
                     .order_by(Event.received_at, Event.endpoint, Event.event_id)
                     .limit(PAGE)
                 ).all()
-                new = [(e, i) for e, i, _ in keys if (e, i) not in self._seen]
-                for endpoint, event_id, at in keys:
-                    self._seen[(endpoint, event_id)] = aware(at)
+                new = []
+                for endpoint, event_id, event_type, at in keys:
+                    key = (endpoint, event_id)
+                    if key in self._seen:
+                        continue
+                    self._seen.add(key)
+                    self._order.append((aware(at), key))
                     self._high = max(self._high, aware(at))
+                    if any(w.matches(endpoint, event_type) for w in wanted):
+                        new.append(key)
                 out += read(session, rt, new)
                 self.rows_read += len(new)
-                if len(keys) < PAGE or aware(keys[-1][2]) <= since:
+                if len(keys) < PAGE or aware(keys[-1][3]) <= since:
                     break
-                since = aware(keys[-1][2])
+                since = aware(keys[-1][3])
         horizon = self._high - 2 * OVERLAP
-        if len(self._seen) > PAGE:
-            self._seen = {k: v for k, v in self._seen.items() if v >= horizon}
+        while self._order and self._order[0][0] < horizon:
+            self._seen.discard(self._order.popleft()[1])
         return out
+
+    def _after_rowid(self, rt: Runtime, wanted: set[Wanted]) -> list[Frame]:
+        """SQLite: the rows after the newest rowid seen. Writers take turns there, and a row's
+        rowid is given under the write lock, so rowids grow in commit order: no overlap to read."""
+        out: list[Frame] = []
+        with Session(self.engine) as session:
+            while True:
+                self.polls += 1
+                keys = session.execute(
+                    select(Event.endpoint, Event.event_id, Event.event_type, ROWID)
+                    .where(self._rowid < ROWID)
+                    .order_by(ROWID)
+                    .limit(PAGE)
+                ).all()
+                if keys:
+                    self._rowid = int(keys[-1][3])
+                new = [(e, i) for e, i, t, _ in keys if any(w.matches(e, t) for w in wanted)]
+                out += read(session, rt, new)
+                self.rows_read += len(new)
+                if len(keys) < PAGE:
+                    return out
 
 
 _hubs: weakref.WeakKeyDictionary[Any, Hub] = weakref.WeakKeyDictionary()
@@ -186,7 +251,7 @@ def hub(rt: Runtime) -> Hub:
         return found
 
 
-def backlog(rt: Runtime, since: datetime, until: datetime, wanted: Wanted) -> Iterable[list[dict[str, Any]]]:
+def backlog(rt: Runtime, since: datetime, until: datetime, wanted: Wanted) -> Iterable[list[Frame]]:
     """A resuming listener's own read: the rows received in [since, until], page by page."""
     after: tuple[datetime, str, str] | None = None
     while True:
@@ -206,44 +271,66 @@ def backlog(rt: Runtime, since: datetime, until: datetime, wanted: Wanted) -> It
             return
 
 
-def read(session: Session, rt: Runtime, keys: list[Key]) -> list[dict[str, Any]]:
-    """The stream's messages of these events, in received order (with their delivery's body)."""
+COLUMNS = (  # what a frame says, as plain columns (no ORM entities: a poll reads many rows)
+    Event.endpoint,
+    Event.event_id,
+    Event.kind,
+    Event.event_type,
+    Event.received_at,
+    Event.signed_at,
+    Event.object_type,
+    Event.object_id,
+    Event.object_version,
+    Event.item_index,
+    Event.payload,
+    Event.headers,
+    Body.body,
+    Body.headers.label("body_headers"),
+)
+
+
+def read(session: Session, rt: Runtime, keys: list[Key]) -> list[Frame]:
+    """The stream's frames of these events, in received order (with their delivery's body)."""
     if not keys:
         return []
     query = (
-        select(Event, Body.body, Body.headers)
+        select(*COLUMNS)
         .outerjoin(Body, and_(Body.endpoint == Event.endpoint, Body.digest == Event.body_digest))
         .where(tuple_(Event.endpoint, Event.event_id).in_(keys))
         .order_by(Event.received_at, Event.endpoint, Event.event_id)
     )
     endpoints = rt.settings.endpoints
-    return [message(e, body, headers, endpoints.get(e.endpoint)) for e, body, headers in session.execute(query)]
+    return [frame(row, endpoints.get(row.endpoint)) for row in session.execute(query)]
 
 
-def message(event: Event, body: bytes | None, headers: dict[str, str] | None, endpoint: Any) -> dict[str, Any]:
-    """One event as the stream sends it: the event's own bytes and the delivery as received
-    (for an event of a batch, the whole batch and its headers), headers as stored."""
-    delivery_body = body if body is not None else event.payload
+def frame(row: Any, endpoint: Any) -> Frame:
+    at = aware(row.received_at)
+    message = _message(row, at.isoformat(), endpoint)
+    data = json.dumps(message, separators=(",", ":"))
+    encoded = f"id: {message['cursor']}\nevent: event\ndata: {data}\n\n".encode()
+    return Frame(row.endpoint, row.event_id, row.event_type, message["cursor"], at, encoded)
+
+
+def _message(row: Any, received: str, endpoint: Any) -> dict[str, Any]:
+    """One event as the stream sends it: the event's own bytes and the delivery as received (for
+    an event of a batch, the whole batch and its headers; ``body`` null when it is the event's own
+    bytes, as for every event that is not part of a batch), headers as stored."""
     return {
-        "cursor": aware(event.received_at).isoformat(),
-        "endpoint": event.endpoint,
-        "kind": event.kind,
-        "event_id": event.event_id,
-        "type": event.event_type,
-        "received_at": aware(event.received_at).isoformat().replace("+00:00", "Z"),
-        "signed_at": event.signed_at,
+        "cursor": received,
+        "endpoint": row.endpoint,
+        "kind": row.kind,
+        "event_id": row.event_id,
+        "type": row.event_type,
+        "received_at": received.replace("+00:00", "Z"),
+        "signed_at": row.signed_at,
         "object": None
-        if event.object_type is None
-        else {"type": event.object_type, "id": event.object_id, "version": event.object_version},
-        "item_index": event.item_index,
-        "payload": base64.b64encode(event.payload).decode(),
+        if row.object_type is None
+        else {"type": row.object_type, "id": row.object_id, "version": row.object_version},
+        "item_index": row.item_index,
+        "payload": base64.b64encode(row.payload).decode(),
         "delivery": {
-            "body": base64.b64encode(delivery_body).decode(),
-            "headers": dict(headers if headers is not None else event.headers or {}),
+            "body": None if row.body is None else base64.b64encode(row.body).decode(),
+            "headers": dict(row.body_headers if row.body is not None else row.headers or {}),
         },
         "tolerance_seconds": getattr(endpoint, "tolerance_seconds", None),
     }
-
-
-def _at(cursor: str) -> datetime:
-    return datetime.fromisoformat(cursor)

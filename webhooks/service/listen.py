@@ -120,7 +120,7 @@ class Forwarder:
     def request(self, message: dict[str, Any]) -> tuple[bytes, dict[str, str]] | None:
         if self.mode == "standard":
             return self.standard(message)
-        body = base64.b64decode(message["delivery"]["body"])
+        body = base64.b64decode(message["delivery"]["body"] or message["payload"])
         if message.get("item_index") is not None:
             digest = hashlib.sha256(body).hexdigest()
             if digest in self.batches:
