@@ -43,7 +43,7 @@ from typing import Any
 from rq import get_current_job
 
 from webhooks import lanes, metrics, providers, runtime, tracing
-from webhooks.forward import deliveries
+from webhooks.forward import deliveries, filtering
 from webhooks.forward.dispatcher import nudge
 from webhooks.storable import storable_text
 from webhooks.store.base import Claimed, Seen, Work
@@ -115,14 +115,18 @@ def work(rt: runtime.Runtime, claimed: Claimed) -> Work:
         for handler in found:
             with tracing.span("handler", handler=handlers.name(handler)):
                 handlers.call(handler, context, seen.state)
-        if forward:
-            targets = {name: rt.settings.destinations[name].identity for name in forward}
+        through = filtering.kept(seen.session, rt.settings.destinations, forward, context) if forward else []
+        for name in set(forward) - set(through):  # the attempt records only where it went
+            names.remove(FORWARD + name)
+        if through:
+            targets = {name: rt.settings.destinations[name].identity for name in through}
             deliveries.create(seen.session, context, targets, datetime.now(UTC), parent)
 
+    names = handlers.names(found) + [FORWARD + name for name in forward]
     return Work(
         _spanned("fetch", functools.partial(prepare, claimed, rt.settings)),
         None if fold is None else functools.partial(merge, fold),
-        handlers.names(found) + [FORWARD + name for name in forward],
+        names,
         run,
     )
 

@@ -35,6 +35,9 @@ DELIVERIES = Counter(
     "Deliveries by endpoint and outcome (stored, duplicate, rejected, unavailable)",
     ["endpoint", "outcome"],
 )
+FORWARD_FILTERED = Counter(
+    "webhooks_forward_filtered", "Events a destination's filter refused (no delivery)", ["destination"]
+)
 REJECTIONS = Counter(
     "webhooks_rejections", "Refused or replayed deliveries by endpoint and reason", ["endpoint", "reason"]
 )

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from webhooks import guard
+from webhooks.configuration import filters
 from webhooks.errors import ConfigError
 from webhooks.urls import redacted as redacted  # (there: every URL shown)
 from webhooks.urls import without_credentials as without_credentials
@@ -44,6 +45,7 @@ COMMON = (
     "kind",
     "secrets",
     "events",
+    "filter",
     "ordered",
     "timeout_seconds",
     "rate_limit",
@@ -150,6 +152,7 @@ class Destination:
     url: str = field(repr=False)  # a bus's may carry credentials: ``target`` is what is shown
     secrets: tuple[str, ...] = field(repr=False)
     events: tuple[str, ...] = ()  # globs of event types; empty: every type
+    filter: filters.Filter | None = None  # over the verified event, with ``events`` by AND (#42)
     ordered: bool = False
     timeout_seconds: float = 15.0
     rate_limit: float | None = None  # requests a second, service-wide; None: unlimited
@@ -371,6 +374,7 @@ def destination(name: str, raw: Mapping[str, Any], resolve: Any, resolver: guard
         url=url,
         secrets=_secrets(where, [str(resolve(s, where)).strip() for s in _strings(where, raw, "secrets")]),
         events=tuple(_strings(where, raw, "events")),
+        filter=filters.parse(where, raw.get("filter")),
         ordered=_flag(where, raw, "ordered"),
         timeout_seconds=float(_number(where, raw, "timeout_seconds", 15)),
         rate_limit=_number(where, raw, "rate_limit", None),

@@ -1,0 +1,120 @@
+"""A destination's ``filter`` (#42) where it meets forwarding, on both databases: only the events it
+lets through get a delivery (with ``events`` globs by AND), each refusal is counted, the attempt
+records only where the event went, headers are filtered on as stored, an ``ordered`` destination is
+never held back by a refused version, and a bad filter is refused at load and by the admin API."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from flask import Flask
+from prometheus_client import REGISTRY
+
+from tests.admin.test_runtime_config import DEST_SECRET, api, config
+from tests.conftest import base_config, drain, make_app, rows, runtime, stripe_event, stripe_headers
+from tests.support import destination
+from webhooks.configuration.settings import load
+from webhooks.errors import ConfigError
+from webhooks.forward.dispatcher import Forwarder
+from webhooks.forward.dispatcher import drain as drain_forwarder
+
+
+@pytest.fixture
+def service() -> Iterator[destination.Destination]:
+    with destination.running() as dest:
+        yield dest
+
+
+def app_for(request: pytest.FixtureRequest, db: str, dests: dict[str, Any]) -> Flask:
+    url = request.getfixturevalue("sqlite_url" if db == "sqlite" else "pg_url")
+    extra: dict[str, Any] = {} if db == "sqlite" else {"REDIS_URL": request.getfixturevalue("redis_url")}
+    config = base_config(url, DESTINATIONS=dests, **extra)
+    config["ENDPOINTS"]["stripe"]["forward"] = list(dests)
+    return make_app(config)
+
+
+def deliver(app: Flask, event_id: str, type_: str, obj: dict[str, Any], **headers: str) -> None:
+    body = stripe_event(event_id, type_, obj=obj)
+    answer = app.test_client().post("/webhooks/stripe", data=body, headers={**stripe_headers(body), **headers})
+    assert answer.status_code == 200
+
+
+def forward(app: Flask) -> None:
+    drain(app)
+    rt = runtime(app)
+    forwarder = Forwarder(rt.sessions, rt.settings.destinations)
+    try:
+        drain_forwarder(forwarder)
+    finally:
+        forwarder.stop()
+
+
+def filtered(name: str) -> float:
+    return REGISTRY.get_sample_value("webhooks_forward_filtered_total", {"destination": name}) or 0.0
+
+
+@pytest.mark.parametrize("db", ["sqlite", "postgres"])
+def test_only_what_the_filter_lets_through_is_delivered(
+    request: pytest.FixtureRequest, db: str, service: destination.Destination
+) -> None:
+    refunds = {"data.object.amount": {"$gte": 5000}, "headers.x-shop": {"$in": ["s1", "s2"]}}
+    app = app_for(request, db, {"finance": destination.config(service, events=["charge.*"], filter=refunds)})
+    before = filtered("finance")
+    deliver(app, "evt_big", "charge.refunded", {"id": "ch_1", "object": "charge", "amount": 7500}, **{"X-Shop": "s1"})
+    deliver(app, "evt_small", "charge.refunded", {"id": "ch_2", "object": "charge", "amount": 100}, **{"X-Shop": "s1"})
+    deliver(app, "evt_other_shop", "charge.refunded", {"id": "ch_3", "object": "charge", "amount": 9000})
+    deliver(
+        app, "evt_not_a_charge", "payment_intent.succeeded", {"id": "pi_1", "object": "payment_intent", "amount": 9000}
+    )
+    forward(app)
+    assert [s.headers["webhooks-event-id"] for s in service.verified()] == ["evt_big"]
+    assert [tuple(r) for r in rows(app, "SELECT event_id FROM deliveries")] == [("evt_big",)]
+    assert filtered("finance") - before == 2  # the filter's two refusals; the glob's is not the filter's
+    recorded = {
+        r[0]: (r[1], r[2])
+        for r in rows(
+            app, "SELECT a.event_id, a.handlers, e.status FROM attempts a JOIN events e USING (endpoint, event_id)"
+        )
+    }
+    handlers = {k: json.loads(v) if isinstance(v, str) else v for k, (v, _) in recorded.items()}
+    assert "forward → finance" in handlers["evt_big"]
+    assert "forward → finance" not in handlers["evt_small"]
+
+
+@pytest.mark.parametrize("db", ["sqlite", "postgres"])
+def test_an_ordered_destination_is_not_held_back_by_a_refused_version(
+    request: pytest.FixtureRequest, db: str, service: destination.Destination
+) -> None:
+    dests = {"fulfil": destination.config(service, ordered=True, filter={"data.object.status": "succeeded"})}
+    app = app_for(request, db, dests)
+    for n, status in enumerate(["succeeded", "processing", "succeeded"], start=1):
+        body = stripe_event(
+            f"evt_v{n}",
+            "payment_intent.updated",
+            created=1700000000 + n,
+            obj={"id": "pi_ord", "object": "payment_intent", "status": status},
+        )
+        assert app.test_client().post("/webhooks/stripe", data=body, headers=stripe_headers(body)).status_code == 200
+        forward(app)
+    assert [s.headers["webhooks-event-id"] for s in service.verified()] == ["evt_v1", "evt_v3"]
+    assert {tuple(r) for r in rows(app, "SELECT event_id, status FROM deliveries")} == {
+        ("evt_v1", "delivered"),
+        ("evt_v3", "delivered"),
+    }
+
+
+def test_a_bad_filter_is_refused_at_load_and_by_the_admin_api(request: pytest.FixtureRequest) -> None:
+    table = {"url": "http://127.0.0.1:9/in", "secrets": [DEST_SECRET], "allow_private": True}
+    with pytest.raises(ConfigError, match=r"destination 'finance': filter: amount: unknown operator '\$gtee'"):
+        load({"WEBHOOKS_CONFIG": "", "DESTINATIONS": {"finance": {**table, "filter": {"amount": {"$gtee": 1}}}}})
+    app = make_app(config(request, "sqlite"))
+    client = app.test_client()
+    refused = api(client, "POST", "/destinations", {"name": "finance", **table, "filter": {"$xor": []}})
+    assert refused.status_code == 400 and refused.get_json()["error"] == "invalid_config", refused.get_json()
+    assert "filter: unknown operator '$xor'" in json.dumps(refused.get_json())
+    good = api(client, "POST", "/destinations", {"name": "finance", **table, "filter": {"amount.value": {"$gt": 1}}})
+    assert good.status_code == 201, good.get_json()
+    assert runtime(app).settings.destinations["finance"].filter is not None

@@ -1,0 +1,55 @@
+"""Which of an event's destinations its filters let through (#42): evaluated when the event's
+deliveries are created, in the processing transaction, on the event as handlers see it. An event a
+filter refuses gets no delivery there and is counted (``webhooks_forward_filtered_total``); so on an
+``ordered`` destination a refused version never holds back a later one."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from webhooks import metrics
+from webhooks.configuration import filters
+from webhooks.configuration.destinations import Destination
+from webhooks.tables.events import Body, Event
+
+
+def kept(
+    session: Session,
+    destinations: Mapping[str, Destination],
+    names: Sequence[str],
+    event: Any,
+) -> list[str]:
+    """``names`` without the destinations whose filter refuses ``event`` (a ``HandlerEvent``)."""
+    if not any(destinations[name].filter is not None for name in names):
+        return list(names)
+    headers = _headers(session, event) if any(_reads_headers(destinations[n]) for n in names) else {}
+    seen = filters.view(event.data, headers, event.type, event.endpoint, event.object_type, event.object_id)
+    out = []
+    for name in names:
+        rule = destinations[name].filter
+        if rule is None or rule.matches(seen):
+            out.append(name)
+        else:
+            metrics.FORWARD_FILTERED.labels(name).inc()
+    return out
+
+
+def _reads_headers(destination: Destination) -> bool:
+    return destination.filter is not None and destination.filter.uses_headers
+
+
+def _headers(session: Session, event: Any) -> dict[str, str]:
+    """The event's request headers as stored (a batch's are its delivery's, in ``bodies``)."""
+    row = session.execute(
+        select(Event.headers, Body.headers)
+        .outerjoin(Body, (Body.endpoint == Event.endpoint) & (Body.digest == Event.body_digest))
+        .where(Event.endpoint == event.endpoint, Event.event_id == event.event_id)
+    ).first()
+    if row is None:
+        return {}
+    own, delivery = row
+    return dict(delivery if delivery is not None else own or {})
