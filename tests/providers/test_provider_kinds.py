@@ -254,6 +254,8 @@ KIND_NAMES_ALLOWED = {
     "webhooks/worker/handlers.py": "its docstring's example of registering a handler for (kind, event type)",
     "migrations/versions/0005_adyen_fold_versions.py": "a data migration of Adyen's rows: history, never edited",
     "webhooks/engines.py": 'SQLAlchemy\'s connection-pool event "checkout", not the kind of that name',
+    "webhooks/service/listen.py": "--headers standard: the mode's name (Standard Webhooks headers), not the kind",
+    "webhooks/testing/catalogue.py": "webhooks.testing's test endpoint of every kind, for an application's handler tests",
 }
 
 

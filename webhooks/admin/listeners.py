@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from sqlalchemy import and_, func, literal_column, select, tuple_
 from sqlalchemy.orm import Session
 
+from webhooks.providers import PROVIDERS
 from webhooks.store import arrivals
 from webhooks.tables.events import Body, Event
 from webhooks.timestamps import aware
@@ -315,6 +316,7 @@ def _message(row: Any, received: str, endpoint: Any) -> dict[str, Any]:
     """One event as the stream sends it: the event's own bytes and the delivery as received (for
     an event of a batch, the whole batch and its headers; ``body`` null when it is the event's own
     bytes, as for every event that is not part of a batch), headers as stored."""
+    kind = PROVIDERS.get(row.kind)
     return {
         "cursor": received,
         "endpoint": row.endpoint,
@@ -333,4 +335,5 @@ def _message(row: Any, received: str, endpoint: Any) -> dict[str, Any]:
             "headers": dict(row.body_headers if row.body is not None else row.headers or {}),
         },
         "tolerance_seconds": getattr(endpoint, "tolerance_seconds", None),
+        "signs_url": bool(kind is not None and kind.signs_url),  # a copy at another URL never verifies
     }

@@ -128,12 +128,12 @@ class Provider:
 
     kind: ClassVar[str]
     signature_header_names: ClassVar[tuple[str, ...]] = ()
-    # The endpoint table's keys this kind understands beyond the common ones (``provider``,
-    # ``secrets``, ``tolerance_seconds``, ``basic_auth``, ``rate_limit``, ``sender_rate_limit``):
-    # anything else is a typo.
+    # The endpoint table's keys this kind understands beyond the common ones (``provider``, ``secrets``,
+    # ``tolerance_seconds``, ``basic_auth``, ``rate_limit``, ``sender_rate_limit``): any other is a typo.
     option_names: ClassVar[frozenset[str]] = frozenset()
-    # How long the provider may retry one event, rounded up: ``webhooks purge`` refuses a shorter
-    # window (a purged id lets a late retry in as new). Unknown: assume the longest, 30 days.
+    # Its signature covers the URL it calls: a copy posted to another URL never verifies (``listen``).
+    signs_url: ClassVar[bool] = False
+    # How long the provider may retry one event, rounded up: ``webhooks purge`` keeps ids that long.
     retry_horizon: ClassVar[timedelta] = 30 * DAY
     # Environment shorthands: variable → endpoint field, for an endpoint named after the kind
     # (``STRIPE_WEBHOOK_SECRET`` → endpoint ``stripe``'s ``secrets``; comma-separated secrets).

@@ -59,6 +59,7 @@ def _state(data: Any) -> tuple[str, str, Any] | None:
 
 class Square(Provider):
     kind = "square"
+    signs_url = True  # the URL it calls is signed
     retry_horizon = DAY  # retried with backoff for up to 24 hours
     shorthands = {"SQUARE_WEBHOOK_SIGNATURE_KEY": "secrets", "SQUARE_NOTIFICATION_URL": "notification_url"}
     option_names = frozenset({"notification_url"})

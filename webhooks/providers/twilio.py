@@ -131,6 +131,7 @@ def _match(secrets: tuple[str, ...], url: str, tail: bytes, alg: str, sig: bytes
 
 class Twilio(Provider):
     kind = "twilio"
+    signs_url = True  # the URL it calls is signed
     retry_horizon = DAY  # product-dependent, documented in hours: a day is conservative
     shorthands = {"TWILIO_AUTH_TOKEN": "secrets", "TWILIO_PUBLIC_URL": "public_url"}
     option_names = frozenset({"public_url", "shared_key_id"})

@@ -37,7 +37,6 @@ RECONNECT = (0.5, 1, 2, 4, 8, 15)  # seconds between attempts to reconnect, the 
 RETRIES = (0.5, 1, 2, 4, 8)  # seconds before each retry of a local failure (no answer, 5xx, 429)
 RECENT = 5000  # keys the state remembers
 HOP = {"host", "content-length", "connection", "transfer-encoding", "keep-alive", "accept-encoding", "te"}
-SIGNS_URL = {"twilio": "Twilio", "square": "Square"}  # their signatures cover the URL they call
 NOT_KEPT = ("[redacted]", "[verified signature]")  # header values the receiver stores instead
 
 
@@ -151,12 +150,9 @@ class Forwarder:
 
     def warn_original(self, message: dict[str, Any], headers: dict[str, str]) -> None:
         kind = message["kind"]
-        if kind in SIGNS_URL and kind not in self.tally.warned:
+        if message.get("signs_url") and kind not in self.tally.warned:
             self.tally.warned.add(kind)
-            self.warn(
-                f"{SIGNS_URL[kind]} signs the URL it calls: its check fails at {self.forward_to}; "
-                "use --headers standard"
-            )
+            self.warn(f"{kind} signs the URL it calls: its check fails at {self.forward_to}; use --headers standard")
         held = sorted(k for k, v in headers.items() if v in NOT_KEPT)
         if held and f"held:{kind}" not in self.tally.warned:
             self.tally.warned.add(f"held:{kind}")

@@ -50,6 +50,9 @@ def payload(name: str, kind: str | None = None) -> bytes:
     return path.read_bytes()
 
 
+# The event log a kind's worker reads instead of the delivered data, and the key of the delivered
+# body that the log holds (``apis.ProviderAPIs``; the client logs what it sends).
+LOGGED = {"mailgun": "event-data"}
 SECRETS = {  # kind → its one test secret (the kinds that sign with a shared secret)
     "stripe": "whsec_webhooks_testing",
     "adyen": "44782DEF547AAA06C910C43932B1EB0C71FC68D9D0C057550C48EC2ACF6BA056",

@@ -104,8 +104,8 @@ class WebhookClient:
             body = payload
         else:
             body = json.dumps(payload).encode()
-        if kind == "mailgun" and self._apis is not None:
-            self._apis.logged.append(json.loads(body)["event-data"])  # Mailgun's log has what it sent
+        if kind in catalogue.LOGGED and self._apis is not None:  # the provider's log has what it sent
+            self._apis.logged.append(json.loads(body)[catalogue.LOGGED[kind]])
         target, body, signed = self.sign(endpoint, body)
         signed.update(headers or {})
         path = target.removeprefix(BASE_URL)
