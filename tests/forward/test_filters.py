@@ -118,3 +118,35 @@ def test_a_bad_filter_is_refused_at_load_and_by_the_admin_api(request: pytest.Fi
     good = api(client, "POST", "/destinations", {"name": "finance", **table, "filter": {"amount.value": {"$gt": 1}}})
     assert good.status_code == 201, good.get_json()
     assert runtime(app).settings.destinations["finance"].filter is not None
+
+
+@pytest.mark.parametrize("db", ["sqlite", "postgres"])
+def test_the_filter_test_says_whether_and_why_without_sending(
+    request: pytest.FixtureRequest, db: str, service: destination.Destination
+) -> None:
+    rule = {"data.object.amount": {"$gte": 5000}, "headers.x-shop": "s1"}
+    app = app_for(request, db, {"finance": destination.config(service, events=["charge.*"], filter=rule)})
+    deliver(app, "evt_t_big", "charge.refunded", {"id": "ch_1", "object": "charge", "amount": 7500}, **{"X-Shop": "s1"})
+    deliver(
+        app, "evt_t_small", "charge.refunded", {"id": "ch_2", "object": "charge", "amount": 100}, **{"X-Shop": "s1"}
+    )
+    client = app.test_client()
+
+    def asked(body: dict[str, Any], name: str = "finance") -> Any:
+        return api(client, "POST", f"/destinations/{name}/filter-test", body)
+
+    big = asked({"event": {"endpoint": "stripe", "event_id": "evt_t_big"}}).get_json()
+    assert big == {"destination": "finance", "matches": True, "why": None}
+    small = asked({"event": {"endpoint": "stripe", "event_id": "evt_t_small"}}).get_json()
+    assert small == {"destination": "finance", "matches": False, "why": "data.object.amount $gte 5000: 100"}
+    sample = {"type": "charge.refunded", "endpoint": "stripe", "body": {"data": {"object": {"amount": 6000}}}}
+    assert asked({**sample, "headers": {"X-Shop": "s2"}}).get_json()["why"] == 'headers.x-shop $eq "s1": "s2"'
+    assert asked({**sample, "headers": {"X-Shop": "s1"}}).get_json()["matches"] is True
+    assert (
+        asked({**sample, "type": "invoice.paid"}).get_json()["why"]
+        == "type 'invoice.paid' is not in events ['charge.*']"
+    )
+    assert asked({"event": {"endpoint": "stripe", "event_id": "evt_nope"}}).status_code == 404
+    assert asked(sample, name="nobody").status_code == 404
+    assert asked({"type": 5, "endpoint": "stripe"}).get_json()["error"] == "bad_event"
+    assert service.seen == [] and rows(app, "SELECT count(*) FROM deliveries")[0][0] == 0  # nothing sent or made

@@ -338,7 +338,7 @@ def test_admin_modules_add_their_routes_only_when_the_package_registers_them() -
         import json
         import webhooks.admin as admin
         from webhooks.admin import api, config_api, destinations, gaps, pages, quarantine_pages, rejections
-        from webhooks.admin import stream, token_views
+        from webhooks.admin import filter_test, stream, token_views
         before = len(api.bp.deferred_functions), len(pages.bp.deferred_functions)
         admin.blueprints()
         admin.blueprints()  # once per process, however many apps are made
@@ -347,9 +347,9 @@ def test_admin_modules_add_their_routes_only_when_the_package_registers_them() -
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=True)
     before, after = json.loads(out.stdout.strip().splitlines()[-1])
     # api: 3 rejections + gaps + 5 destinations + tokens + 13 runtime configuration (config_api)
-    # + 2 the event stream's (stream); pages: 3 rejections + gaps + 5 destinations + tokens
-    # + 2 config_pages + 11 config_forms
-    assert after == [before[0] + 25, before[1] + 23]
+    # + 2 the event stream's (stream) + 1 filter_test; pages: 3 rejections + gaps + 5 destinations
+    # + tokens + 2 config_pages + 11 config_forms
+    assert after == [before[0] + 26, before[1] + 23]
 
 
 @pytest.mark.slow

@@ -17,6 +17,7 @@ def blueprints() -> tuple[Blueprint, Blueprint]:
         config_forms,
         config_pages,
         destinations,
+        filter_test,
         gaps,
         pages,
         quarantine_pages,
@@ -34,6 +35,7 @@ def blueprints() -> tuple[Blueprint, Blueprint]:
     config_pages.init_app(pages.bp)
     config_forms.init_app(pages.bp)
     stream.init_app(api.bp)
+    filter_test.init_app(api.bp)
     return api.bp, pages.bp
 
 

@@ -26,7 +26,9 @@ def kept(
     """``names`` without the destinations whose filter refuses ``event`` (a ``HandlerEvent``)."""
     if not any(destinations[name].filter is not None for name in names):
         return list(names)
-    headers = _headers(session, event) if any(_reads_headers(destinations[n]) for n in names) else {}
+    headers = (
+        stored_headers(session, event.endpoint, event.event_id) if any(_reads(destinations[n]) for n in names) else {}
+    )
     seen = filters.view(event.data, headers, event.type, event.endpoint, event.object_type, event.object_id)
     out = []
     for name in names:
@@ -38,16 +40,16 @@ def kept(
     return out
 
 
-def _reads_headers(destination: Destination) -> bool:
+def _reads(destination: Destination) -> bool:
     return destination.filter is not None and destination.filter.uses_headers
 
 
-def _headers(session: Session, event: Any) -> dict[str, str]:
+def stored_headers(session: Session, endpoint: str, event_id: str) -> dict[str, str]:
     """The event's request headers as stored (a batch's are its delivery's, in ``bodies``)."""
     row = session.execute(
         select(Event.headers, Body.headers)
         .outerjoin(Body, (Body.endpoint == Event.endpoint) & (Body.digest == Event.body_digest))
-        .where(Event.endpoint == event.endpoint, Event.event_id == event.event_id)
+        .where(Event.endpoint == endpoint, Event.event_id == event_id)
     ).first()
     if row is None:
         return {}
