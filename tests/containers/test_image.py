@@ -141,7 +141,13 @@ def test_the_procfile_processes_from_the_image_process_an_event_and_the_worker_s
     assert (
         requests.post(f"{base}/webhooks/stripe", data=body, headers=stripe_headers(body), timeout=30).status_code == 200
     )
-    wait_until(lambda: processed(base, "evt_procfile_image"), timeout=60)
+    try:
+        wait_until(lambda: processed(base, "evt_procfile_image"), timeout=60)
+    except AssertionError as exc:  # once seen in a full CI run, never alone: what each process said
+        said_by = {"web": podman.logs(web)[-3000:], "worker": podman.logs(worker)[-3000:]}
+        raise AssertionError(
+            f"{exc}; status {event_status(base, 'stripe', 'evt_procfile_image')!r}; {said_by}"
+        ) from None
     metrics = requests.get(f"http://127.0.0.1:{worker_port}/metrics", auth=("admin", ADMIN_PASSWORD), timeout=10)
     assert 'webhooks_processing_attempts_total{endpoint="stripe",outcome="processed"} 1.0' in metrics.text
     start = time.monotonic()
