@@ -97,6 +97,9 @@ def work(rt: runtime.Runtime, claimed: Claimed) -> Work:
     fold = provider.fold if provider.folds else None  # the declared capability
 
     parent = tracing.traceparent()  # the job's span: each forward continues its trace
+    # What the attempt records: the handlers, and the destinations the event goes to (``run``
+    # takes out those whose filter refuses it).
+    names = handlers.names(found) + [FORWARD + name for name in forward]
 
     def run(seen: Seen) -> None:
         context = handlers.HandlerEvent(
@@ -122,7 +125,6 @@ def work(rt: runtime.Runtime, claimed: Claimed) -> Work:
             targets = {name: rt.settings.destinations[name].identity for name in through}
             deliveries.create(seen.session, context, targets, datetime.now(UTC), parent)
 
-    names = handlers.names(found) + [FORWARD + name for name in forward]
     return Work(
         _spanned("fetch", functools.partial(prepare, claimed, rt.settings)),
         None if fold is None else functools.partial(merge, fold),

@@ -107,3 +107,11 @@ def test_nesting_is_bounded() -> None:
     with pytest.raises(ConfigError, match="nested more than 8 deep"):
         parse("destination 'finance'", document)
     assert parse("destination 'finance'", {}) is None and parse("destination 'finance'", None) is None
+
+
+def test_a_filter_says_whether_it_reads_headers_from_its_paths() -> None:
+    """The stored headers are read only for a filter that names one (anywhere in it)."""
+    by_type = parse("destination 'finance'", {"type": "x", "data.headers.x": 1})
+    nested = parse("destination 'finance'", {"$or": [{"type": "x"}, {"$not": {"headers.x-shop": "s1"}}]})
+    assert by_type is not None and not by_type.uses_headers
+    assert nested is not None and nested.uses_headers

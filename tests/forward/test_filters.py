@@ -14,12 +14,11 @@ from flask import Flask
 from prometheus_client import REGISTRY
 
 from tests.admin.test_runtime_config import DEST_SECRET, api, config
-from tests.conftest import base_config, drain, make_app, rows, runtime, stripe_event, stripe_headers
+from tests.conftest import base_config, make_app, rows, runtime, stripe_event, stripe_headers
+from tests.forward.test_forwarding import forward
 from tests.support import destination
 from webhooks.configuration.settings import load
 from webhooks.errors import ConfigError
-from webhooks.forward.dispatcher import Forwarder
-from webhooks.forward.dispatcher import drain as drain_forwarder
 
 
 @pytest.fixture
@@ -40,16 +39,6 @@ def deliver(app: Flask, event_id: str, type_: str, obj: dict[str, Any], **header
     body = stripe_event(event_id, type_, obj=obj)
     answer = app.test_client().post("/webhooks/stripe", data=body, headers={**stripe_headers(body), **headers})
     assert answer.status_code == 200
-
-
-def forward(app: Flask) -> None:
-    drain(app)
-    rt = runtime(app)
-    forwarder = Forwarder(rt.sessions, rt.settings.destinations)
-    try:
-        drain_forwarder(forwarder)
-    finally:
-        forwarder.stop()
 
 
 def filtered(name: str) -> float:

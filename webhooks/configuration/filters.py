@@ -58,9 +58,9 @@ def parse(where: str, document: Any) -> Filter | None:
     """The filter of ``document`` (None: none), or ``ConfigError`` naming ``where`` and the path."""
     if document is None or document == {}:
         return None
-    counted = [0]
-    test = _document(where, document, 0, counted)
-    return Filter(document, test, uses_headers="'headers." in repr(document))  # headers read only if named
+    paths: list[tuple[str, ...]] = []  # every clause's path, as parsed
+    test = _document(where, document, 0, paths)
+    return Filter(document, test, uses_headers=any(path[0] == "headers" for path in paths))
 
 
 def view(
@@ -79,7 +79,7 @@ def view(
     return seen
 
 
-def _document(where: str, document: Any, depth: int, counted: list[int]) -> Test:
+def _document(where: str, document: Any, depth: int, paths: list[tuple[str, ...]]) -> Test:
     if not isinstance(document, Mapping) or not document:
         raise ConfigError(f"{where}: filter: a document must be a non-empty table of paths and conditions")
     if depth > MAX_DEPTH:
@@ -87,21 +87,21 @@ def _document(where: str, document: Any, depth: int, counted: list[int]) -> Test
     tests: list[Test] = []
     for key, value in document.items():
         if key in COMBINERS:
-            tests.append(_combiner(where, key, value, depth, counted))
+            tests.append(_combiner(where, key, value, depth, paths))
         elif isinstance(key, str) and key.startswith("$"):
             raise ConfigError(f"{where}: filter: unknown operator {key!r} (use {', '.join(COMBINERS)} here)")
         else:
-            tests.append(_clause(where, _path(where, key), value, counted))
+            tests.append(_clause(where, _path(where, key), value, paths))
     return _all(tests)
 
 
-def _combiner(where: str, key: str, value: Any, depth: int, counted: list[int]) -> Test:
+def _combiner(where: str, key: str, value: Any, depth: int, paths: list[tuple[str, ...]]) -> Test:
     if key == "$not":
-        inner = _document(where, value, depth + 1, counted)
+        inner = _document(where, value, depth + 1, paths)
         return lambda v: "$not: the inner filter matches" if inner(v) is None else None
     if not isinstance(value, list) or not value or len(value) > MAX_LIST:
         raise ConfigError(f"{where}: filter: {key} takes a list of 1 to {MAX_LIST} documents")
-    parts = [_document(where, item, depth + 1, counted) for item in value]
+    parts = [_document(where, item, depth + 1, paths) for item in value]
     if key == "$and":
         return _all(parts)
 
@@ -145,9 +145,9 @@ def _path(where: str, key: Any) -> tuple[str, ...]:
     return parts
 
 
-def _clause(where: str, path: tuple[str, ...], condition: Any, counted: list[int]) -> Test:
-    counted[0] += 1
-    if counted[0] > MAX_CLAUSES:
+def _clause(where: str, path: tuple[str, ...], condition: Any, paths: list[tuple[str, ...]]) -> Test:
+    paths.append(path)
+    if len(paths) > MAX_CLAUSES:
         raise ConfigError(f"{where}: filter: more than {MAX_CLAUSES} clauses")
     name = ".".join(path[1:] if path[0] == "data" else path)  # as written
     if (
