@@ -224,3 +224,9 @@ def refused(table: dict[str, Any]) -> str:
     message = str(caught.value)
     assert "\n" not in message and message.startswith("destination 'bus': ")
     return message
+
+
+@pytest.fixture(scope="session")
+def kafka_broker() -> Iterator[brokers.Broker]:
+    """This session's Tansu broker (Kafka's protocol), started by the first test that needs it."""
+    yield from _broker(brokers.Tansu, "Tansu (Kafka)")

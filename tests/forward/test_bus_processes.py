@@ -1,5 +1,5 @@
 """Bus destinations in the real processes, for each kind (RabbitMQ, NATS JetStream, Redis Streams,
-SQS): under ``webhooks serve`` (SQLite, its embedded worker) 20 events posted 3 times each arrive
+SQS, Kafka): under ``webhooks serve`` (SQLite, its embedded worker) 20 events posted 3 times each arrive
 once each with their original bytes and a verifiable signature, and a broker killed then restarted
 holds the deliveries ``pending`` until each arrives once; on PostgreSQL + Redis a ``webhooks worker``
 SIGKILLed after its publish reached the broker and before the broker's ack ends ``delivered``, the
@@ -39,6 +39,7 @@ from tests.conftest import (
     wait_until,
 )
 from tests.faults.conftest import Proc, processes, worker
+from tests.forward import test_bus_kafka as kafka_bus
 from tests.forward import test_bus_nats as nats_bus
 from tests.forward import test_bus_rabbitmq as rabbitmq_bus
 from tests.forward import test_bus_redis_stream as redis_bus
@@ -50,7 +51,7 @@ from webhooks.forward.signing import message_id
 
 pytestmark = pytest.mark.slow
 
-KINDS = ["rabbitmq", "nats", "redis-stream", "sqs"]
+KINDS = ["rabbitmq", "nats", "redis-stream", "sqs", "kafka"]
 Server = brokers.Broker | servers.Redis
 Message = tuple[dict[str, str], bytes]  # (headers, body), verified with the standardwebhooks SDK
 
@@ -117,6 +118,20 @@ def target(kind: str, server: Server, fifo: bool = False) -> Bus:
                 client.close()
 
         return Bus(server, redis_bus.table(server, key), entries, length)
+    if kind == "kafka":
+        assert isinstance(server, brokers.Tansu)
+        topic = kafka_bus.made_topic(server)
+
+        def consumed() -> list[Message]:
+            return [(h, b) for h, b, _, _ in kafka_bus.messages(server, topic, kafka_bus.held(server, topic))]
+
+        return Bus(
+            server,
+            kafka_bus.table(server, topic),
+            consumed,
+            lambda: kafka_bus.held(server, topic),
+            lambda: server.create_topic(topic, 3),  # memory only: a restart loses the topic
+        )
     assert kind == "sqs" and isinstance(server, brokers.Broker)
     name = f"q{uuid.uuid4().hex[:8]}" + (".fifo" if fifo else "")
     queue = sqs_bus.made_queue(server, fifo=fifo, name=name)
@@ -146,6 +161,7 @@ def own_broker(kind: str) -> Iterator[Server]:
         "nats": brokers.NatsServer,
         "redis-stream": servers.Redis,
         "sqs": brokers.MotoServer,
+        "kafka": brokers.Tansu,
     }
     try:
         server = make[kind]()
@@ -237,7 +253,8 @@ def session_broker(request: pytest.FixtureRequest) -> Iterator[Server]:
         with own_broker(kind) as server:
             yield server
         return
-    yield request.getfixturevalue({"rabbitmq": "rabbitmq", "nats": "nats_server", "sqs": "moto_server"}[kind])
+    fixtures = {"rabbitmq": "rabbitmq", "nats": "nats_server", "sqs": "moto_server", "kafka": "kafka_broker"}
+    yield request.getfixturevalue(fixtures[kind])
 
 
 @pytest.mark.parametrize("kind", KINDS)

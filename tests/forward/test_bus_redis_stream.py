@@ -193,7 +193,7 @@ def bus_table(**extra: Any) -> dict[str, Any]:
 @pytest.mark.parametrize(
     ("table", "words"),
     [
-        (bus_table(kind="kafka"), ["kind 'kafka' is not a destination kind", "known: http, redis-stream"]),
+        (bus_table(kind="kinesis"), ["kind 'kinesis' is not a destination kind", "known: http, redis-stream"]),
         (bus_table(stream=None), ["stream is required"]),
         (bus_table(stream=" "), ["stream is required"]),
         (bus_table(url="http://127.0.0.1:6390/"), ["url:", "redis:// or rediss://, not http"]),

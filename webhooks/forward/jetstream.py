@@ -41,7 +41,8 @@ import nats.errors
 import nats.js.errors
 from nats.aio.client import Client
 
-from webhooks.configuration.destinations import Destination, Nats
+from webhooks.configuration.buses import Nats
+from webhooks.configuration.destinations import Destination
 from webhooks.forward.deliveries import LEASE_MARGIN
 from webhooks.forward.leases import Lease, Result
 from webhooks.guard import Refused, Resolver, resolve_within, vet

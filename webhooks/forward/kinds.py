@@ -12,6 +12,7 @@ each kind ``webhooks.configuration.destinations.KINDS`` accepts.
 - ``rabbitmq``: a confirmed, mandatory ``basic.publish`` (``rabbitmq.RabbitMQPublisher``).
 - ``nats``: a JetStream publish, its ack awaited (``jetstream.NatsPublisher``).
 - ``sqs``: a ``SendMessage``, its answer awaited (``sqs.SqsPublisher``).
+- ``kafka``: an idempotent ``acks = all`` produce, its acknowledgement awaited (``kafka.KafkaPublisher``).
 """
 
 from __future__ import annotations
@@ -75,7 +76,7 @@ class HttpPublisher:
 
 
 def _imported(module: str, name: str) -> Callable[[Destination, Resolver], Publisher]:
-    """A bus's publisher, its module (and the broker's client library: pika, nats-py, botocore)
+    """A bus's publisher, its module (and the broker's client library: pika, nats-py, botocore, confluent-kafka)
     imported when a destination of its kind is first built: a process with no bus destination
     never pays for one (``create_app`` imported all three: about 0.9 s)."""
 
@@ -94,6 +95,7 @@ PUBLISHERS: dict[str, Callable[[Destination, Resolver], Publisher]] = {
     "rabbitmq": _imported("rabbitmq", "RabbitMQPublisher"),
     "nats": _imported("jetstream", "NatsPublisher"),
     "sqs": _imported("sqs", "SqsPublisher"),
+    "kafka": _imported("kafka", "KafkaPublisher"),
 }
 
 

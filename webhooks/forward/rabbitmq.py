@@ -31,7 +31,8 @@ import pika
 import pika.exceptions
 from pika.adapters.blocking_connection import BlockingChannel
 
-from webhooks.configuration.destinations import Destination, RabbitMQ
+from webhooks.configuration.buses import RabbitMQ
+from webhooks.configuration.destinations import Destination
 from webhooks.forward.leases import Lease, Result
 from webhooks.guard import Refused, Resolver, resolve_within, vet
 

@@ -30,7 +30,8 @@ from redis.connection import Connection, SSLConnection, parse_url
 from redis.retry import Retry
 from redis.typing import EncodableT, FieldT
 
-from webhooks.configuration.destinations import Destination, RedisStream
+from webhooks.configuration.buses import RedisStream
+from webhooks.configuration.destinations import Destination
 from webhooks.forward.leases import Lease, Result
 from webhooks.guard import Refused, Resolver, resolve_within, vet
 

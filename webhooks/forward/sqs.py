@@ -39,7 +39,8 @@ from typing import Any
 
 import botocore.exceptions
 
-from webhooks.configuration.destinations import Destination, Sqs
+from webhooks.configuration.buses import Sqs
+from webhooks.configuration.destinations import Destination
 from webhooks.forward.leases import Lease, Result
 from webhooks.guard import Refused, Resolver, resolve_within, vet
 
