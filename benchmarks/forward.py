@@ -1,6 +1,6 @@
 """Forwarding: deliveries sent a second by one ``webhooks worker`` against its no-op RQ jobs, same run.
 
-    .venv/bin/python benchmarks/forward.py [--kind http|rabbitmq|nats|redis-stream] [--events 2000]
+    .venv/bin/python benchmarks/forward.py [--kind http|rabbitmq|nats|redis-stream|sqs|kafka] [--events 2000]
                                            [--rounds 3] [--quick] [--profile f] [--json f]
 
 Each round: (1) no-op RQ jobs drained by one process of the production worker class (the baseline
@@ -18,7 +18,8 @@ N = 2000, sent in version order). Goals: unordered ≥ 0.6 ×, ordered ≥ 0.5 �
 JetStream and Redis, or BENCH_AMQP_URL / BENCH_NATS_URL / BENCH_REDIS_URL): a fresh exchange and
 queue, stream or key per case, removed after. Beside it, the broker's own client (pika with
 publisher confirms, nats-py's JetStream publish, redis-py's XADD) makes the same number of
-publishes of the same bodies and headers, one at a time, each acknowledged: what the bus itself
+publishes of the same bodies and headers, one at a time, each acknowledged (Kafka: a Tansu broker
+started here, confluent-kafka's idempotent ``acks = all`` producer flushed after each): what the bus itself
 allows one sender, the ceiling the forwarder shares. Goals for a bus: unordered ≥ 0.6 ×, ordered
 ≥ 0.4 × the no-op jobs/s.
 """

@@ -85,6 +85,7 @@ class KafkaPublisher:
         self.resolver = resolve_within(resolver, destination.timeout_seconds)
         self.producer: confluent_kafka.Producer | None = None
         self.vetted_at = float("-inf")  # when the advertised brokers were last vetted
+        self.stop = threading.Event()  # the producer's poller's (``_serve``)
         self.lock = threading.Lock()
 
     def _config(self) -> dict[str, Any]:
@@ -128,6 +129,9 @@ class KafkaPublisher:
             if self.producer is None:
                 self.producer = confluent_kafka.Producer(self._config())
                 self.vetted_at = float("-inf")
+                self.stop = threading.Event()
+                args = (self.producer, self.stop, self.timeout)
+                threading.Thread(target=_serve, args=args, name="kafka-poll", daemon=True).start()
             if time.monotonic() - self.vetted_at >= METADATA_SECONDS:
                 wait = max(0.05, deadline - time.monotonic())
                 metadata = self.producer.list_topics(self.options.topic, timeout=min(self.timeout, wait))
@@ -149,9 +153,9 @@ class KafkaPublisher:
         """Forget the producer, dropping what it still holds (a message it sends after its attempt
         failed would be a copy the schedule's retry sends again)."""
         producer, self.producer = self.producer, None
+        self.stop.set()
         if producer is not None:
             producer.purge()
-            producer.flush(0)
 
     def _renew(self, producer: confluent_kafka.Producer) -> None:
         """After a lost broker, the next attempt makes a new producer (librdkafka's own reconnects and
@@ -160,6 +164,7 @@ class KafkaPublisher:
         with self.lock:
             if self.producer is producer:
                 self.producer = None
+                self.stop.set()
 
     def publish(self, lease: Lease, headers: Mapping[str, str], started_at: datetime) -> Result:
         fields = {k.lower(): v for k, v in headers.items() if k.lower() not in SKIPPED}
@@ -185,8 +190,7 @@ class KafkaPublisher:
                 headers=[(name, value.encode()) for name, value in fields.items()],
                 on_delivery=acknowledged,
             )
-            while not done.is_set() and time.monotonic() < deadline:
-                producer.poll(min(0.1, max(0.0, deadline - time.monotonic())))
+            done.wait(max(0.0, deadline - time.monotonic()))  # the producer's poller calls ``acknowledged``
         except Refused as exc:
             return failed(f"refused: {exc}")
         except LookupError as exc:
@@ -229,6 +233,16 @@ class KafkaPublisher:
     def close(self) -> None:
         with self.lock:
             self._drop()
+
+
+def _serve(producer: confluent_kafka.Producer, stop: threading.Event, timeout: float) -> None:
+    """Serve ``producer``'s delivery reports (each wakes its attempt at once) until ``stop``, then
+    until what it still holds is reported or its time is over."""
+    while not stop.is_set():
+        producer.poll(0.05)
+    end = time.monotonic() + timeout + 1
+    while len(producer) > 0 and time.monotonic() < end:
+        producer.poll(0.05)
 
 
 class _Quiet:
