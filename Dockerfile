@@ -7,7 +7,7 @@
 # database, key file and admin password file in the /data volume. The Procfile's processes are the same
 # image with another command: `webhooks db upgrade`, `web` (gunicorn), `webhooks worker`.
 #
-# Build arguments: EXTRAS adds the package's extras (`rabbitmq`, `nats`, `sqs`, `buses`, `otel`; comma-
+# Build arguments: EXTRAS adds the package's extras (`rabbitmq`, `nats`, `sqs`, `kafka`, `buses`, `otel`; comma-
 # separated); BASE is the Debian image. With no package index in reach, mount a wheelhouse (wheels of
 # the package and of its dependencies: `pip wheel --wheel-dir wheelhouse .`) at /wheelhouse:
 #   podman build --format docker -v "$PWD/wheelhouse:/wheelhouse:ro" -t webhooks .
