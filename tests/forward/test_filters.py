@@ -14,7 +14,7 @@ from flask import Flask
 from prometheus_client import REGISTRY
 
 from tests.admin.test_runtime_config import DEST_SECRET, api, config
-from tests.conftest import base_config, make_app, rows, runtime, stripe_event, stripe_headers
+from tests.conftest import admin_headers, base_config, make_app, rows, runtime, stripe_event, stripe_headers
 from tests.forward.test_forwarding import forward
 from tests.support import destination
 from webhooks.configuration.settings import load
@@ -139,3 +139,44 @@ def test_the_filter_test_says_whether_and_why_without_sending(
     assert asked(sample, name="nobody").status_code == 404
     assert asked({"type": 5, "endpoint": "stripe"}).get_json()["error"] == "bad_event"
     assert service.seen == [] and rows(app, "SELECT count(*) FROM deliveries")[0][0] == 0  # nothing sent or made
+
+
+@pytest.mark.parametrize("db", ["sqlite", "postgres"])
+def test_a_replay_to_a_destination_applies_its_filter_unless_forced(
+    request: pytest.FixtureRequest, db: str, service: destination.Destination
+) -> None:
+    """The filter and a replay share the deliveries: an unforced replay (one event, or in bulk) leaves
+    out what the filter refuses now and says why; a forced one sends it and the audit says forced.
+    The event's account lists each destination, recomputed under the filter as it is now."""
+    rule = {"data.object.amount": {"$gte": 5000}}
+    app = app_for(request, db, {"finance": destination.config(service, filter=rule)})
+    deliver(app, "evt_r_big", "charge.refunded", {"id": "ch_1", "object": "charge", "amount": 7500})
+    deliver(app, "evt_r_small", "charge.refunded", {"id": "ch_2", "object": "charge", "amount": 100})
+    forward(app)
+    assert [s.headers["webhooks-event-id"] for s in service.verified()] == ["evt_r_big"]
+    client = app.test_client()
+    account = api(client, "GET", "/events/stripe/evt_r_small").get_json()["routing"]
+    assert account == [
+        {"destination": "finance", "matches": False, "why": "data.object.amount $gte 5000: 100", "recomputed": True}
+    ]
+    assert api(client, "GET", "/events/stripe/evt_r_big").get_json()["routing"][0]["matches"] is True
+    page = client.get("/admin/events/stripe/evt_r_small", headers=admin_headers()).get_data(as_text=True)
+    assert "Recomputed under each destination" in page and "data.object.amount $gte 5000: 100" in page
+
+    one = api(client, "POST", "/events/stripe/evt_r_small/replay", {"destination": "finance", "reason": "x"})
+    assert one.status_code == 409 and one.get_json()["error"] == "filtered", one.get_json()
+    assert "data.object.amount $gte 5000: 100" in one.get_json()["detail"]
+    bulk = api(client, "POST", "/events/replay", {"endpoint": "stripe", "reason": "x", "destination": "finance"})
+    assert bulk.status_code == 202 and bulk.get_json()["count"] == 1, bulk.get_json()
+    assert bulk.get_json()["refused"] == [
+        {"endpoint": "stripe", "event_id": "evt_r_small", "why": "data.object.amount $gte 5000: 100"}
+    ]
+    forward(app)
+    assert sorted(s.headers["webhooks-event-id"] for s in service.verified()) == ["evt_r_big", "evt_r_big"]
+
+    forced = {"destination": "finance", "reason": "finance asked", "force": True}
+    assert api(client, "POST", "/events/stripe/evt_r_small/replay", forced).status_code == 202
+    forward(app)
+    assert "evt_r_small" in [s.headers["webhooks-event-id"] for s in service.verified()]
+    [(audit,)] = rows(app, "SELECT filter FROM replays WHERE reason = 'finance asked'")
+    assert (json.loads(audit) if isinstance(audit, str) else audit)["forced"] is True

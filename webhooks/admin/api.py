@@ -17,6 +17,7 @@ from webhooks import tracing
 from webhooks.admin import csrf, errors, queries
 from webhooks.admin.auth import check_api_auth, runtime, who
 from webhooks.admin.destinations import deliveries_of
+from webhooks.admin.filter_test import routing
 from webhooks.admin.queries import FilterError, iso
 from webhooks.admin.replay import PENDING, ReplayError, replay_matching, replay_one
 from webhooks.tables.events import Attempt, Event, Object, Replay
@@ -138,8 +139,8 @@ def replay_json(entry: Replay) -> dict[str, Any]:
     }
 
 
-def _error(reason: str, status: int) -> tuple[Response, int]:
-    return jsonify(error=reason), status
+def _error(reason: str, status: int, detail: str | None = None) -> tuple[Response, int]:
+    return (jsonify(error=reason, detail=detail) if detail else jsonify(error=reason)), status
 
 
 @bp.errorhandler(FilterError)
@@ -149,7 +150,7 @@ def _bad_filter(exc: FilterError) -> tuple[Response, int]:
 
 @bp.errorhandler(ReplayError)
 def _bad_replay(exc: ReplayError) -> tuple[Response, int]:
-    return _error(exc.reason, exc.status)
+    return _error(exc.reason, exc.status, exc.detail)
 
 
 @bp.get("/events")
@@ -199,6 +200,7 @@ def show_event(provider: str, event_id: str) -> Any:
                 "object": object_json(obj) if obj else None,
                 "object_events": [summary(e) | {"object_version": e.object_version} for e in moved],
                 "deliveries": deliveries_of(session, provider, event_id),
+                "routing": routing(runtime(), session, event),
             }
         )
 
@@ -226,9 +228,15 @@ def _replay_event_by_query(provider: str) -> Any:
 def replay_event(provider: str, event_id: str) -> Any:
     """Process the event again; with ``destination``, send its delivery there again instead."""
     body = _body()
-    reason, destination = body.get("reason"), body.get("destination")
+    reason, destination, force = body.get("reason"), body.get("destination"), body.get("force") is True
     outcome = replay_one(
-        runtime(), provider, event_id, who=who(), reason=str(reason) if reason else None, destination=destination
+        runtime(),
+        provider,
+        event_id,
+        who=who(),
+        reason=str(reason) if reason else None,
+        destination=destination,
+        force=force,
     )
     if destination is not None:
         answer = {"provider": provider, "endpoint": provider, "event_id": event_id, "destination": destination}
@@ -265,12 +273,14 @@ def replay_bulk() -> Any:
         reason=str(reason) if reason else None,
         dry_run=bool(body.get("dry_run")),
         destination=destination,
+        force=body.get("force") is True,
     )
     answer: dict[str, Any] = {"count": outcome.count, "dry_run": outcome.dry_run, "filter": filters.as_dict()}
     if destination is not None:
         answer["filter"] |= {"destination": destination}
         if not outcome.dry_run:
             answer |= {"event_ids": [list(pair) for pair in outcome.event_ids], "replay_id": outcome.replay_id}
+            answer["refused"] = [{"endpoint": e, "event_id": i, "why": why} for (e, i), why in outcome.refused.items()]
     elif not outcome.dry_run:
         answer |= {
             "event_ids": [list(pair) for pair in outcome.event_ids],

@@ -13,11 +13,25 @@ from flask import Blueprint, jsonify, request
 
 from webhooks.admin.auth import runtime
 from webhooks.configuration import filters
-from webhooks.forward.filtering import stored_headers
-from webhooks.providers import PROVIDERS
+from webhooks.forward.filtering import refusal, stored_view
 from webhooks.tables.events import Event
 
 MAX_TEXT = 255
+
+
+def routing(rt: Any, session: Any, event: Event) -> list[dict[str, Any]]:
+    """For each destination ``event``'s endpoint forwards to, whether it takes the event and, if not,
+    the first thing that refuses it, recomputed under the configuration as it is now (the event
+    page's account: ``recomputed`` says so; what happened at processing time is its deliveries)."""
+    names = [n for n in rt.settings.forwards.get(event.endpoint, ()) if n in rt.settings.destinations]
+    if not names:
+        return []
+    seen = stored_view(session, event)
+    out = []
+    for name in names:
+        why = refusal(rt.settings.destinations[name], seen)
+        out.append({"destination": name, "matches": why is None, "why": why, "recomputed": True})
+    return out
 
 
 def init_app(api: Blueprint) -> None:
@@ -48,10 +62,7 @@ def filter_test(name: str) -> Any:
                 row = session.get(Event, (endpoint, event_id))
                 if row is None:
                     return jsonify(error="not_found", detail="no such event"), 404
-                provider = PROVIDERS[row.kind]
-                data = provider.event_data(row.payload, None if row.body_digest is not None else row.item_index)
-                headers = stored_headers(session, row.endpoint, row.event_id)
-                seen = filters.view(data, headers, row.event_type, row.endpoint, row.object_type, row.object_id)
+                seen = stored_view(session, row)
         else:
             raw = asked.get("headers") or {}
             if not isinstance(raw, dict) or not all(isinstance(v, str) for v in raw.values()):
@@ -62,9 +73,5 @@ def filter_test(name: str) -> Any:
             seen = filters.view(asked.get("body"), raw, event_type, endpoint, object_type, object_id)
     except (ValueError, KeyError):
         return jsonify(error="bad_event", detail="endpoint, event_id and type are strings of 1 to 255 characters"), 400
-    why = None
-    if not destination.wants(seen["type"]):
-        why = f"type {seen['type']!r} is not in events {list(destination.events)}"
-    elif destination.filter is not None:
-        why = destination.filter.why_not(seen)
+    why = refusal(destination, seen)
     return jsonify(destination=name, matches=why is None, why=why)

@@ -21,6 +21,7 @@ from webhooks import providers
 from webhooks.admin import amounts, csrf, errors, overview, queries, versions
 from webhooks.admin.auth import check_auth, runtime, who
 from webhooks.admin.destinations import deliveries_of
+from webhooks.admin.filter_test import routing
 from webhooks.admin.queries import FilterError, Filters
 from webhooks.admin.replay import BULK_LIMIT, ReplayError, matching_count, replay_matching, replay_one
 from webhooks.tables.events import STATUSES, Attempt, Event, Object, Replay
@@ -249,6 +250,7 @@ def event(provider: str, event_id: str) -> Any:
             secrets_configured=len(endpoint.secrets) if endpoint else None,
             replayed=request.args.get("replayed"),
             deliveries=deliveries_of(session, provider, event_id),
+            routing=routing(rt, session, found),
             resent=request.args.get("resent"),
         )
 
@@ -316,14 +318,18 @@ def replay_event(provider: str, event_id: str) -> Any:
             "message.html", title="Reason required", message="Say why you replay this event; it goes to the audit log."
         ), 400
     destination = request.form.get("destination") or None  # a Re-send button: that delivery again
+    force = request.form.get("force") == "1"
     try:
-        outcome = replay_one(runtime(), provider, event_id, who=who(), reason=reason, destination=destination)
+        outcome = replay_one(
+            runtime(), provider, event_id, who=who(), reason=reason, destination=destination, force=force
+        )
     except ReplayError as exc:
         message = {
             "in_progress": "It is being processed, or sent, right now; try again in a moment.",
             "not_processed": "It has not been processed, so there is nothing to send yet.",
             "unknown_destination": "No such destination is configured.",
             "bad_reason": REASONS["bad_reason"],
+            "filtered": f"{exc.detail}.",
         }.get(exc.reason, exc.reason)
         return render_template("message.html", title="Not replayed", message=message), exc.status
     if destination is not None:

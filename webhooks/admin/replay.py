@@ -37,9 +37,9 @@ BULK_LIMIT = 10_000  # one request replays at most this many; narrow the filter 
 class ReplayError(WebhooksError):
     """A replay that cannot be done; ``reason`` is the API's error code, ``status`` its HTTP status."""
 
-    def __init__(self, reason: str, status: int) -> None:
+    def __init__(self, reason: str, status: int, detail: str | None = None) -> None:
         super().__init__(reason)
-        self.reason, self.status = reason, status
+        self.reason, self.status, self.detail = reason, status, detail
 
 
 @dataclass
@@ -49,6 +49,7 @@ class Outcome:
     event_ids: list[tuple[str, str]] = field(default_factory=list)
     replay_id: int | None = None
     queued: bool = True  # False: Redis refused; recorded, and the sweeper queues the rows later
+    refused: dict[tuple[str, str], str] = field(default_factory=dict)  # left out: the destination refuses them
 
 
 def _check_reason(reason: str | None) -> None:
@@ -67,11 +68,20 @@ def check_destination(rt: Runtime, destination: Any) -> str | None:
 
 
 def replay_one(
-    rt: Runtime, endpoint: str, event_id: str, *, who: str, reason: str | None, destination: str | None = None
+    rt: Runtime,
+    endpoint: str,
+    event_id: str,
+    *,
+    who: str,
+    reason: str | None,
+    destination: str | None = None,
+    force: bool = False,
 ) -> Outcome:
     """Replay one event, or with ``destination`` send its delivery there again. Raises
     ``ReplayError`` (404 unknown; 409 ``in_progress``: being processed, or its delivery in flight;
-    409 ``not_processed``: no delivery there to send; 400 ``bad_reason``, ``unknown_destination``)."""
+    409 ``not_processed``: no delivery there to send; 409 ``filtered``: the destination's ``events``
+    or ``filter`` refuses it now, and ``force`` was not given; 400 ``bad_reason``,
+    ``unknown_destination``)."""
     _check_reason(reason)
     destination = check_destination(rt, destination)
     if not (storable(endpoint) and storable(event_id)):
@@ -82,7 +92,14 @@ def replay_one(
         "filter": {"provider": endpoint, "event_id": event_id},
     }  # the filter as the API lists it
     if destination is not None:
-        ids, replay_id = resend.resend(rt, [(endpoint, event_id)], destination, audit, datetime.now(UTC))
+        refusals: dict[tuple[str, str], str] = {}
+        now = datetime.now(UTC)
+        ids, replay_id = resend.resend(
+            rt, [(endpoint, event_id)], destination, audit, now, force=force, refusals=refusals
+        )
+        if refusals:
+            why = refusals[(endpoint, event_id)]
+            raise ReplayError("filtered", 409, f"{destination} refuses it now ({why}); force to send it anyway")
         if not ids:  # no such event, its delivery is in flight, or it was never processed
             raise _not_resent(rt, endpoint, event_id, destination)
         return Outcome(1, False, ids, replay_id)
@@ -121,7 +138,14 @@ def matching_count(rt: Runtime, filters: Filters, destination: str | None = None
 
 
 def replay_matching(
-    rt: Runtime, filters: Filters, *, who: str, reason: str | None, dry_run: bool, destination: str | None = None
+    rt: Runtime,
+    filters: Filters,
+    *,
+    who: str,
+    reason: str | None,
+    dry_run: bool,
+    destination: str | None = None,
+    force: bool = False,
 ) -> Outcome:
     """Replay every event matching ``filters`` (not ``processing``), or re-send their deliveries to
     ``destination``, or only count them.
@@ -150,7 +174,8 @@ def replay_matching(
         raise ReplayError("too_many", 400)
     audit = {"who": who, "reason": str(reason).strip(), "filter": filters.as_dict()}
     if destination is not None:
-        done, replay_id = resend.resend(rt, ids, destination, audit, datetime.now(UTC))
-        return Outcome(len(done), False, done, replay_id)
+        refusals: dict[tuple[str, str], str] = {}
+        done, replay_id = resend.resend(rt, ids, destination, audit, datetime.now(UTC), force=force, refusals=refusals)
+        return Outcome(len(done), False, done, replay_id, refused=refusals)
     done, replay_id = rt.store.replay(ids, audit, datetime.now(UTC))  # the rows and their record, together
     return Outcome(len(done), False, done, replay_id, queued=outbox.enqueue(rt, done, fresh=True))

@@ -44,6 +44,24 @@ def _reads(destination: Destination) -> bool:
     return destination.filter is not None and destination.filter.uses_headers
 
 
+def stored_view(session: Session, row: Event) -> dict[str, Any]:
+    """What a filter sees of stored event ``row``: its data as handlers see it (a batch's item), its
+    request headers as stored, its own fields."""
+    from webhooks.providers import PROVIDERS  # (providers import the forwarder's neighbours: late)
+
+    data = PROVIDERS[row.kind].event_data(row.payload, None if row.body_digest is not None else row.item_index)
+    headers = stored_headers(session, row.endpoint, row.event_id)
+    return filters.view(data, headers, row.event_type, row.endpoint, row.object_type, row.object_id)
+
+
+def refusal(destination: Destination, seen: Mapping[str, Any]) -> str | None:
+    """What refuses an event (``filters.view``) at ``destination`` now: the ``events`` glob, or the
+    filter's first refusing clause; None when it would take it."""
+    if not destination.wants(seen["type"]):
+        return f"type {seen['type']!r} is not in events {list(destination.events)}"
+    return destination.filter.why_not(seen) if destination.filter is not None else None
+
+
 def stored_headers(session: Session, endpoint: str, event_id: str) -> dict[str, str]:
     """The event's request headers as stored (a batch's are its delivery's, in ``bodies``)."""
     row = session.execute(

@@ -170,6 +170,7 @@ def show(endpoint: str, event_id: str) -> None:
 @click.option("--reason", default=None, help="why (written to the audit log); required for a bulk replay")
 @click.option("--dry-run", is_flag=True, help="only count what a bulk replay would queue")
 @click.option("--destination", default=None, help="send the events' deliveries to this destination again instead")
+@click.option("--force", is_flag=True, help="with --destination: send even what its events/filter refuse now")
 @click.option("--yes", is_flag=True, help="do not ask for confirmation")
 def replay(
     endpoint_name: str | None,
@@ -177,6 +178,7 @@ def replay(
     reason: str | None,
     dry_run: bool,
     destination: str | None,
+    force: bool,
     yes: bool,
     **options: Any,
 ) -> None:
@@ -185,7 +187,9 @@ def replay(
     rt = _runtime()
     try:
         if endpoint_name and event_id:
-            single = replay_one(rt, endpoint_name, event_id, who=_who(), reason=reason, destination=destination)
+            single = replay_one(
+                rt, endpoint_name, event_id, who=_who(), reason=reason, destination=destination, force=force
+            )
             click.echo(
                 f"re-sending {endpoint_name}/{event_id} to {destination} (audit #{single.replay_id})"
                 if destination
@@ -206,9 +210,12 @@ def replay(
             raise click.UsageError("--reason is required for a bulk replay")
         if not yes:
             click.confirm(f"replay {count} event(s){to}?", abort=True)
-        outcome = replay_matching(rt, filters, who=_who(), reason=reason, dry_run=False, destination=destination)
+        outcome = replay_matching(
+            rt, filters, who=_who(), reason=reason, dry_run=False, destination=destination, force=force
+        )
+        left = f"; {len(outcome.refused)} left out: {destination} refuses them now (--force)" if outcome.refused else ""
         click.echo(
-            f"re-sending {outcome.count} event(s) to {destination} (audit #{outcome.replay_id})"
+            f"re-sending {outcome.count} event(s) to {destination} (audit #{outcome.replay_id}){left}"
             if destination
             else f"queued {outcome.count} event(s) (audit #{outcome.replay_id})"
             if outcome.queued
@@ -224,5 +231,6 @@ def replay(
             "too_many": "too many events match: narrow the filter (--since/--until) and replay in steps",
             "unknown_destination": f"no destination {destination!r} is configured",
             "not_processed": f"{endpoint_name}/{event_id} has not been processed: nothing to send yet",
+            "filtered": str(exc.detail),
         }
         raise click.ClickException(f"{words.get(exc.reason, 'not replayed')} ({exc.reason})") from exc
