@@ -98,6 +98,8 @@ def test_the_list_shows_every_configured_destination_and_no_secret(
         "last_success_at": None,
         "last_error": None,
         "ordered": False,
+        "events": [],
+        "filter": None,
         "throttled_until": None,
         "paused_reason": None,
         "source": "file",  # #32: where it is defined, its label and (the database's) secrets

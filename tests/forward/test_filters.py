@@ -17,6 +17,7 @@ from tests.admin.test_runtime_config import DEST_SECRET, api, config
 from tests.conftest import admin_headers, base_config, make_app, rows, runtime, stripe_event, stripe_headers
 from tests.forward.test_forwarding import forward
 from tests.support import destination
+from tests.support.console import csrf_token
 from webhooks.configuration.settings import load
 from webhooks.errors import ConfigError
 
@@ -180,3 +181,40 @@ def test_a_replay_to_a_destination_applies_its_filter_unless_forced(
     assert "evt_r_small" in [s.headers["webhooks-event-id"] for s in service.verified()]
     [(audit,)] = rows(app, "SELECT filter FROM replays WHERE reason = 'finance asked'")
     assert (json.loads(audit) if isinstance(audit, str) else audit)["forced"] is True
+
+
+@pytest.mark.parametrize("db", ["sqlite", "postgres"])
+def test_the_console_tests_a_destination_as_the_api_does_and_lists_its_filter(
+    request: pytest.FixtureRequest, db: str, service: destination.Destination
+) -> None:
+    rule = {"data.object.amount": {"$gte": 5000}, "headers.x-shop": "s1"}
+    app = app_for(request, db, {"finance": destination.config(service, events=["charge.*"], filter=rule)})
+    deliver(
+        app, "evt_c_small", "charge.refunded", {"id": "ch_2", "object": "charge", "amount": 100}, **{"X-Shop": "s1"}
+    )
+    client = app.test_client()
+    [listed] = api(client, "GET", "/destinations").get_json()["destinations"]
+    assert (listed["events"], listed["filter"]) == (["charge.*"], rule)  # the grammar as written
+    page = client.get("/admin/destinations", headers=admin_headers()).get_data(as_text=True)
+    assert "Test events and filter" in page and "data.object.amount" in page
+    token = csrf_token(client, "/admin/destinations")
+    url = "/admin/destinations/finance/filter-test"
+    assert (
+        client.post(url, data={"endpoint": "stripe", "event_id": "evt_c_small"}, headers=admin_headers()).status_code
+        == 403
+    )
+
+    def tested(form: dict[str, str]) -> str:
+        answer = client.post(url, data={"csrf_token": token, **form}, headers=admin_headers())
+        assert answer.status_code == 303, answer.get_data(as_text=True)
+        shown = client.get(answer.headers["Location"], headers=admin_headers()).get_data(as_text=True)
+        return shown
+
+    stored = tested({"endpoint": "stripe", "event_id": "evt_c_small"})
+    assert "finance refuses it: data.object.amount $gte 5000: 100 (nothing was sent)" in stored
+    sample = {"endpoint": "stripe", "type": "charge.refunded", "body": '{"data": {"object": {"amount": 9000}}}'}
+    assert "finance takes it (nothing was sent)" in tested(sample | {"headers": "X-Shop: s1"})
+    assert "headers.x-shop $eq &#34;s1&#34;: &#34;s2&#34;" in tested(sample | {"headers": "X-Shop: s2"})
+    bad = client.post(url, data={"csrf_token": token, **sample, "body": "{"}, headers=admin_headers())
+    assert bad.status_code == 400 and "not JSON" in bad.get_data(as_text=True)
+    assert service.seen == [] and rows(app, "SELECT count(*) FROM deliveries")[0][0] == 0  # nothing sent or made

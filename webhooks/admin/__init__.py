@@ -35,7 +35,7 @@ def blueprints() -> tuple[Blueprint, Blueprint]:
     config_pages.init_app(pages.bp)
     config_forms.init_app(pages.bp)
     stream.init_app(api.bp)
-    filter_test.init_app(api.bp)
+    filter_test.init_app(api.bp, pages.bp)
     return api.bp, pages.bp
 
 

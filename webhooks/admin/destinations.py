@@ -55,6 +55,8 @@ def destination_json(destination: Destination, backlog: Backlog) -> dict[str, An
         "last_success_at": iso(backlog.last_success_at),
         "last_error": backlog.last_error,
         "ordered": destination.ordered,
+        "events": list(destination.events),
+        "filter": dict(destination.filter.source) if destination.filter is not None else None,
         "throttled_until": iso(backlog.throttled_until),
         "paused_reason": backlog.paused_reason,
     }

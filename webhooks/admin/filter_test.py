@@ -7,9 +7,10 @@ under the destination's configuration as it is now."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
-from flask import Blueprint, jsonify, request
+from flask import Blueprint, jsonify, redirect, render_template, request, url_for
 
 from webhooks.admin.auth import runtime
 from webhooks.configuration import filters
@@ -34,8 +35,9 @@ def routing(rt: Any, session: Any, event: Event) -> list[dict[str, Any]]:
     return out
 
 
-def init_app(api: Blueprint) -> None:
+def init_app(api: Blueprint, pages: Blueprint) -> None:
     api.add_url_rule("/destinations/<name>/filter-test", view_func=filter_test, methods=["POST"])
+    pages.add_url_rule("/destinations/<name>/filter-test", view_func=filter_test_page, methods=["POST"])
 
 
 def _text(value: Any, required: bool = True) -> str | None:
@@ -46,14 +48,26 @@ def _text(value: Any, required: bool = True) -> str | None:
     return value
 
 
-def filter_test(name: str) -> Any:
+class Unanswered(Exception):
+    """A test that cannot be answered: ``reason`` (``not_found``, ``bad_event``), ``detail``, ``status``."""
+
+    def __init__(self, reason: str, detail: str, status: int) -> None:
+        super().__init__(detail)
+        self.reason, self.detail, self.status = reason, detail, status
+
+
+BAD = "endpoint, event_id and type are strings of 1 to 255 characters"
+
+
+def decide(name: str, asked: Any) -> dict[str, Any]:
+    """``{"destination", "matches", "why"}`` for ``asked`` (a stored event's reference or a sample),
+    under destination ``name`` as configured now; raises ``Unanswered``."""
     rt = runtime()
     destination = rt.settings.destinations.get(name)
     if destination is None:
-        return jsonify(error="not_found", detail=f"no destination {name!r}"), 404
-    asked = request.get_json(silent=True)
+        raise Unanswered("not_found", f"no destination {name!r}", 404)
     if not isinstance(asked, dict):
-        return jsonify(error="bad_event", detail='{"event": {"endpoint", "event_id"}} or a sample {"body", ...}'), 400
+        raise Unanswered("bad_event", '{"event": {"endpoint", "event_id"}} or a sample {"body", ...}', 400)
     try:
         if "event" in asked:
             ref = asked["event"] if isinstance(asked["event"], dict) else {}
@@ -61,7 +75,7 @@ def filter_test(name: str) -> Any:
             with rt.sessions() as session:
                 row = session.get(Event, (endpoint, event_id))
                 if row is None:
-                    return jsonify(error="not_found", detail="no such event"), 404
+                    raise Unanswered("not_found", "no such event", 404)
                 seen = stored_view(session, row)
         else:
             raw = asked.get("headers") or {}
@@ -72,6 +86,40 @@ def filter_test(name: str) -> Any:
             assert event_type is not None and endpoint is not None
             seen = filters.view(asked.get("body"), raw, event_type, endpoint, object_type, object_id)
     except (ValueError, KeyError):
-        return jsonify(error="bad_event", detail="endpoint, event_id and type are strings of 1 to 255 characters"), 400
+        raise Unanswered("bad_event", BAD, 400) from None
     why = refusal(destination, seen)
-    return jsonify(destination=name, matches=why is None, why=why)
+    return {"destination": name, "matches": why is None, "why": why}
+
+
+def filter_test(name: str) -> Any:
+    try:
+        return jsonify(decide(name, request.get_json(silent=True)))
+    except Unanswered as exc:
+        return jsonify(error=exc.reason, detail=exc.detail), exc.status
+
+
+def _sample(form: Any) -> dict[str, Any]:
+    """The console form as the API's request: a stored event when an event id is given, else a sample
+    (a JSON body, ``Name: value`` header lines)."""
+    if form.get("event_id"):
+        return {"event": {"endpoint": form.get("endpoint"), "event_id": form.get("event_id")}}
+    try:
+        body = json.loads(form.get("body") or "null")
+    except ValueError:
+        raise Unanswered("bad_event", "the sample body is not JSON", 400) from None
+    lines = (line.partition(":") for line in (form.get("headers") or "").splitlines() if line.strip())
+    headers = {k.strip(): v.strip() for k, _, v in lines}
+    return {"type": form.get("type"), "endpoint": form.get("endpoint"), "body": body, "headers": headers}
+
+
+def filter_test_page(name: str) -> Any:
+    """The console's tester, on the destinations page: the answer shown there, nothing sent."""
+    try:
+        answer = decide(name, _sample(request.form))
+    except Unanswered as exc:
+        return render_template("message.html", title="Not tested", message=f"{exc.detail}."), exc.status
+    if answer["matches"]:
+        said = f"{name} takes it (nothing was sent)"
+    else:
+        said = f"{name} refuses it: {answer['why']} (nothing was sent)"
+    return redirect(url_for("admin_pages.destinations_page", done=said), 303)
