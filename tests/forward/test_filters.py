@@ -218,3 +218,22 @@ def test_the_console_tests_a_destination_as_the_api_does_and_lists_its_filter(
     bad = client.post(url, data={"csrf_token": token, **sample, "body": "{"}, headers=admin_headers())
     assert bad.status_code == 400 and "not JSON" in bad.get_data(as_text=True)
     assert service.seen == [] and rows(app, "SELECT count(*) FROM deliveries")[0][0] == 0  # nothing sent or made
+
+
+def test_the_console_form_takes_the_same_grammar_and_names_the_path(request: pytest.FixtureRequest) -> None:
+    app = make_app(config(request, "sqlite"))
+    client = app.test_client()
+    token = csrf_token(client, "/admin/destinations/new")
+    options = 'url = "http://127.0.0.1:9/in"\nallow_private = true\n'
+
+    def created(filter_line: str) -> Any:
+        form = {"csrf_token": token, "name": "finance", "secret": DEST_SECRET, "options": options + filter_line}
+        return client.post("/admin/destinations/new", data=form, headers=admin_headers())
+
+    bad = created('filter = { "amount" = { "$gtee" = 1 } }\n')
+    assert bad.status_code == 400 and "filter: amount: unknown operator" in bad.get_data(as_text=True)
+    assert "finance" not in runtime(app).settings.destinations
+    good = created('filter = { "data.object.amount" = { "$gte" = 5000 } }\n')
+    assert good.status_code == 303, good.get_data(as_text=True)
+    made = runtime(app).settings.destinations["finance"].filter
+    assert made is not None and made.source == {"data.object.amount": {"$gte": 5000}}
