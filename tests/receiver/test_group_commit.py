@@ -17,7 +17,6 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 from flask import Flask
-from rq import SimpleWorker
 from rq.job import Job, JobStatus
 from sqlalchemy.exc import SQLAlchemyError
 
@@ -27,6 +26,7 @@ from webhooks.queue import job_id
 from webhooks.receiver import batch
 from webhooks.receiver.receive import verify
 from webhooks.receiver.rows import event_rows
+from webhooks.worker.loop import PromptWorker
 
 
 @pytest.fixture
@@ -156,7 +156,9 @@ def test_enqueue_many_writes_jobs_rq_runs_and_refuses_existing_ids(pg_app: Flask
     job = Job.fetch(job_id("stripe", "evt_rq_0"), connection=rt.queue.connection)
     assert job.get_status() == JobStatus.QUEUED and tuple(job.args) == ("stripe", "evt_rq_0")
     assert job.retries_left == rt.settings.max_attempts - 1 and job.timeout == rt.settings.job_timeout
-    SimpleWorker([rt.queue.queue], connection=rt.queue.connection).work(burst=True)  # plain RQ
+    # RQ's own worker; PromptWorker only bounds its stop (a plain SimpleWorker's stop waits up to 60 s
+    # on its command thread, one stop in 8 to 15, against a real Redis: webhooks/worker/loop.py).
+    PromptWorker([rt.queue.queue], connection=rt.queue.connection).work(burst=True)
     statuses = {r[0] for r in rows(pg_app, "SELECT status FROM events")}
     assert statuses == {"processed"}
     assert Job.fetch(job_id("stripe", "evt_rq_2"), connection=rt.queue.connection).get_status() == JobStatus.FINISHED

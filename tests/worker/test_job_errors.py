@@ -17,7 +17,7 @@ from rq.job import Job
 from tests import sample_handlers
 from tests.conftest import ADMIN_PASSWORD, admin_headers, base_config, make_app, rows, stripe_event, stripe_headers
 from webhooks import metrics
-from webhooks.queue import JOB
+from webhooks.queue import JOB, job_id
 from webhooks.runtime import Runtime
 from webhooks.service.cli import main
 from webhooks.vocabulary import JOB_ERROR
@@ -48,7 +48,7 @@ def work(rt: Runtime) -> None:
 
 
 def test_a_job_whose_function_does_not_import_ends_failed_counted_and_said(
-    sqlite_url: str, monkeypatch: pytest.MonkeyPatch
+    sqlite_url: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     app = stored(sqlite_url, "evt_unimportable")
     rt: Runtime = app.extensions["webhooks"]
@@ -63,7 +63,12 @@ def test_a_job_whose_function_does_not_import_ends_failed_counted_and_said(
     )
     assert (status, attempts) == ("failed", 3)
     assert error.startswith(JOB_ERROR) and "process_event" in error  # RQ's ValueError after the AttributeError
-    assert job_errors("import") - before == 3
+    # Each of its three tries counted and logged under its job's id. The counter is the process's:
+    # another test's embedded worker still running a job while webhooks.jobs is unimportable here
+    # counts too (seen once: 5), so the exact count is the log's, for this job.
+    said = f"worker could not run job {job_id('stripe', 'evt_unimportable')} (import)"
+    assert sum(r.getMessage().startswith(said) for r in caplog.records) == 3
+    assert job_errors("import") - before >= 3
     recorded = rows(app, "SELECT status, error FROM attempts WHERE event_id = 'evt_unimportable' ORDER BY number")
     assert [r[0] for r in recorded] == ["error", "error", "error"]
     assert all(r[1].startswith(JOB_ERROR) for r in recorded)
