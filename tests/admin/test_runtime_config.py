@@ -15,7 +15,7 @@ import pytest
 from flask import Flask
 from flask.testing import FlaskClient
 
-from tests.conftest import admin_headers, base_config, make_app, stripe_event, stripe_headers, wait_until
+from tests.conftest import admin_headers, base_config, make_app, rows, stripe_event, stripe_headers, wait_until
 from webhooks.admin import tokens
 from webhooks.runtime import Runtime
 
@@ -264,6 +264,44 @@ def test_an_sqs_destinations_aws_credentials_are_sealed_like_a_secret(app: Flask
         key_id,
         secret,
     )
+
+
+@pytest.mark.parametrize("db", ["sqlite", "postgres"])
+def test_a_kafka_destinations_sasl_password_is_sealed_like_a_secret(request: pytest.FixtureRequest, db: str) -> None:
+    """The seam of a new credential option and the sealed store: a Kafka destination created through
+    the API keeps its SASL password out of every answer and out of the database's bytes in clear
+    (SQLite's file), and the sender gets it."""
+    app = make_app(config(request, db))
+    client = app.test_client()
+    password = "KafkaSaslPasswordNeverShown_9d2"
+    body = {
+        "name": "orders-kafka",
+        "kind": "kafka",
+        "bootstrap_servers": ["127.0.0.1:9"],
+        "topic": "orders",
+        "security_protocol": "SASL_SSL",
+        "sasl_mechanism": "SCRAM-SHA-512",
+        "sasl_username": "svc",
+        "sasl_password": password,
+        "allow_private": True,
+        "secrets": [DEST_SECRET],
+    }
+    created = api(client, "POST", "/destinations", body)
+    assert created.status_code == 201, created.get_json()
+    answers = [created, *(api(client, "GET", path) for path in ("/destinations", "/audit"))]
+    [listed] = [d for d in answers[1].get_json()["destinations"] if d["name"] == "orders-kafka"]
+    assert (listed["kind"], listed["target"]) == ("kafka", "kafka://127.0.0.1:9")
+    assert sorted(s["purpose"] for s in listed["secrets"]) == ["sasl_password", "signing"]
+    for answer in answers:
+        assert password not in answer.get_data(as_text=True)
+    options = [str(r[0]) for r in rows(app, "SELECT options FROM config_items WHERE name = 'orders-kafka'")]
+    assert options and password not in options[0] and "sasl_username" in options[0]
+    if db == "sqlite":
+        database = Path(request.getfixturevalue("sqlite_url").removeprefix("sqlite:///"))
+        raw = b"".join(p.read_bytes() for p in database.parent.glob(database.name + "*") if p.is_file())
+        assert password.encode() not in raw
+    bus = rt(app).settings.destinations["orders-kafka"].bus  # the sender gets it
+    assert bus is not None and getattr(bus, "sasl_password", None) == password
 
 
 @pytest.mark.slow

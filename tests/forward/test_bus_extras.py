@@ -15,6 +15,7 @@ TABLES: dict[str, tuple[str, dict[str, Any]]] = {
     "rabbitmq": ("pika", {"url": "amqp://127.0.0.1:5672/%2F", "exchange": "x", "routing_key": "k"}),
     "nats": ("nats", {"url": "nats://127.0.0.1:4222", "subject": "s"}),
     "sqs": ("boto3", {"queue_url": "http://127.0.0.1:4566/000000000000/q", "region": "us-east-1"}),
+    "kafka": ("confluent_kafka", {"bootstrap_servers": "127.0.0.1:9092", "topic": "t"}),
 }
 
 
@@ -33,7 +34,7 @@ def test_a_bus_kind_without_its_client_is_refused_with_the_extra_to_install(
 
 
 def test_http_and_redis_streams_need_no_extra(monkeypatch: pytest.MonkeyPatch) -> None:
-    for client in ("pika", "nats", "boto3"):
+    for client in ("pika", "nats", "boto3", "confluent_kafka"):
         monkeypatch.setitem(sys.modules, client, None)
     redis = {"kind": "redis-stream", "url": "redis://127.0.0.1:6390/0", "stream": "s"}
     assert load_bus(redis | {"secrets": [destination.SECRET], "allow_private": True}).destinations["bus"]

@@ -321,3 +321,44 @@ def test_bootstrap_servers_list_and_sasl_password_shown_nowhere() -> None:
     assert bus.bus is not None and bus.bus.place == "t"
     assert bus.bus.servers == (("127.0.0.1", 9092), ("::1", 9093))  # type: ignore[union-attr]
     assert "s3cret" not in repr(bus)
+
+
+def test_a_silent_broker_never_holds_an_attempt_past_its_lease() -> None:
+    """A bootstrap address that accepts and never answers (a broker hung, a firewall's black hole):
+    eight attempts at once, each a failed attempt ending inside its own lease (2 x timeout + margin),
+    none waiting on another's metadata read past its deadline."""
+    import socket
+    import threading
+    from datetime import UTC, datetime
+
+    from webhooks.configuration import settings as webhooks_config
+    from webhooks.forward.deliveries import LEASE_MARGIN
+    from webhooks.forward.kafka import KafkaPublisher
+    from webhooks.forward.leases import Lease
+
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(64)  # the kernel accepts; nothing ever answers
+    raw = bus_table(bootstrap_servers=f"127.0.0.1:{silent.getsockname()[1]}", timeout_seconds=1)
+    publisher = KafkaPublisher(webhooks_config.build_destination("bus", raw, {}), system_resolver)
+    took: list[float] = []
+    results: list[Any] = []
+
+    def attempt(n: int) -> None:
+        lease = Lease("stripe", f"evt_{n}", "bus", 1, 0, False, None, b"{}")  # type: ignore[arg-type]
+        started = time.monotonic()
+        results.append(publisher.publish(lease, {"webhook-id": f"msg_{n}"}, datetime.now(UTC)))
+        took.append(time.monotonic() - started)
+
+    threads = [threading.Thread(target=attempt, args=(n,)) for n in range(8)]
+    try:
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+    finally:
+        publisher.close()
+        silent.close()
+    assert len(took) == 8
+    assert max(took) < 2 * 1 + LEASE_MARGIN, took  # every attempt ends inside its lease
+    assert all(r.error and r.error.startswith(("timeout", "connect")) for r in results), [r.error for r in results]

@@ -362,7 +362,7 @@ import sys
 import webhooks
 from webhooks.worker import loop
 webhooks.create_app({{"DATABASE_URL": "sqlite:///{tmp_path / "probe.db"}"}})
-print(sorted(m for m in ("pika", "nats", "botocore", "boto3") if m in sys.modules))
+print(sorted(m for m in ("pika", "nats", "botocore", "boto3", "confluent_kafka") if m in sys.modules))
 """
     found = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, check=True)
     assert found.stdout.strip().splitlines()[-1] == "[]", found.stdout + found.stderr
