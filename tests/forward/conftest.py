@@ -230,3 +230,40 @@ def refused(table: dict[str, Any]) -> str:
 def kafka_broker() -> Iterator[brokers.Broker]:
     """This session's Tansu broker (Kafka's protocol), started by the first test that needs it."""
     yield from _broker(brokers.Tansu, "Tansu (Kafka)")
+
+
+def silent_attempts(publisher: Callable[[int], Any]) -> None:
+    """Eight attempts at once through ``publisher(port)``'s sender to a port that accepts and never
+    answers (timeout 1 s): each a timeout or connect failure ending inside its own lease (2 x timeout
+    + margin), none waiting on another's connect past its deadline."""
+    import socket
+    from datetime import UTC, datetime
+
+    from webhooks.forward.deliveries import LEASE_MARGIN
+    from webhooks.forward.leases import Lease
+
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(64)  # the kernel accepts; nothing ever answers
+    sender = publisher(silent.getsockname()[1])
+    took: list[float] = []
+    results: list[Any] = []
+
+    def attempt(n: int) -> None:
+        lease = Lease("stripe", f"evt_{n}", "bus", 1, 0, False, None, b"{}")  # type: ignore[arg-type]
+        started = time.monotonic()
+        results.append(sender.publish(lease, {"webhook-id": f"msg_{n}"}, datetime.now(UTC)))
+        took.append(time.monotonic() - started)
+
+    threads = [threading.Thread(target=attempt, args=(n,)) for n in range(8)]
+    try:
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+    finally:
+        sender.close()
+        silent.close()
+    assert len(took) == 8
+    assert max(took) < 2 * 1 + LEASE_MARGIN, took  # every attempt ends inside its lease
+    assert all(r.error and r.error.startswith(("timeout", "connect")) for r in results), [r.error for r in results]

@@ -8,8 +8,10 @@ with one line. Consumers assign partitions themselves (a group join costs the br
 
 from __future__ import annotations
 
+import contextlib
 import time
 import uuid
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -31,6 +33,7 @@ from tests.forward.conftest import (
     refused,
     retried_while_down,
     settle_all,
+    silent_attempts,
     statuses,
     versioned,
     wait_settled,
@@ -54,6 +57,20 @@ def table(server: brokers.Broker, topic: str, **extra: Any) -> dict[str, Any]:
         "allow_private": True,
         **extra,
     }
+
+
+@contextlib.contextmanager
+def own_tansu(advertised: str | None = None) -> Iterator[brokers.Tansu]:
+    """A Tansu broker of this test's own (one it may kill, or that advertises ``advertised``)."""
+    try:
+        server = brokers.Tansu(advertised)
+        server.start()
+    except servers.Unavailable as exc:
+        unavailable("Tansu (Kafka)", exc)
+    try:
+        yield server
+    finally:
+        server.remove()
 
 
 def made_topic(server: brokers.Broker, partitions: int = 3) -> str:
@@ -200,12 +217,7 @@ def test_a_missing_topic_holds_the_delivery_pending_and_is_never_created(
 def test_kafka_killed_then_restarted_holds_deliveries_and_each_arrives_once(
     request: pytest.FixtureRequest, db: str
 ) -> None:
-    try:
-        server = brokers.Tansu()
-        server.start()
-    except servers.Unavailable as exc:
-        unavailable("Tansu (Kafka)", exc)
-    try:
+    with own_tansu() as server:
         topic = made_topic(server)
         dest = table(server, topic, retry_schedule=[0.3] * 50, probe_seconds=0.3, circuit_failures=5)
         app = forwarding_app(request, db, {"bus": dest | {"timeout_seconds": 2}}, ["bus"])
@@ -223,14 +235,12 @@ def test_kafka_killed_then_restarted_holds_deliveries_and_each_arrives_once(
             errors = {str(r[0]) for r in rows(app, "SELECT error FROM delivery_attempts WHERE error IS NOT NULL")}
             assert all(e.startswith(("connect:", "timeout:")) for e in errors), errors
             server.start()  # the same port; memory only: the topic is made again, as an operator would
-            server.create_topic(topic, 3)  # type: ignore[attr-defined]
+            server.create_topic(topic, 3)
             wait_settled(app, 10, timeout=120)
         got = messages(server, topic, 9)  # the restarted broker holds what came after it
         ids = [headers["webhook-id"] for headers, *_ in got]
         assert sorted(ids) == sorted(message_id("stripe", f"evt_{n}", "bus") for n in range(1, 10))  # once each
         assert sorted(body for _, body, _, _ in got) == sorted(bus_event(n) for n in range(1, 10))
-    finally:
-        server.remove()
 
 
 @pytest.mark.slow
@@ -238,12 +248,7 @@ def test_a_broker_advertising_the_metadata_address_is_never_produced_to(request:
     """The attack: a broker the operator allowed (loopback, ``allow_private``) answers metadata naming
     the cloud metadata service as itself. librdkafka would connect there to produce; the publisher
     vets the advertised brokers first, refuses, and the delivery stays ``pending``."""
-    try:
-        server = brokers.Tansu(advertised=f"169.254.169.254:{servers.free_port()}")
-        server.start()
-    except servers.Unavailable as exc:
-        unavailable("Tansu (Kafka)", exc)
-    try:
+    with own_tansu(advertised=f"169.254.169.254:{servers.free_port()}") as server:
         app = forwarding_app(request, "sqlite", {"bus": table(server, "anything", timeout_seconds=2)}, ["bus"])
         assert post(app, bus_event(5)) == 200
         drain(app)
@@ -252,26 +257,17 @@ def test_a_broker_advertising_the_metadata_address_is_never_produced_to(request:
         [(error,)] = rows(app, "SELECT error FROM delivery_attempts")
         assert error.startswith("refused: broker") and "169.254.169.254" in error, error
         assert "cloud metadata address" in error, error
-    finally:
-        server.remove()
 
 
 @pytest.mark.slow
 def test_a_private_advertised_broker_is_refused_without_allow_private() -> None:
     """The same check over a real broker's metadata naming a private address (10.x): refused unless
     the destination allows private addresses."""
-    try:
-        server = brokers.Tansu(advertised=f"10.9.8.7:{servers.free_port()}")
-        server.start()
-    except servers.Unavailable as exc:
-        unavailable("Tansu (Kafka)", exc)
-    try:
+    with own_tansu(advertised=f"10.9.8.7:{servers.free_port()}") as server:
         metadata = AdminClient({"bootstrap.servers": server.url}).list_topics(timeout=10)
         why = brokers_refused(metadata, allow_private=False, resolver=system_resolver)
         assert why is not None and "advertises 10.9.8.7" in why and "allow_private" in why, why
         assert brokers_refused(metadata, allow_private=True, resolver=system_resolver) is None
-    finally:
-        server.remove()
 
 
 def bus_table(**extra: Any) -> dict[str, Any]:
@@ -325,40 +321,13 @@ def test_bootstrap_servers_list_and_sasl_password_shown_nowhere() -> None:
 
 def test_a_silent_broker_never_holds_an_attempt_past_its_lease() -> None:
     """A bootstrap address that accepts and never answers (a broker hung, a firewall's black hole):
-    eight attempts at once, each a failed attempt ending inside its own lease (2 x timeout + margin),
-    none waiting on another's metadata read past its deadline."""
-    import socket
-    import threading
-    from datetime import UTC, datetime
-
+    eight attempts at once, each a failed attempt ending inside its own lease, none waiting on
+    another's metadata read past its deadline (tests/forward/conftest.py: ``silent_attempts``)."""
     from webhooks.configuration import settings as webhooks_config
-    from webhooks.forward.deliveries import LEASE_MARGIN
     from webhooks.forward.kafka import KafkaPublisher
-    from webhooks.forward.leases import Lease
 
-    silent = socket.socket()
-    silent.bind(("127.0.0.1", 0))
-    silent.listen(64)  # the kernel accepts; nothing ever answers
-    raw = bus_table(bootstrap_servers=f"127.0.0.1:{silent.getsockname()[1]}", timeout_seconds=1)
-    publisher = KafkaPublisher(webhooks_config.build_destination("bus", raw, {}), system_resolver)
-    took: list[float] = []
-    results: list[Any] = []
+    def publisher(port: int) -> KafkaPublisher:
+        raw = bus_table(bootstrap_servers=f"127.0.0.1:{port}", timeout_seconds=1)
+        return KafkaPublisher(webhooks_config.build_destination("bus", raw, {}), system_resolver)
 
-    def attempt(n: int) -> None:
-        lease = Lease("stripe", f"evt_{n}", "bus", 1, 0, False, None, b"{}")  # type: ignore[arg-type]
-        started = time.monotonic()
-        results.append(publisher.publish(lease, {"webhook-id": f"msg_{n}"}, datetime.now(UTC)))
-        took.append(time.monotonic() - started)
-
-    threads = [threading.Thread(target=attempt, args=(n,)) for n in range(8)]
-    try:
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(60)
-    finally:
-        publisher.close()
-        silent.close()
-    assert len(took) == 8
-    assert max(took) < 2 * 1 + LEASE_MARGIN, took  # every attempt ends inside its lease
-    assert all(r.error and r.error.startswith(("timeout", "connect")) for r in results), [r.error for r in results]
+    silent_attempts(publisher)
