@@ -5,6 +5,7 @@ cleanly leaves RQ's scheduler lock to the next one."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -12,6 +13,7 @@ import signal
 import stat
 import subprocess
 import threading
+import time
 from datetime import UTC, datetime
 from importlib import metadata
 from pathlib import Path
@@ -110,12 +112,22 @@ def start_serve(cwd: Path, port: int) -> tuple[subprocess.Popen[str], list[str]]
     return proc, lines[:end]
 
 
-def stop(proc: subprocess.Popen[str]) -> None:
+def stop(proc: subprocess.Popen[str], said: list[str] | None = None) -> None:
+    """SIGTERM, and a clean exit within a minute. A worker that has not stopped by then is made to
+    print every thread's stack (``PYTHONFAULTHANDLER``: SIGABRT) into ``said``, which the failure
+    shows (a stop of the scheduler-lock test stalled past the minute once in a full CI run)."""
     proc.send_signal(signal.SIGTERM)
     try:
-        assert proc.wait(timeout=60) == 0
+        code = proc.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        proc.send_signal(signal.SIGABRT)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=10)
+        time.sleep(0.5)  # the reader takes the last lines
+        raise AssertionError("the worker did not stop within 60 s:\n" + "".join((said or [])[-200:])) from None
     finally:
         proc.kill()
+    assert code == 0, "".join((said or [])[-50:])
 
 
 @pytest.mark.slow
@@ -161,13 +173,14 @@ def test_serve_prints_one_format_then_its_banner_and_keeps_its_password(tmp_path
 def test_a_cleanly_stopped_worker_leaves_the_scheduler_lock_to_the_next(tmp_path: Path, redis_url: str) -> None:
     database = f"sqlite:///{tmp_path / 'w.db'}"
     migrated(database)
-    env = clean_env(DATABASE_URL=database, REDIS_URL=redis_url, WEBHOOKS_QUEUE="lock-test")
+    env = clean_env(DATABASE_URL=database, REDIS_URL=redis_url, WEBHOOKS_QUEUE="lock-test", PYTHONFAULTHANDLER="1")
     client = redis.Redis.from_url(redis_url)
     lock = RQScheduler.get_locking_key("lock-test")
     with running([str(BIN / "webhooks"), "worker"], env, cwd=tmp_path) as first:
-        threading.Thread(target=first.stdout.read, daemon=True).start()  # type: ignore[union-attr]
+        said: list[str] = []
+        threading.Thread(target=lambda: said.extend(first.stdout or []), daemon=True).start()
         wait_until(lambda: client.exists(lock), timeout=90)
-        stop(first)
+        stop(first, said)
     assert not client.exists(lock)  # was kept for its 61 s: the next worker's retries waited
     queue = Queue("lock-test", connection=client)
     due = queue.enqueue_at(datetime.now(UTC), "os.getpid")  # a retry that is due now
