@@ -68,7 +68,7 @@ def test_every_module_using_a_session_broker_shares_its_lane() -> None:
     from tests.support.lanes import TOGETHER
 
     root = Path(__file__).parent.parent
-    brokers = ("rabbitmq: brokers.Broker", "nats_server: brokers.Broker", "moto_server: brokers.Broker")
+    brokers = tuple(f"{name}: brokers.Broker" for name in ("rabbitmq", "nats_server", "moto_server", "kafka_broker"))
     using = {
         path.relative_to(root.parent).as_posix()
         for path in root.rglob("test_*.py")

@@ -4,7 +4,7 @@ so at most ``LANES`` slow tests run at once beside the fast ones. One lane made 
 as the sum of its slow tests; three at once on two cores starved each other's deadlines.
 
 A module stays in one lane (its module-scoped fixtures start once), and the modules that use one
-session's broker go together (``TOGETHER``: RabbitMQ, NATS and the SQS emulator start once a lane,
+session's broker go together (``TOGETHER``: RabbitMQ, NATS, the SQS emulator and Tansu start once a lane,
 not once a module). Lanes are balanced by each module's measured time (``WEIGHTS``: seconds, from
 a CI run on the 2-core machine; only the balance depends on them, never a test's outcome); a module
 not listed weighs ``DEFAULT``. ``python -m tests.support.lanes JUNIT.xml`` prints new weights from a
@@ -21,13 +21,14 @@ from collections.abc import Iterable
 LANES = 1  # two lanes measured 15 min 10 s against 15 min 57 s, but CI then held the rollout test's 30 s goal to 37 s: one lane until the suite's work shrinks
 DEFAULT = 20.0
 # Modules that share a session-scoped broker: one lane starts it once for all of them (each
-# module using the ``rabbitmq``, ``nats_server`` or ``moto_server`` fixture: a test checks).
+# module using the ``rabbitmq``, ``nats_server``, ``moto_server`` or ``kafka_broker`` fixture: a test checks).
 TOGETHER: tuple[tuple[str, ...], ...] = (
     (
         "tests/forward/test_bus_processes.py",
         "tests/forward/test_bus_rabbitmq.py",
         "tests/forward/test_bus_nats.py",
         "tests/forward/test_bus_sqs.py",
+        "tests/forward/test_bus_kafka.py",
         "tests/forward/test_traces.py",  # its RabbitMQ forward
     ),
 )
@@ -48,6 +49,7 @@ WEIGHTS: dict[str, float] = {  # measured 2026-12-05 (junit times of a full run,
     "tests/faults/test_scaleout.py": 26,
     "tests/faults/test_storm.py": 48,
     "tests/faults/test_workers.py": 113,
+    "tests/forward/test_bus_kafka.py": 35,  # measured alone, 2026-12-06
     "tests/forward/test_bus_nats.py": 37,
     "tests/forward/test_bus_processes.py": 200,
     "tests/forward/test_bus_rabbitmq.py": 47,

@@ -21,8 +21,10 @@ STARTS = frozenset(
     {"subprocess.Popen", "Popen", "running", "processes.running", "gunicorn", "worker", "pytester.runpytest_subprocess"}
 )
 # A server the test makes itself: one of these constructed and started (``server.start()``).
-SERVER_CLASSES = frozenset({"Postgres", "Redis", "RabbitMQ", "NatsServer", "MotoServer"})
-SERVER_FIXTURES = frozenset({"postgres", "redis_server", "rabbitmq", "nats_server", "moto_server", "browser"})
+SERVER_CLASSES = frozenset({"Postgres", "Redis", "RabbitMQ", "NatsServer", "MotoServer", "Tansu"})
+SERVER_FIXTURES = frozenset(
+    {"postgres", "redis_server", "rabbitmq", "nats_server", "moto_server", "kafka_broker", "browser"}
+)
 
 
 def _name(node: ast.expr) -> str:
