@@ -86,9 +86,11 @@ def _rq_workers_leave_signals_to_pytest() -> Iterator[None]:
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
     yield
+    from webhooks.receiver import duplicates
     from webhooks.runtime import watch as config_watch
 
     config_watch.stop_all()  # a test's runtimes end with it: no watcher tries its dropped database
+    duplicates.drop_all()  # nor a duplicate count's timer (it logged after a run's summary once)
     for signum, handler in SIGNAL_HANDLERS.items():
         if signal.getsignal(signum) is not handler:
             signal.signal(signum, handler)

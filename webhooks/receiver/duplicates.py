@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+import weakref
 from datetime import UTC, datetime
 
 from sqlalchemy.exc import SQLAlchemyError
@@ -14,6 +15,14 @@ from webhooks.runtime import Runtime
 from webhooks.store import duplicate_counts
 
 log = logging.getLogger("webhooks.duplicates")  # the name the docs and log filters know
+_every: weakref.WeakSet[Duplicates] = weakref.WeakSet()
+
+
+def drop_all() -> None:
+    """Drop every counter's waiting counts and its timer in this process (a test's end: its database
+    goes, and a timer firing later would log that it could not write to it)."""
+    for duplicates in list(_every):
+        duplicates.drop()
 
 
 class Duplicates:
@@ -35,6 +44,14 @@ class Duplicates:
         self._waiting: dict[tuple[str, str], int] = {}
         self._flushed = time.monotonic()
         self._timer: threading.Timer | None = None
+        _every.add(self)
+
+    def drop(self) -> None:
+        with self._lock:
+            self._waiting = {}
+            timer, self._timer = self._timer, None
+        if timer is not None:
+            timer.cancel()
 
     def add(self, again: dict[tuple[str, str], int], *, inline: bool = True) -> None:
         """Count ``again``; ``inline=False`` (a request's own thread, answered from
