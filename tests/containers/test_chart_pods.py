@@ -21,8 +21,9 @@ from tests.support.podman import ROOT, Podman, wait_http
 from tests.support.processes import event_status
 
 
-def render(values: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
-    out = helm.Chart.load(ROOT / "deploy/helm/webhooks").render(values, name="kp", namespace="default", is_install=True)
+def render(values: dict[str, Any], release: str) -> dict[str, list[dict[str, Any]]]:
+    chart = helm.Chart.load(ROOT / "deploy/helm/webhooks")
+    out = chart.render(values, name=release, namespace="default", is_install=True)
     return {
         Path(name).stem: [d for d in yaml.safe_load_all(text) if d]
         for name, text in out.items()
@@ -33,7 +34,10 @@ def render(values: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
 def test_the_charts_web_and_worker_run_and_process_an_event(
     podman: Podman, image: str, pg_url: str, redis_url: str, tmp_path: Path
 ) -> None:
-    secret = f"webhooks-test-{uuid.uuid4().hex[:8]}"
+    run = uuid.uuid4().hex[:8]
+    # A release name of the run's own: podman names pods and containers after it, and a pod a killed
+    # earlier run left behind under a fixed name made `kube play` fail ("pod already exists").
+    release, secret = f"kp{run}", f"webhooks-test-{run}"
     web_port, worker_port = free_port(), free_port()
     repository, tag = image.rsplit(":", 1)
     docs = render({
@@ -41,7 +45,7 @@ def test_the_charts_web_and_worker_run_and_process_an_event(
         "image": {"repository": repository, "tag": tag, "pullPolicy": "Never"},
         "web": {"replicas": 1, "port": web_port, "concurrency": 1},
         "worker": {"replicas": 1, "port": worker_port},
-    })  # fmt: skip
+    }, release)  # fmt: skip
     values = {"DATABASE_URL": pg_url, "REDIS_URL": redis_url, "WEBHOOKS_ADMIN_PASSWORD": ADMIN_PASSWORD,
               "STRIPE_WEBHOOK_SECRET": STRIPE_SECRET}  # fmt: skip
     # podman reads a secret named by envFrom/secretKeyRef as JSON: each key's value base64-encoded.
@@ -83,7 +87,8 @@ def test_the_charts_web_and_worker_run_and_process_an_event(
     )
 
     wait_until(lambda: event_status(base, "stripe", "evt_chart_pods") == "processed", timeout=60)
-    web_container = next(c for c in podman("ps", "--format", "{{.Names}}").stdout.split() if c.endswith("-web"))
+    names = podman("ps", "--format", "{{.Names}}").stdout.split()
+    web_container = next(c for c in names if c.startswith(release) and c.endswith("-web"))
     shown = podman.inspect(web_container)
     assert shown["HostConfig"]["ReadonlyRootfs"] is True
     assert podman("exec", web_container, "id", "-u").stdout.strip() == "10001"
