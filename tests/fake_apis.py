@@ -11,6 +11,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
+from tests.support.servers import serve_in_thread
+
 # (method, path, query, headers, body) → (status, JSON answer)
 Route = Callable[[str, str, dict[str, list[str]], Any, bytes], tuple[int, Any]]
 
@@ -47,7 +49,7 @@ def serve(route: Route, drip: Callable[[], float] = lambda: 0.0) -> Iterator[str
             pass
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    serve_in_thread(server)
     try:
         yield f"http://127.0.0.1:{server.server_port}"
     finally:

@@ -8,7 +8,6 @@ this skips on a laptop and fails under ``CI=true`` (``.ci/run`` installs chromiu
 from __future__ import annotations
 
 import os
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -33,6 +32,7 @@ from tests.conftest import (
     unavailable,
     wait_until,
 )
+from tests.support.servers import serve_in_thread
 
 CHROMIUM = os.environ.get("WEBHOOKS_TEST_CHROMIUM", "/usr/bin/chromium")
 ARGS = [
@@ -54,8 +54,7 @@ def server(sqlite_url: str) -> Iterator[tuple[str, Flask]]:
 
     app = make_app(base_config(sqlite_url, WEBHOOKS_EMBEDDED_WORKER="true", WEBHOOKS_MAX_ATTEMPTS="1"))
     httpd = make_server("127.0.0.1", free_port(), app, threaded=True)
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
+    serve_in_thread(httpd)
     try:
         yield f"http://127.0.0.1:{httpd.server_port}", app
     finally:

@@ -5,7 +5,6 @@ no live secret says so."""
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -17,6 +16,7 @@ from flask import Flask
 from tests.admin.test_console_browser import browser  # noqa: F401  (fixture)
 from tests.admin.test_runtime_config import DEST_SECRET, KEYS, SECRET
 from tests.conftest import ADMIN_PASSWORD, ADYEN_KEY, base_config, free_port, make_app, wait_until
+from tests.support.servers import serve_in_thread
 
 pytestmark = pytest.mark.slow
 WIDTH = 1280
@@ -37,7 +37,7 @@ def crowded(sqlite_url: str) -> Iterator[str]:
     dests = {f"orders-{n}-downstream": {"url": long + str(n), "secrets": [DEST_SECRET]} for n in range(3)}
     app: Flask = make_app(base_config(sqlite_url, WEBHOOKS_ENCRYPTION_KEYS=KEYS, DESTINATIONS=dests))
     httpd = make_server("127.0.0.1", free_port(), app, threaded=True)
-    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    serve_in_thread(httpd)
     base = f"http://127.0.0.1:{httpd.server_port}"
     auth = ("admin", ADMIN_PASSWORD)
     try:

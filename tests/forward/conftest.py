@@ -28,6 +28,7 @@ from tests.conftest import (
     wait_until,
 )
 from tests.support import brokers, destination, servers
+from tests.support.servers import serve_in_thread
 from webhooks.configuration import settings as config
 from webhooks.errors import ConfigError
 from webhooks.forward.dispatcher import Forwarder
@@ -169,7 +170,7 @@ def serving(script: Script, port: int = 0) -> Iterator[destination.Destination]:
     dest = destination.Destination(f"http://127.0.0.1:{server.server_address[1]}/hooks", answer=script)
     server.RequestHandlerClass = destination._handler(dest)
     server.daemon_threads = True
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    serve_in_thread(server)
     try:
         yield dest
     finally:

@@ -21,6 +21,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
 from tests.conftest import free_port, wait_until
+from tests.support.servers import serve_in_thread
 from webhooks.forward.client import RESPONSE_LIMIT, Sender, SendError
 from webhooks.guard import Resolver, system_resolver
 
@@ -95,7 +96,7 @@ def serve() -> Iterator[Callable[..., Server]]:
         server = Server(reply, idle)
         if tls is not None:
             server.socket = tls.wrap_socket(server.socket, server_side=True)
-        threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+        serve_in_thread(server)
         servers.append(server)
         return server
 

@@ -4,7 +4,6 @@ verified again by the example with the ``standardwebhooks`` SDK and applied once
 from __future__ import annotations
 
 import sqlite3
-import threading
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -14,6 +13,7 @@ from werkzeug.serving import make_server
 
 from tests.conftest import ROOT, base_config, drain, make_app, runtime, stripe_event, stripe_headers
 from tests.support.destination import SECRET
+from tests.support.servers import serve_in_thread
 from webhooks.forward import deliveries
 from webhooks.forward.dispatcher import Forwarder
 from webhooks.forward.dispatcher import drain as drain_forwarder
@@ -26,8 +26,7 @@ def orders(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[str]:
     from orders.app import create_app
 
     server = make_server("127.0.0.1", 0, create_app([SECRET], str(tmp_path / "orders.db")), threaded=True)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
+    serve_in_thread(server)
     try:
         yield f"http://127.0.0.1:{server.server_port}"
     finally:

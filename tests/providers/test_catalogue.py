@@ -5,7 +5,6 @@ and nothing is stored; rotation records the matched secret; Twilio verifies behi
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -19,6 +18,7 @@ from werkzeug.serving import make_server
 
 from tests.conftest import ADMIN_PASSWORD, PAYLOADS, free_port, wait_until
 from tests.support.catalogue import SENT, endpoints
+from tests.support.servers import serve_in_thread
 from tests.support.templates import migrated
 from webhooks import create_app, providers
 from webhooks.configuration.settings import load
@@ -78,7 +78,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, dict
     migrated(env["DATABASE_URL"])
     app = create_app(env)
     http = make_server("127.0.0.1", free_port(), app, threaded=True)
-    threading.Thread(target=http.serve_forever, daemon=True).start()
+    serve_in_thread(http)
     yield f"http://127.0.0.1:{http.server_port}", env
     http.shutdown()
 

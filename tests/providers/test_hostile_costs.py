@@ -18,6 +18,7 @@ from flask import Flask
 
 from tests.conftest import base_config, make_app, rows
 from tests.support.paypal_cert import KEY_PEM, certificate
+from tests.support.servers import serve_in_thread
 from webhooks import providers
 from webhooks.errors import UnavailableError, VerificationError
 from webhooks.providers import paypal_certs, sendgrid, standard, stripe, twilio
@@ -233,8 +234,7 @@ def paypal_fake() -> Iterator[tuple[str, list[str], bytes]]:
             pass
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
+    thread = serve_in_thread(server)
     try:
         yield f"http://127.0.0.1:{server.server_address[1]}", hits, pem
     finally:

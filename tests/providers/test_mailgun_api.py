@@ -20,6 +20,7 @@ from tests import state_handlers
 from tests.conftest import PAYLOADS, base_config, drain, make_app, rows
 from tests.fake_apis import serve
 from tests.support.catalogue import HOST, endpoints
+from tests.support.servers import serve_in_thread
 from webhooks import providers
 from webhooks.errors import ConfigError
 from webhooks.providers import mailgun_api
@@ -159,7 +160,7 @@ def test_a_silent_event_log_is_given_up_within_the_endpoints_bound() -> None:
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Silent)
     server.daemon_threads = True
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    serve_in_thread(server)
     endpoint = Endpoint(
         "mailgun",
         "mailgun",

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import base64
 import json
-import threading
 import zlib
 from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, HTTPServer
@@ -18,6 +17,7 @@ from cryptography.x509.oid import NameOID
 
 from tests.support.crc32 import crc_twin
 from tests.support.paypal_cert import CERT, KEY, KEY_PEM, certificate
+from tests.support.servers import serve_in_thread
 from webhooks.errors import ConfigError, UnavailableError, VerificationError
 from webhooks.providers.base import Endpoint, Request, replay_key
 from webhooks.providers.paypal import PayPal
@@ -365,8 +365,7 @@ def test_loader_fetches_over_http_and_remembers_the_failure() -> None:
             pass
 
     server = HTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
+    thread = serve_in_thread(server)
     try:
         local = f"http://127.0.0.1:{server.server_address[1]}/v1/notifications/certs/CERT-x"
         cert_loader = CertLoader(check_chain=False)

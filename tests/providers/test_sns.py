@@ -16,7 +16,6 @@ from __future__ import annotations
 import base64
 import json
 import random
-import threading
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -35,6 +34,7 @@ from hypothesis import strategies as st
 
 from tests.conftest import base_config, make_app, rows
 from tests.support.paypal_cert import KEY, KEY_PEM, NOW, certificate
+from tests.support.servers import serve_in_thread
 from webhooks import providers
 from webhooks.errors import ConfigError, PayloadError, UnavailableError, VerificationError
 from webhooks.providers import sns_certs
@@ -406,8 +406,7 @@ def local() -> Iterator[tuple[str, list[str], dict[str, Any]]]:
             pass
 
     server = HTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
+    thread = serve_in_thread(server)
     try:
         yield f"http://127.0.0.1:{server.server_address[1]}", hits, state
     finally:

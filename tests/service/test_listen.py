@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import signal
 import subprocess
-import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -24,6 +23,7 @@ import stripe
 
 from tests.conftest import ADMIN_PASSWORD, STRIPE_SECRET, free_port, stripe_event, stripe_headers, wait_until
 from tests.support.processes import BIN, clean_env, gunicorn_cmd, wait_http
+from tests.support.servers import serve_in_thread
 
 pytestmark = pytest.mark.slow
 STOP_TIMEOUT = "20"  # the web processes' graceful stop: a stream that held it would take this long
@@ -48,7 +48,7 @@ class Sink:
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self.server.server_port}/hooks"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        serve_in_thread(self.server)
 
     def ids(self) -> list[str]:
         return [event_id for event_id, _ in self.received]

@@ -16,6 +16,8 @@ from typing import Any
 
 from standardwebhooks.webhooks import Webhook
 
+from tests.support.servers import serve_in_thread
+
 SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"  # the Standard Webhooks specification's example
 SECRET_2 = "whsec_dGVzdC1zZWNvbmQta2V5LWZvci1yb3RhdGlvbi0x"
 
@@ -100,8 +102,7 @@ def running(secret: str = SECRET) -> Iterator[Destination]:
     dest = Destination(f"http://127.0.0.1:{server.server_address[1]}/hooks", secret)
     server.RequestHandlerClass = _handler(dest)
     server.daemon_threads = True
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
+    serve_in_thread(server)
     try:
         yield dest
     finally:

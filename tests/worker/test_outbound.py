@@ -4,12 +4,12 @@ small HTTP server on 127.0.0.1."""
 from __future__ import annotations
 
 import socket
-import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
+from tests.support.servers import serve_in_thread
 from webhooks import outbound
 from webhooks.errors import VerificationError
 from webhooks.providers.paypal_certs import CertLoader
@@ -47,7 +47,7 @@ class Handler(BaseHTTPRequestHandler):
 def base() -> Iterator[str]:
     SEEN.clear()
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    serve_in_thread(server)
     yield f"http://127.0.0.1:{server.server_address[1]}"
     server.shutdown()
     server.server_close()

@@ -20,6 +20,7 @@ from click.testing import CliRunner
 from flask import Flask
 
 from tests.conftest import PAYLOADS, STRIPE_SECRET, admin_headers, base_config, drain, make_app, rows, stripe_headers
+from tests.support.servers import serve_in_thread
 from webhooks.configuration import settings as config
 from webhooks.errors import ConfigError
 from webhooks.service.cli import main
@@ -61,7 +62,7 @@ def silent_api() -> Iterator[str]:
     Silent.release.clear()
     server = ThreadingHTTPServer(("127.0.0.1", 0), Silent)
     server.daemon_threads = True
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    serve_in_thread(server)
     yield f"http://127.0.0.1:{server.server_port}"
     Silent.release.set()
     server.shutdown()

@@ -4,7 +4,6 @@ small local server that behaves like Stripe's) and stores what it answers."""
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -13,6 +12,7 @@ import pytest
 from flask import Flask
 
 from tests.conftest import PAYLOADS, admin_headers, base_config, drain, make_app, rows, stripe_headers
+from tests.support.servers import serve_in_thread
 
 METER = {"id": "mtr_test_61R9IeKLNjr5mCvpL41KpHbE7oM3Yc1R", "object": "billing.meter", "status": "active"}
 
@@ -38,7 +38,7 @@ class FakeStripe(BaseHTTPRequestHandler):
 def stripe_api() -> Iterator[str]:
     FakeStripe.seen, FakeStripe.status = [], 200
     server = ThreadingHTTPServer(("127.0.0.1", 0), FakeStripe)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    serve_in_thread(server)
     yield f"http://127.0.0.1:{server.server_port}"
     server.shutdown()
 

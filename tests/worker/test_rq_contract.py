@@ -30,6 +30,7 @@ from rq.worker import WorkerStatus
 import webhooks.queue as queue_module
 from webhooks.configuration import settings as config
 from webhooks.queue import JobQueue, job_id, retry_intervals
+from webhooks.worker.burst import BurstWorker
 from webhooks.worker.loop import PromptWorker, ScopedWorker
 
 EVENTS = [("stripe", "evt_1"), ("stripe", "evt_" + "x" * 200), ("github", "dlv\u00e9'\"\\"), ("stripe", "evt_2")]
@@ -232,4 +233,38 @@ def test_an_idle_worker_asked_to_stop_ends_its_dequeue_and_drops_no_job(redis_ur
     job = queue.enqueue(record, "stripe", "evt_after_stop")
     assert queue.job_ids == [job.id]  # nothing took it: the next worker will
     assert connection.llen(queue.intermediate_queue_key) == 0
+    connection.close()
+
+
+LISTENING: list[int] = []
+
+
+def count_listeners(channel_pattern: str) -> None:
+    """A job that records how many of RQ's worker command channels have a subscriber now."""
+    connection = redis.Redis.from_url(CONTRACT_URL[0])
+    LISTENING.append(len(connection.pubsub_channels(channel_pattern)))
+    connection.close()
+
+
+CONTRACT_URL: list[str] = []
+
+
+@pytest.mark.redis
+@pytest.mark.parametrize(("worker_class", "listening"), [(PromptWorker, 1), (BurstWorker, 0)])
+def test_a_burst_listens_for_no_command(redis_url: str, worker_class: type[PromptWorker], listening: int) -> None:
+    """``BurstWorker`` (the suite's ``drain``, ``webhooks.testing``'s ``run()``) runs the queue to its
+    end with no command channel, so its end waits for no command thread; ``PromptWorker``, the
+    control, subscribes to its channel as RQ does. Both leave no worker registered."""
+    from rq import Worker as RQWorker
+
+    CONTRACT_URL[:] = [redis_url]
+    LISTENING.clear()
+    connection = redis.Redis.from_url(redis_url)
+    queue = Queue("burst", connection=connection)
+    queue.enqueue(count_listeners, "rq:pubsub:*")
+    worker = worker_class([queue], connection=connection)
+    worker.work(burst=True)
+    assert [listening] == LISTENING
+    assert worker.pubsub_thread is None or not worker.pubsub_thread.is_alive()
+    assert queue.count == 0 and RQWorker.all(connection=connection) == []
     connection.close()

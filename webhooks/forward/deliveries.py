@@ -274,15 +274,15 @@ def _supersede(session: Session, delivery: Delivery, now: datetime) -> None:
 
 def due(sessions: sessionmaker[Session], destinations: Iterable[Destination], now: datetime) -> int:
     """How many deliveries to these destinations are due now (those of a paused one are not, nor
-    held ones)."""
-    paused = select(DestinationState.name).where(DestinationState.paused)
+    those of one whose circuit is open until a probe still to come, nor held ones)."""
+    waiting = select(DestinationState.name).where(or_(DestinationState.paused, DestinationState.probe_at > now))
     ours = [made_for(d) for d in destinations]
     if not ours:
         return 0
     with sessions() as session:
         query = select(func.count()).where(
             or_(*ours),
-            Delivery.destination.not_in(paused),
+            Delivery.destination.not_in(waiting),
             Delivery.status == PENDING,
             Delivery.next_attempt_at <= now,
         )

@@ -253,7 +253,8 @@ def _retire(lane: Lane) -> None:
 def drain(forwarder: Forwarder, timeout: float = 10.0) -> bool:
     """Turn ``forwarder``'s loop in this thread until nothing is in flight and nothing is due
     (waiting out a rate limit or a throttle; not a retry's backoff, nor a paused destination's
-    deliveries), or ``timeout`` passed; whether it got there (tests, ``webhooks worker --burst``)."""
+    deliveries, nor an open circuit's before its probe), or ``timeout`` passed; whether it got
+    there (tests, ``webhooks worker --burst``)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         idle = not forwarder.step() and not any(lane.busy for lane in forwarder.lanes.values())

@@ -29,7 +29,7 @@ from typing import Any
 
 from cryptography import x509
 from cryptography.exceptions import InvalidSignature
-from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric import padding, rsa
 
 from webhooks.errors import ConfigError, PayloadError, VerificationError
@@ -48,6 +48,7 @@ from webhooks.providers.base import (
 )
 from webhooks.providers.fields import iso_ms, updated_text
 from webhooks.providers.paypal_hosts import is_paypal_cert_url
+from webhooks.providers.signing_keys import private_key
 from webhooks.vocabulary import Reason
 
 Loader = Callable[[str], bytes]  # a URL (or a pinned file's path) -> PEM
@@ -201,7 +202,7 @@ class PayPal(Provider):
         encoded = endpoint.options.get("signing_key")
         if not encoded:
             raise NotImplementedError("paypal signs with PayPal's key: set options.signing_key (PEM) to sign")
-        key = serialization.load_pem_private_key(str(encoded).encode(), password=None)
+        key = private_key(str(encoded))
         if not isinstance(key, rsa.RSAPrivateKey):
             raise ValueError("options.signing_key is not an RSA private key")
         transmission_id = str(uuid.UUID(bytes=hashlib.sha256(str(int(now)).encode() + body).digest()[:16]))

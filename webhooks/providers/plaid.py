@@ -33,7 +33,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from cryptography.exceptions import InvalidSignature
-from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.asymmetric.utils import decode_dss_signature, encode_dss_signature
 
@@ -52,6 +52,7 @@ from webhooks.providers.base import (
     require,
 )
 from webhooks.providers.plaid_jose import allowed_base, b64url, json_part, public_key, unb64url
+from webhooks.providers.signing_keys import private_key
 from webhooks.vocabulary import Reason
 
 HEADER = "Plaid-Verification"
@@ -71,7 +72,7 @@ def _pinned(endpoint: Endpoint) -> Mapping[str, Any] | None:
 
 
 def _signing_key(endpoint: Endpoint) -> ec.EllipticCurvePrivateKey:
-    key = serialization.load_pem_private_key(str(endpoint.options["signing_key"]).encode(), password=None)
+    key = private_key(str(endpoint.options["signing_key"]))
     if not isinstance(key, ec.EllipticCurvePrivateKey) or not isinstance(key.curve, ec.SECP256R1):
         raise ValueError("options.signing_key is not a P-256 private key")
     return key

@@ -36,7 +36,7 @@ from typing import Any
 
 from cryptography import x509
 from cryptography.exceptions import InvalidSignature
-from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric import padding, rsa
 
 from webhooks.errors import ConfigError, PayloadError, VerificationError
@@ -52,6 +52,7 @@ from webhooks.providers.base import (
     parse_json,
 )
 from webhooks.providers.fields import iso_ms
+from webhooks.providers.signing_keys import private_key
 from webhooks.providers.sns_hosts import cert_region, is_subscribe_url, topic_region
 from webhooks.vocabulary import Reason
 
@@ -199,7 +200,7 @@ class Sns(Provider):
         encoded = endpoint.options.get("signing_key")
         if not encoded:
             raise NotImplementedError("sns signs with Amazon's key: set options.signing_key (PEM) to sign")
-        key = serialization.load_pem_private_key(str(encoded).encode(), password=None)
+        key = private_key(str(encoded))
         if not isinstance(key, rsa.RSAPrivateKey):
             raise ValueError("options.signing_key is not an RSA private key")
         try:

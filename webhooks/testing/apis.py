@@ -41,7 +41,10 @@ class ProviderAPIs:
 
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self._server.server_port}"
-        threading.Thread(target=self._server.serve_forever, name="webhooks-testing-apis", daemon=True).start()
+        # The stop flag looked at every 0.05 s: socketserver's 0.5 s made each test's end wait for it.
+        threading.Thread(
+            target=self._server.serve_forever, args=(0.05,), name="webhooks-testing-apis", daemon=True
+        ).start()
 
     def answer(self, path: str, authorization: str) -> tuple[int, Any]:
         import base64

@@ -114,11 +114,11 @@ class WebhookClient:
     def run(self) -> list[Outcome]:
         """Run every queued job to completion in this thread, through the handlers, and return the
         outcome of each event stored since the last ``run()`` (in the order received)."""
-        from webhooks.worker.loop import PromptWorker
+        from webhooks.worker.burst import run_queued
 
         rt = self.runtime
         rt.bind()
-        PromptWorker(rt.queue.queues, connection=rt.queue.connection).work(burst=True)
+        run_queued(rt)
         if self._session is not None:
             self._session.rollback()  # a fresh transaction: the handlers' commits are visible
         outcomes = [o for o in self.outcomes() if (o.endpoint, o.event_id) not in self._reported]
