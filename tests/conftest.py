@@ -274,6 +274,7 @@ def pg_url(pg_admin_url: str, pg_template: templates.PostgresTemplate) -> Iterat
     # url_for compiles its builders so; seen once in a full run).
     gc.collect()
     with admin.connect() as conn:
+        templates.end_sessions(conn, name)
         conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
     admin.dispose()
     gc.collect()
