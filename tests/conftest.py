@@ -139,10 +139,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     )
     if found:
         raise pytest.UsageError(f"these tests start a process or a server: mark them @pytest.mark.slow: {found}")
+    if not getattr(config.option, "loadgroup", False):  # set in xdist's test processes; -n 0: no lanes
+        return
     slow = [item for item in items if _slow(item)]
     lane = lanes.assign(_module(item) for item in slow)
     for item in slow:
-        item.add_marker(pytest.mark.xdist_group(f"slow-{lane[_module(item)]}"))
+        lanes.put(item, lane[_module(item)])
 
 
 def _slow(item: pytest.Item) -> bool:

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from tests.support.slow_check import unmarked
 
 PLANTED = """
@@ -76,3 +78,24 @@ def test_every_module_using_a_session_broker_shares_its_lane() -> None:
     }
     together = {module for group in TOGETHER for module in group}
     assert using and using <= together, sorted(using - together)
+
+
+def test_every_slow_test_runs_in_its_lane_and_no_fast_test_in_one(request: pytest.FixtureRequest) -> None:
+    """Under the README's command (``-n 3 --dist loadgroup``) each slow test's node id ends in its
+    lane's group, the one ``lanes.assign`` gives its module, so xdist runs a lane in one process, one
+    test at a time; a fast test is in none. In one process (``-n 0``) nothing is renamed. The lanes
+    once existed only on paper: pytest 9.2 stopped reading what xdist wrote (``lanes.put``)."""
+    from tests.support import lanes
+
+    items = [item for item in request.session.items if isinstance(item, pytest.Function)]
+    slow = [item for item in items if item.get_closest_marker("slow") is not None]
+    fast = [item for item in items if item.get_closest_marker("slow") is None]
+    assert fast and request.node in fast
+    assert not [item.nodeid for item in fast if "@slow-" in item.nodeid]
+    if not getattr(request.config.option, "loadgroup", False):
+        assert not [item.nodeid for item in slow if "@slow-" in item.nodeid]
+        return
+    root = Path(__file__).resolve().parents[2]
+    module = {item.nodeid: item.path.relative_to(root).as_posix() for item in slow}
+    lane = lanes.assign(module.values())
+    assert not [n for n in module if not n.endswith(f"@slow-{lane[module[n]]}")]
