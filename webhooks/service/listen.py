@@ -22,6 +22,8 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -98,11 +100,16 @@ class Forwarder:
         self.forward_to, self.mode, self.state, self.tally = forward_to, mode, state, tally
         self.keys = {(e, i) for e, i in state.recent}
         self.batches: set[str] = set()  # delivery bodies posted (original mode: a batch's once)
+        self.stopping = False  # Ctrl-C came while an event was being posted (``finishing``)
 
     def handle(self, message: dict[str, Any]) -> None:
         key = (message["endpoint"], message["event_id"])
         if key in self.keys:
             return  # posted before a restart or a reconnection: never twice
+        with finishing(self):
+            self.post_one(key, message)
+
+    def post_one(self, key: tuple[str, str], message: dict[str, Any]) -> None:
         request = self.request(message)
         if request is None:
             self.line(message, "part of a delivery posted already", 0.0)
@@ -177,7 +184,7 @@ class Forwarder:
                 status = outbound.call(self.forward_to, method="POST", data=body, headers=headers, timeout=30).status
             except outbound.Unreachable:
                 status = None
-            if (status is not None and status < 500 and status != 429) or wait is None:
+            if (status is not None and status < 500 and status != 429) or wait is None or self.stopping:
                 break
             time.sleep(wait)
         return status, time.monotonic() - started
@@ -190,6 +197,27 @@ class Forwarder:
 
     def warn(self, text: str) -> None:
         click.echo(f"warning: {text}", err=True)
+
+
+@contextmanager
+def finishing(forwarder: Forwarder) -> Iterator[None]:
+    """Ctrl-C or SIGTERM while an event is posted: that post ends (no further retry) and is counted
+    and kept in the state, then the stop. Interrupted mid-post, the local handler had the event while
+    the summary and the state did not: the next run posted it again. A second Ctrl-C stops at once."""
+
+    def hold(signum: int, frame: Any) -> None:
+        if forwarder.stopping:
+            raise KeyboardInterrupt
+        forwarder.stopping = True
+
+    previous = {signum: signal.signal(signum, hold) for signum in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+    if forwarder.stopping:
+        raise KeyboardInterrupt
 
 
 def events(url: str, token: str, cursor: str | None) -> Any:
