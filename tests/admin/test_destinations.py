@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +14,7 @@ import pytest
 from click.testing import CliRunner
 from flask import Flask
 from flask.testing import FlaskClient
+from sqlalchemy import update
 
 from tests import sample_handlers
 from tests.conftest import (
@@ -22,6 +24,7 @@ from tests.conftest import (
     drain,
     make_app,
     rows,
+    runtime,
     stripe_event,
     stripe_headers,
 )
@@ -31,6 +34,7 @@ from tests.support.console import csrf_token
 from webhooks.forward import dispatcher
 from webhooks.forward.signing import message_id
 from webhooks.service.cli import main
+from webhooks.tables.forwarding import DestinationState
 
 H = admin_headers()
 
@@ -141,6 +145,32 @@ def test_pause_stops_sending_and_resume_closes_the_circuit(
     forward(app)
     assert sorted(service.ids()[1:]) == ["evt_1", "evt_2"]
     assert [tuple(r) for r in rows(app, "SELECT status FROM deliveries")] == [("delivered",), ("delivered",)]
+
+
+@pytest.mark.parametrize("db", ["sqlite", "postgres"])
+def test_a_burst_drain_ends_at_an_open_circuit_and_sends_again_after_its_probe(
+    request: pytest.FixtureRequest, db: str, service: destination.Destination
+) -> None:
+    """The forwarder's drain (tests, ``webhooks worker --burst``) counts an open circuit's
+    deliveries as waiting, like a paused destination's: it ends at once instead of spinning to its
+    timeout, and once the probe's time has come they are due and sent."""
+    service.answer = lambda n, seen: (500, {}, b"down") if n == 1 else (200, {}, b"ok")
+    dests = {"orders": destination.config(service, circuit_failures=1, retry_schedule=[0, 0], probe_seconds=3600)}
+    app = forwarding(request, db, dests, ["orders"])
+    post(app, "evt_1")
+    drain(app)
+    rt = runtime(app)
+    forwarder = dispatcher.Forwarder(rt.sessions, rt.settings.destinations)
+    try:
+        assert dispatcher.drain(forwarder, timeout=30)  # idle: the circuit is open for an hour
+        assert len(service.seen) == 1 and listed(app.test_client())["orders"]["state"] == "open"
+        with rt.sessions() as session, session.begin():
+            session.execute(update(DestinationState).values(probe_at=datetime.now(UTC) - timedelta(seconds=1)))
+        assert dispatcher.drain(forwarder, timeout=30)
+    finally:
+        forwarder.stop()
+    assert service.ids() == ["evt_1", "evt_1"]  # the probe sent it: delivered
+    assert [tuple(r) for r in rows(app, "SELECT status FROM deliveries")] == [("delivered",)]
 
 
 def test_pause_and_resume_follow_the_api_rules(

@@ -38,9 +38,8 @@ TOGETHER: tuple[tuple[str, ...], ...] = (
         "tests/forward/test_traces.py",  # its RabbitMQ forward
     ),
 )
-WEIGHTS: dict[
-    str, float
-] = {  # measured 2026-12-06 (junit times of a full run, setup included; every module with a slow test)
+# Measured 2026-12-06: junit times of a full run, setup included; every module with a slow test.
+WEIGHTS: dict[str, float] = {
     "tests/admin/test_config_matches.py": 12,
     "tests/admin/test_config_seams.py": 17,
     "tests/admin/test_config_urls.py": 1,

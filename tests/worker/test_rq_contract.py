@@ -239,14 +239,11 @@ def test_an_idle_worker_asked_to_stop_ends_its_dequeue_and_drops_no_job(redis_ur
 LISTENING: list[int] = []
 
 
-def count_listeners(channel_pattern: str) -> None:
+def count_listeners(url: str, channel_pattern: str) -> None:
     """A job that records how many of RQ's worker command channels have a subscriber now."""
-    connection = redis.Redis.from_url(CONTRACT_URL[0])
+    connection = redis.Redis.from_url(url)
     LISTENING.append(len(connection.pubsub_channels(channel_pattern)))
     connection.close()
-
-
-CONTRACT_URL: list[str] = []
 
 
 @pytest.mark.redis
@@ -257,11 +254,10 @@ def test_a_burst_listens_for_no_command(redis_url: str, worker_class: type[Promp
     control, subscribes to its channel as RQ does. Both leave no worker registered."""
     from rq import Worker as RQWorker
 
-    CONTRACT_URL[:] = [redis_url]
     LISTENING.clear()
     connection = redis.Redis.from_url(redis_url)
     queue = Queue("burst", connection=connection)
-    queue.enqueue(count_listeners, "rq:pubsub:*")
+    queue.enqueue(count_listeners, redis_url, "rq:pubsub:*")
     worker = worker_class([queue], connection=connection)
     worker.work(burst=True)
     assert [listening] == LISTENING
