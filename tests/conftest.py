@@ -16,7 +16,6 @@ import signal
 import socket
 import threading
 import time
-import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -257,16 +256,14 @@ def pg_template(pg_admin_url: str) -> Iterator[templates.PostgresTemplate]:
 
 
 @pytest.fixture
-def pg_url(pg_admin_url: str, pg_template: templates.PostgresTemplate) -> Iterator[str]:
-    """A fresh, empty PostgreSQL database for this test (``migrated`` makes it a copy of the session's template)."""
-    admin = sa.create_engine(pg_admin_url, isolation_level="AUTOCOMMIT")
-    name = f"wh_test_{uuid.uuid4().hex[:12]}"
+def pg_url(pg_template: templates.PostgresTemplate) -> Iterator[str]:
+    """A fresh, empty PostgreSQL database for this test (``migrated`` makes it a copy of the session's
+    template); given back to the session's pool afterwards (tests/support/templates.py)."""
     try:
-        with admin.connect() as conn:
-            conn.execute(sa.text(f'CREATE DATABASE "{name}"'))
+        name = pg_template.fresh()
     except sa.exc.OperationalError as exc:
         unavailable("PostgreSQL", exc)
-    url = admin.url.set(database=name).render_as_string(hide_password=False)
+    url = pg_template.admin.url.set(database=name).render_as_string(hide_password=False)
     templates.FRESH_PG[url] = pg_template
     yield url
     templates.FRESH_PG.pop(url, None)
@@ -275,10 +272,9 @@ def pg_url(pg_admin_url: str, pg_template: templates.PostgresTemplate) -> Iterat
     # when one runs (a ROLLBACK on a dropped database) while ast.parse builds a tree (Werkzeug's
     # url_for compiles its builders so; seen once in a full run).
     gc.collect()
-    with admin.connect() as conn:
+    with pg_template.admin.connect() as conn:
         templates.end_sessions(conn, name)
-        conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-    admin.dispose()
+    pg_template.give_back(name)
     gc.collect()
 
 

@@ -96,3 +96,68 @@ def test_a_postgres_database_behind_the_head_is_upgraded_not_replaced(pg_url: st
     with engine.connect() as conn:
         assert conn.execute(sa.text("SELECT version_num FROM alembic_version")).scalar_one() == revisions.head()
     engine.dispose()
+
+
+def _oid(admin: sa.Engine, name: str) -> int | None:
+    with admin.connect() as conn:
+        return conn.execute(sa.text("SELECT oid FROM pg_database WHERE datname = :n"), {"n": name}).scalar()
+
+
+def test_a_database_a_test_wrote_to_comes_back_as_what_upgrade_gives(
+    pg_url: str, pg_admin_url: str, pg_template: templates.PostgresTemplate, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The pool (``give_back``, then ``fresh`` and ``recreate``) hands the next test the same database,
+    renamed, with nothing a test wrote left in it: no row, no sequence past its start, no handler table."""
+    from tests.conftest import base_config, drain, make_app, rows, stripe_event, stripe_headers
+
+    name = pg_template.fresh()
+    used = pg_template.admin.url.set(database=name).render_as_string(hide_password=False)
+    templates.FRESH_PG[used] = pg_template
+    app = make_app(base_config(used))
+    client = app.test_client()
+    for n in range(3):
+        body = stripe_event(f"evt_{n}")
+        assert client.post("/webhooks/stripe", data=body, headers=stripe_headers(body)).status_code == 200
+    drain(app)
+    assert len(rows(app, "SELECT * FROM test_handler_calls")) == 3  # the handler wrote in its own table
+    app.extensions["webhooks"].engine.dispose()
+    with pg_template.admin.connect() as conn:
+        templates.end_sessions(conn, name)
+    oid = _oid(pg_template.admin, name)
+    pg_template.give_back(name)
+    assert pg_template.idle["migrated"][-1] == name
+
+    upgraded = pg_url  # a new database, upgraded the long way for comparison
+    upgrade(upgraded)
+    monkeypatch.setattr(templates, "upgrade", no_upgrade)
+    again = pg_template.fresh()
+    again_url = pg_template.admin.url.set(database=again).render_as_string(hide_password=False)
+    templates.FRESH_PG[again_url] = pg_template
+    migrated(again_url)
+    assert _oid(pg_template.admin, again) == oid  # the very database the writes went to
+    assert pg_dump(again_url) == pg_dump(upgraded)
+    pg_template.give_back(again)
+
+
+def test_a_database_whose_schema_a_test_changed_is_dropped_not_reused(
+    pg_url: str, pg_template: templates.PostgresTemplate
+) -> None:
+    migrated(pg_url)
+    engine = sa.create_engine(pg_url, poolclass=sa.NullPool)
+    with engine.begin() as conn:
+        conn.execute(sa.text("ALTER TABLE events ADD COLUMN planted integer"))
+    name = str(sa.make_url(pg_url).database)
+    pg_template.give_back(name)
+    assert name not in pg_template.idle["migrated"] + pg_template.idle["empty"]
+    assert _oid(pg_template.admin, name) is None
+
+
+def test_an_empty_database_comes_back_empty(pg_url: str, pg_template: templates.PostgresTemplate) -> None:
+    name = str(sa.make_url(pg_url).database)
+    engine = sa.create_engine(pg_url, poolclass=sa.NullPool)
+    with engine.begin() as conn:  # a table made and dropped again: the schema is an empty database's
+        conn.execute(sa.text("CREATE TABLE passing (x integer)"))
+        conn.execute(sa.text("DROP TABLE passing"))
+    pg_template.give_back(name)
+    assert pg_template.idle["empty"][-1] == name
+    assert templates._empty_and_unused(pg_url)
