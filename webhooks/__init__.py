@@ -68,9 +68,11 @@ def create_app(config: Mapping[str, Any] | Settings | None = None) -> Flask:
     from webhooks.receiver import receive
     from webhooks.runtime import Runtime
     from webhooks.service import health
+    from webhooks.service.routing import SharedBuilderRule
 
     settings = config if isinstance(config, Settings) else load(config)
     app = Flask(__name__)
+    app.url_rule_class = SharedBuilderRule  # URL builders made once per process, not per app
     rt = Runtime(settings)
     rt.start_config()  # the database's endpoints and destinations, followed live
     app.extensions["webhooks"] = rt  # the app's own: nothing global, so apps never share one
