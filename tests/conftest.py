@@ -46,6 +46,7 @@ REDIS_URL = os.environ.get("TEST_REDIS_URL", "")
 # Before any app or process starts: nothing from the developer's shell or working directory
 # (a webhooks.toml, STRIPE_WEBHOOK_SECRET, DATABASE_URL…) reaches them (tests/support/environment.py).
 environment.isolate(os.environ)
+environment.keep_bytecode(os.environ)  # before the test processes start: they inherit it
 atexit.register(servers.stop_all)  # a session cut short (Ctrl-C in a fixture) still leaves no server
 
 
@@ -272,8 +273,6 @@ def pg_url(pg_template: templates.PostgresTemplate) -> Iterator[str]:
     # when one runs (a ROLLBACK on a dropped database) while ast.parse builds a tree (Werkzeug's
     # url_for compiles its builders so; seen once in a full run).
     gc.collect()
-    with pg_template.admin.connect() as conn:
-        templates.end_sessions(conn, name)
     pg_template.give_back(name)
     gc.collect()
 

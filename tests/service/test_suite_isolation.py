@@ -184,3 +184,15 @@ def test_a_run_stopped_mid_way_ends_with_its_summary_and_leaves_nothing(signum: 
     assert any(after in line and "PASSED" in line for line in text.splitlines()), text[-3000:]
     wait_until(lambda: processes_in(scratch_tmp) == [], timeout=30)
     assert not [p.name for p in scratch_tmp.iterdir() if p.name.startswith("wh-test-")], text[-3000:]
+
+
+def test_compiled_modules_are_cached_whatever_the_shell_says() -> None:
+    """``PYTHONDONTWRITEBYTECODE`` in the shell (this machine's sets it) made every test process
+    rewrite every test module and every child compile the package again: the suite lifts it."""
+    assert "PYTHONDONTWRITEBYTECODE" not in os.environ
+    assert "PYTHONDONTWRITEBYTECODE" not in clean_env()
+    assert sys.dont_write_bytecode is False
+    here = Path(__file__)
+    assert list(
+        (here.parent / "__pycache__").glob(f"{here.stem}.*pytest*.pyc")
+    )  # pytest's rewritten copy of this module

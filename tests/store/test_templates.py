@@ -120,12 +120,11 @@ def test_a_database_a_test_wrote_to_comes_back_as_what_upgrade_gives(
         assert client.post("/webhooks/stripe", data=body, headers=stripe_headers(body)).status_code == 200
     drain(app)
     assert len(rows(app, "SELECT * FROM test_handler_calls")) == 3  # the handler wrote in its own table
-    app.extensions["webhooks"].engine.dispose()
-    with pg_template.admin.connect() as conn:
-        templates.end_sessions(conn, name)
     oid = _oid(pg_template.admin, name)
-    pg_template.give_back(name)
-    assert pg_template.idle["migrated"][-1] == name
+    kept = pg_template.give_back(name)  # the app's pooled sessions still open: give_back ends them
+    assert kept is not None and kept != name and pg_template.idle["migrated"][-1] == kept
+    with pytest.raises(sa.exc.OperationalError, match="does not exist"):  # what the test left can't reach it
+        sa.create_engine(used, poolclass=sa.NullPool).connect()
 
     upgraded = pg_url  # a new database, upgraded the long way for comparison
     upgrade(upgraded)
@@ -147,9 +146,10 @@ def test_a_database_whose_schema_a_test_changed_is_dropped_not_reused(
     with engine.begin() as conn:
         conn.execute(sa.text("ALTER TABLE events ADD COLUMN planted integer"))
     name = str(sa.make_url(pg_url).database)
-    pg_template.give_back(name)
-    assert name not in pg_template.idle["migrated"] + pg_template.idle["empty"]
-    assert _oid(pg_template.admin, name) is None
+    oid = _oid(pg_template.admin, name)
+    assert pg_template.give_back(name) is None
+    with pg_template.admin.connect() as conn:
+        assert conn.execute(sa.text("SELECT count(*) FROM pg_database WHERE oid = :o"), {"o": oid}).scalar() == 0
 
 
 def test_an_empty_database_comes_back_empty(pg_url: str, pg_template: templates.PostgresTemplate) -> None:
@@ -158,6 +158,6 @@ def test_an_empty_database_comes_back_empty(pg_url: str, pg_template: templates.
     with engine.begin() as conn:  # a table made and dropped again: the schema is an empty database's
         conn.execute(sa.text("CREATE TABLE passing (x integer)"))
         conn.execute(sa.text("DROP TABLE passing"))
-    pg_template.give_back(name)
-    assert pg_template.idle["empty"][-1] == name
-    assert templates._empty_and_unused(pg_url)
+    kept = pg_template.give_back(name)
+    assert kept is not None and pg_template.idle["empty"][-1] == kept
+    assert templates._empty_and_unused(pg_template._url(kept))

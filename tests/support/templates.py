@@ -174,30 +174,50 @@ class PostgresTemplate:
                 conn.execute(sa.text(f'ALTER DATABASE "{old}" RENAME TO "{new}"'))
             self.idle["empty"].append(copy)
 
-    def give_back(self, name: str) -> None:
-        """After a test, with no session left on ``name``: keep it for another test if its schema
-        is the template's or an empty database's (rows deleted, the migrations' own rows put back,
-        sequences restarted), else drop it. Giving back one already given back does nothing."""
-        if name not in self.made or name in self.idle["migrated"] + self.idle["empty"]:
-            return
-        engine = sa.create_engine(self._url(name), poolclass=sa.NullPool)
-        kind = None
-        try:
-            with engine.begin() as conn:
-                for table in self.SCRATCH:
-                    conn.execute(sa.text(f'DROP TABLE IF EXISTS "{table}"'))
-                found = str(conn.execute(sa.text(SIGNATURE)).scalar_one()) + "\n" + _version(conn)
-                kind = next((k for k, sig in self.signatures.items() if sig == found), None)
-                if kind is not None:
-                    _empty_rows(conn, self.seeds if kind == "migrated" else {})
-        finally:
-            engine.dispose()
-        if kind is not None:
-            self.idle[kind].append(name)
-            return
-        with self.admin.connect() as conn:
-            conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+    def give_back(self, name: str) -> str | None:
+        """After a test: end every session on ``name`` and rename it to a name no test has seen (a
+        thread or process the test left behind that reconnects by the old name finds no database, as
+        after a drop, and can never write into the next test's); then keep it for another test if
+        its schema is the template's or an empty database's (rows deleted, the migrations' own rows
+        put back, sequences restarted), else drop it. Returns the name it is kept under, or None.
+        Giving back a name already given back does nothing."""
+        if name not in self.made:
+            return None
         self.made.discard(name)
+        hidden = self._hide(name)
+        kind = None
+        if hidden is not None:
+            engine = sa.create_engine(self._url(hidden), poolclass=sa.NullPool)
+            try:
+                with engine.begin() as conn:
+                    for table in self.SCRATCH:
+                        conn.execute(sa.text(f'DROP TABLE IF EXISTS "{table}"'))
+                    found = str(conn.execute(sa.text(SIGNATURE)).scalar_one()) + "\n" + _version(conn)
+                    kind = next((k for k, sig in self.signatures.items() if sig == found), None)
+                    if kind is not None:
+                        _empty_rows(conn, self.seeds if kind == "migrated" else {})
+            finally:
+                engine.dispose()
+        if hidden is not None and kind is not None:
+            self.made.add(hidden)
+            self.idle[kind].append(hidden)
+            return hidden
+        with self.admin.connect() as conn:
+            conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{hidden or name}" WITH (FORCE)'))
+        return None
+
+    def _hide(self, name: str) -> str | None:
+        """``name`` renamed to a new name once no session is on it, or None if sessions keep coming."""
+        hidden = f"wh_test_{uuid.uuid4().hex[:12]}"
+        with self.admin.connect() as conn:
+            for _ in range(20):
+                end_sessions(conn, name)
+                try:
+                    conn.execute(sa.text(f'ALTER DATABASE "{name}" RENAME TO "{hidden}"'))
+                    return hidden
+                except sa.exc.OperationalError:  # a session came back in between: end it again
+                    continue
+        return None
 
     def remove(self) -> None:
         with self.admin.connect() as conn:
