@@ -7,6 +7,7 @@ import sqlite3
 import subprocess
 import uuid
 from pathlib import Path
+from typing import Any
 
 import pytest
 import sqlalchemy as sa
@@ -98,6 +99,20 @@ def test_a_postgres_database_behind_the_head_is_upgraded_not_replaced(pg_url: st
     engine.dispose()
 
 
+def planner_view(url: str) -> list[Any]:
+    engine = sa.create_engine(url, poolclass=sa.NullPool)
+    with engine.connect() as conn:
+        rows = conn.execute(
+            sa.text(
+                "SELECT c.relname, c.relpages, c.reltuples, c.relallvisible, pg_relation_size(c.oid),"
+                " (SELECT count(*) FROM pg_statistic s WHERE s.starelid = c.oid)"
+                " FROM pg_class c WHERE c.relnamespace = 'public'::regnamespace ORDER BY c.relname"
+            )
+        ).all()
+    engine.dispose()
+    return [tuple(row) for row in rows]
+
+
 def _oid(admin: sa.Engine, name: str) -> int | None:
     with admin.connect() as conn:
         return conn.execute(sa.text("SELECT oid FROM pg_database WHERE datname = :n"), {"n": name}).scalar()
@@ -119,6 +134,8 @@ def test_a_database_a_test_wrote_to_comes_back_as_what_upgrade_gives(
         body = stripe_event(f"evt_{n}")
         assert client.post("/webhooks/stripe", data=body, headers=stripe_headers(body)).status_code == 200
     drain(app)
+    with sa.create_engine(used, isolation_level="AUTOCOMMIT").connect() as conn:  # statistics of the rows written
+        conn.execute(sa.text("VACUUM ANALYZE"))
     assert len(rows(app, "SELECT * FROM test_handler_calls")) == 3  # the handler wrote in its own table
     oid = _oid(pg_template.admin, name)
     kept = pg_template.give_back(name)  # the app's pooled sessions still open: give_back ends them
@@ -135,6 +152,7 @@ def test_a_database_a_test_wrote_to_comes_back_as_what_upgrade_gives(
     migrated(again_url)
     assert _oid(pg_template.admin, again) == oid  # the very database the writes went to
     assert pg_dump(again_url) == pg_dump(upgraded)
+    assert planner_view(again_url) == planner_view(upgraded)  # what a plan reads: files' sizes, figures, statistics
     pg_template.give_back(again)
 
 

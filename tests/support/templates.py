@@ -16,6 +16,7 @@ revision from empty.
 
 from __future__ import annotations
 
+import json
 import shutil
 import sqlite3
 import time
@@ -52,6 +53,12 @@ class SqliteTemplate:
         self.build()
         shutil.copyfile(self.file, target)
 
+
+# What the planner reads of each relation's size besides the file itself.
+STATS = (
+    "SELECT relname, relpages, reltuples, relallvisible FROM pg_class"
+    " WHERE relnamespace = 'public'::regnamespace ORDER BY relname"
+)
 
 # What a database holds, as text a test's writes do not change (rows, sequence values, statistics)
 # and any other change does: every object in the public schema with its definition, extensions,
@@ -102,11 +109,13 @@ class PostgresTemplate:
     an empty database for a test, replacing it by a copy of the template and dropping it afterwards
     cost 0.3–0.45 s of PostgreSQL's time per test, for about a thousand tests a run. So a database a
     test is done with is given back (``give_back``) and, when its schema is still exactly the
-    template's or exactly an empty database's (``SIGNATURE``), emptied of rows (sequences restarted)
-    and kept for the next test: ``fresh`` hands out an empty one, ``recreate`` swaps an empty one
-    for a migrated one by renaming both. A database a test changed otherwise is dropped. Nothing a
-    test can see differs from a new database but the objects' identifiers and the tables' dead space
-    (``tests/store/test_templates.py`` compares ``pg_dump`` of a reused database with an upgraded one).
+    template's or exactly an empty database's (``SIGNATURE``), made as new (``_as_new``: written
+    tables truncated, the migrations' rows put back, the planner's figures and statistics the
+    template's, sequences restarted) and kept for the next test: ``fresh`` hands out an empty one,
+    ``recreate`` swaps an empty one for a migrated one by renaming both. A database a test changed
+    otherwise is dropped. Nothing a test can see differs from a new database but the objects'
+    identifiers (``tests/store/test_templates.py`` compares ``pg_dump``, relation sizes and planner
+    figures of a reused database with an upgraded one's).
     """
 
     SCRATCH = ("test_handler_calls",)  # tests/sample_handlers.py's table, made by make_app each test
@@ -119,6 +128,7 @@ class PostgresTemplate:
         self.idle: dict[str, list[str]] = {"migrated": [], "empty": []}
         self.made: set[str] = set()  # every pooled database this process created (dropped by remove)
         self.seeds: dict[str, list[Any]] = {}  # the template's rows by table
+        self.stats = "[]"  # the template's relations' size figures the planner reads (STATS), as JSON
 
     def _url(self, name: str) -> str:
         return self.admin.url.set(database=name).render_as_string(hide_password=False)
@@ -144,6 +154,7 @@ class PostgresTemplate:
                 self.seeds = {
                     table: list(conn.execute(sa.text(f'SELECT * FROM "{table}"')).mappings()) for table in _tables(conn)
                 }
+                self.stats = json.dumps([dict(row) for row in conn.execute(sa.text(STATS)).mappings()])
         finally:
             engine.dispose()
         self.built = True  # upgrade disposed its engine: no session holds the template open
@@ -178,8 +189,7 @@ class PostgresTemplate:
         """After a test: end every session on ``name`` and rename it to a name no test has seen (a
         thread or process the test left behind that reconnects by the old name finds no database, as
         after a drop, and can never write into the next test's); then keep it for another test if
-        its schema is the template's or an empty database's (rows deleted, the migrations' own rows
-        put back, sequences restarted), else drop it. Returns the name it is kept under, or None.
+        its schema is the template's or an empty database's (made as new by ``_as_new``), else drop it. Returns the name it is kept under, or None.
         Giving back a name already given back does nothing."""
         if name not in self.made:
             return None
@@ -195,7 +205,7 @@ class PostgresTemplate:
                     found = str(conn.execute(sa.text(SIGNATURE)).scalar_one()) + "\n" + _version(conn)
                     kind = next((k for k, sig in self.signatures.items() if sig == found), None)
                     if kind is not None:
-                        _empty_rows(conn, self.seeds if kind == "migrated" else {})
+                        _as_new(conn, self.seeds if kind == "migrated" else {}, self.stats)
             finally:
                 engine.dispose()
         if hidden is not None and kind is not None:
@@ -242,17 +252,40 @@ def _tables(conn: sa.Connection) -> list[str]:
     )
 
 
-def _empty_rows(conn: sa.Connection, seeds: dict[str, list[Any]]) -> None:
-    """Delete every row but the migration's, with no trigger or foreign key check (the session acts
-    as a replica), put back the rows the migrations wrote (``seeds``), and restart every sequence
-    where a new database's starts."""
+def _as_new(conn: sa.Connection, seeds: dict[str, list[Any]], stats: str) -> None:
+    """Make the database what a new copy of the template is: the session acting as a replica (no
+    trigger, no foreign key check), every table that holds a page truncated (its file, its indexes'
+    and its visibility map new and empty, as a new database's are: a plan reads the same blocks),
+    the rows the migrations wrote put back (``seeds``), the planner's figures (``STATS``) and
+    statistics as the template's, and every sequence restarted where a new database's starts."""
     conn.execute(sa.text("SET LOCAL session_replication_role = replica"))
-    for table in _tables(conn):
-        conn.execute(sa.text(f'DELETE FROM "{table}"'))
-        for row in seeds.get(table, []):
+    written = conn.execute(
+        sa.text(
+            "SELECT c.relname FROM pg_class c WHERE c.relnamespace = 'public'::regnamespace"
+            " AND c.relkind = 'r' AND c.relname <> 'alembic_version' AND pg_relation_size(c.oid) > 0"
+        )
+    ).scalars()
+    tables = ", ".join(f'"{table}"' for table in written)
+    if tables:
+        conn.execute(sa.text(f"TRUNCATE {tables} CASCADE"))
+    for table, rows in seeds.items():
+        for row in rows:
             columns = ", ".join(f'"{c}"' for c in row)
             values = ", ".join(f":{c}" for c in row)
             conn.execute(sa.text(f'INSERT INTO "{table}" ({columns}) VALUES ({values})'), dict(row))
+    conn.execute(
+        sa.text(
+            "UPDATE pg_class c SET relpages = v.relpages, reltuples = v.reltuples, relallvisible = v.relallvisible"
+            " FROM json_to_recordset(CAST(:stats AS json)) AS v(relname text, relpages int, reltuples real, relallvisible int)"
+            " WHERE c.relnamespace = 'public'::regnamespace AND c.relname = v.relname"
+        ),
+        {"stats": stats},
+    )
+    conn.execute(
+        sa.text(
+            "DELETE FROM pg_statistic WHERE starelid IN (SELECT oid FROM pg_class WHERE relnamespace = 'public'::regnamespace)"
+        )
+    )
     conn.execute(
         sa.text(
             "SELECT setval(format('%I.%I', schemaname, sequencename)::regclass, start_value, false)"
