@@ -16,6 +16,7 @@ Each check is a function of a tree, proved by a test that feeds it a small fake 
 from __future__ import annotations
 
 import ast
+import functools
 import json
 import os
 import subprocess
@@ -113,10 +114,18 @@ def _named(name: str) -> str:
     return name
 
 
+@functools.lru_cache(maxsize=4096)
+def _parsed(path: Path, stamp: tuple[int, int]) -> ast.Module:
+    """A module's tree, parsed once per version of the file (its mtime and size): a dozen tests walk
+    the whole package, and parsing it again each time was 2.5 % of the fast tier's samples."""
+    return ast.parse(path.read_text(encoding="utf-8"))
+
+
 def imports(
     name: str, path: Path, known: dict[str, Path], *, top_level_only: bool = False, types: bool = False
 ) -> set[str]:
-    tree = ast.parse(path.read_text(encoding="utf-8"))
+    stat = path.stat()
+    tree = _parsed(path, (stat.st_mtime_ns, stat.st_size))
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     nodes = [n for n in tree.body if not isinstance(n, ast.If)] if top_level_only else _runs(tree, types=types)
     found: set[str] = set()
