@@ -16,11 +16,13 @@ revision from empty.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 import sqlite3
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -133,11 +135,13 @@ class PostgresTemplate:
     def _url(self, name: str) -> str:
         return self.admin.url.set(database=name).render_as_string(hide_password=False)
 
-    def _signature(self, name: str) -> str:
+    @contextlib.contextmanager
+    def _connect(self, name: str, begin: bool = False) -> Iterator[sa.Connection]:
+        """A connection to the database ``name`` that leaves no pooled session behind."""
         engine = sa.create_engine(self._url(name), poolclass=sa.NullPool)
         try:
-            with engine.connect() as conn:
-                return str(conn.execute(sa.text(SIGNATURE)).scalar_one()) + "\n" + _version(conn)
+            with engine.begin() if begin else engine.connect() as conn:
+                yield conn
         finally:
             engine.dispose()
 
@@ -147,25 +151,23 @@ class PostgresTemplate:
         with self.admin.connect() as conn:
             conn.execute(sa.text(f'CREATE DATABASE "{self.name}"'))
         upgrade(self._url(self.name))
-        self.signatures["migrated"] = self._signature(self.name)
-        engine = sa.create_engine(self._url(self.name), poolclass=sa.NullPool)
-        try:  # the rows the migrations themselves write (config_version's one row), put back after each test
-            with engine.connect() as conn:
-                self.seeds = {
-                    table: list(conn.execute(sa.text(f'SELECT * FROM "{table}"')).mappings()) for table in _tables(conn)
-                }
-                self.stats = json.dumps([dict(row) for row in conn.execute(sa.text(STATS)).mappings()])
-        finally:
-            engine.dispose()
-        self.built = True  # upgrade disposed its engine: no session holds the template open
+        with self._connect(self.name) as conn:
+            self.signatures["migrated"] = _signature(conn)
+            # the rows the migrations themselves write (config_version's one row), put back after each test
+            self.seeds = {
+                table: list(conn.execute(sa.text(f'SELECT * FROM "{table}"')).mappings()) for table in _tables(conn)
+            }
+            self.stats = json.dumps([dict(row) for row in conn.execute(sa.text(STATS)).mappings()])
+        self.built = True  # upgrade disposed its engine and this connection is closed: no session holds the template
 
-    def _create(self, template: str | None = None) -> str:
+    def _create(self) -> str:
         name = f"wh_test_{uuid.uuid4().hex[:12]}"
         with self.admin.connect() as conn:
-            conn.execute(sa.text(f'CREATE DATABASE "{name}"' + (f' TEMPLATE "{template}"' if template else "")))
+            conn.execute(sa.text(f'CREATE DATABASE "{name}"'))
         self.made.add(name)
-        if template is None and "empty" not in self.signatures:
-            self.signatures["empty"] = self._signature(name)
+        if "empty" not in self.signatures:
+            with self._connect(name) as conn:
+                self.signatures["empty"] = _signature(conn)
         return name
 
     def fresh(self) -> str:
@@ -187,27 +189,25 @@ class PostgresTemplate:
 
     def give_back(self, name: str) -> str | None:
         """After a test: end every session on ``name`` and rename it to a name no test has seen (a
-        thread or process the test left behind that reconnects by the old name finds no database, as
-        after a drop, and can never write into the next test's); then keep it for another test if
-        its schema is the template's or an empty database's (made as new by ``_as_new``), else drop it. Returns the name it is kept under, or None.
-        Giving back a name already given back does nothing."""
+        thread or process the test left behind that reconnects by the old name finds no database,
+        as after a drop, and can never write into the next test's); then keep it for another test
+        if its schema is the template's or an empty database's (made as new by ``_as_new``), else
+        drop it. Returns the name it is kept under, or None. Giving back a name already given back
+        does nothing."""
         if name not in self.made:
             return None
         self.made.discard(name)
         hidden = self._hide(name)
-        kind = None
-        if hidden is not None:
-            engine = sa.create_engine(self._url(hidden), poolclass=sa.NullPool)
-            try:
-                with engine.begin() as conn:
-                    for table in self.SCRATCH:
-                        conn.execute(sa.text(f'DROP TABLE IF EXISTS "{table}"'))
-                    found = str(conn.execute(sa.text(SIGNATURE)).scalar_one()) + "\n" + _version(conn)
-                    kind = next((k for k, sig in self.signatures.items() if sig == found), None)
-                    if kind is not None:
-                        _as_new(conn, self.seeds if kind == "migrated" else {}, self.stats)
-            finally:
-                engine.dispose()
+        if hidden is None:
+            kind = None
+        else:
+            with self._connect(hidden, begin=True) as conn:
+                for table in self.SCRATCH:
+                    conn.execute(sa.text(f'DROP TABLE IF EXISTS "{table}"'))
+                found = _signature(conn)
+                kind = next((k for k, sig in self.signatures.items() if sig == found), None)
+                if kind is not None:
+                    _as_new(conn, self.seeds if kind == "migrated" else {}, self.stats)
         if hidden is not None and kind is not None:
             self.made.add(hidden)
             self.idle[kind].append(hidden)
@@ -236,12 +236,13 @@ class PostgresTemplate:
         self.admin.dispose()
 
 
-def _version(conn: sa.Connection) -> str:
-    """The migration a database is at (``alembic_version``'s rows), or that it has no such table."""
+def _signature(conn: sa.Connection) -> str:
+    """``SIGNATURE``'s text and the migration the database is at (``alembic_version``'s rows, or none)."""
+    objects = str(conn.execute(sa.text(SIGNATURE)).scalar_one())
     if conn.execute(sa.text("SELECT to_regclass('public.alembic_version')")).scalar() is None:
-        return "version none"
+        return objects + "\nversion none"
     rows = conn.execute(sa.text("SELECT version_num FROM alembic_version ORDER BY 1")).scalars()
-    return "version " + ",".join(rows)
+    return objects + "\nversion " + ",".join(rows)
 
 
 def _tables(conn: sa.Connection) -> list[str]:
